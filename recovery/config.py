@@ -1,0 +1,18 @@
+"""Where the code location finds its dataset spec.
+
+The code location serves one dataset spec, named by ``RECOVERY_SPEC`` (a path), so a
+team points the same package at its own dataset without editing code. The default
+is the worked example shipped in ``sample_data/``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_SPEC = PROJECT_ROOT / "sample_data" / "transactions" / "spec.yaml"
+
+
+def spec_path() -> Path:
+    return Path(os.environ.get("RECOVERY_SPEC", str(EXAMPLE_SPEC))).resolve()

@@ -1,0 +1,1 @@
+"""Dagster shapes, one folder per runbook phase; loaded by ``recovery.definitions``."""

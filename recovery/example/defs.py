@@ -1,0 +1,156 @@
+"""The worked example's pipeline in Dagster: ingestion, the faulty history asset, consumers.
+
+- ``ingest_transactions``: daily-partitioned change-data-capture job with a schedule;
+  each run writes as generation ``ingest-<day>`` through the writer.
+- ``analytics/transactions``: the history asset at code version 2.3.0, whose
+  backfill is the incident. Backfills run it over partition ranges
+  (``BackfillPolicy.multi_run``); a failed step is retried once.
+- ``consumers/<name>``: one asset per downstream consumer in the spec, downstream of
+  the target in the asset graph.
+"""
+
+
+from datetime import date, datetime, timedelta
+
+import dagster as dg
+from pydantic import Field
+
+from recovery.config import spec_path
+from recovery.defs.resources import WarehouseResource
+from recovery.example.faulty_backfill import CatalogTimeout, WorkerLost, recompute_partition
+from recovery.example.scenario import SCENARIO
+from recovery.lib.consumers import materialize_consumer
+from recovery.lib.control_plane import SCHEMA, utcnow
+from recovery.lib.ingest import apply_changes
+from recovery.lib.spec import parse_spec
+
+TARGET_KEY = dg.AssetKey(["analytics", "transactions"])
+DAILY = dg.DailyPartitionsDefinition(
+    start_date=SCENARIO.first_day.isoformat(), end_date=(SCENARIO.last_day + timedelta(days=1)).isoformat()
+)
+GENERATION_TAG = "recovery/generation"
+SIMULATED_TAG = "example/simulated"
+
+
+class IngestConfig(dg.Config):
+    until: str | None = Field(None, description="Apply changes ingested up to this ISO timestamp (default: end of the partition day).")
+    written_at: str | None = Field(None, description="Simulated commit time for the writes (default: now).")
+
+
+@dg.op(description="Apply the day's source changes to analytics.transactions through the writer.")
+def ingest_changes(context: dg.OpExecutionContext, config: IngestConfig, warehouse: WarehouseResource) -> dg.Output:
+    day = date.fromisoformat(context.partition_key)
+    until = datetime.fromisoformat(config.until) if config.until else datetime.combine(day + timedelta(days=1), datetime.min.time())
+    at = datetime.fromisoformat(config.written_at) if config.written_at else None
+    writer = warehouse.writer(actor="ingest_transactions")
+    writer.ensure()
+    generation = f"ingest-{day.isoformat()}"
+    writer.register_generation(generation, "ingest", started_at=at, run_id=context.run_id, code_version="ingest-1.4.2")
+    result = apply_changes(writer, generation, until=until, at=at, run_id=context.run_id)
+    context.log.info(f"{generation}: upserted {result.upserted}, deleted {result.deleted} up to {until}")
+    return dg.Output(None, metadata={"upserted": result.upserted, "deleted": result.deleted, "until": str(until)})
+
+
+@dg.job(partitions_def=DAILY, description="Normal ingestion: apply the source change log to analytics.transactions.")
+def ingest_transactions():
+    ingest_changes()
+
+
+ingest_schedule = dg.build_schedule_from_partitioned_job(ingest_transactions, name="ingest_transactions_daily")
+
+
+def _generation_for(context: dg.AssetExecutionContext) -> str:
+    tags = context.run.tags
+    if GENERATION_TAG in tags:
+        return tags[GENERATION_TAG]
+    if "dagster/backfill" in tags:
+        return f"backfill-{tags['dagster/backfill']}"
+    return f"recompute-{context.run_id[:8]}"
+
+
+@dg.asset(
+    key=TARGET_KEY,
+    partitions_def=DAILY,
+    backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=SCENARIO.max_partitions_per_run),
+    retry_policy=dg.RetryPolicy(max_retries=1),
+    code_version="2.3.0",
+    kinds={"duckdb"},
+    group_name="example_pipeline",
+    description="History recompute of analytics.transactions (code 2.3.0, the faulty backfill of the worked example).",
+)
+def transactions_history(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    writer = warehouse.writer(actor="transactions_history")
+    writer.ensure()
+    generation = _generation_for(context)
+    simulated = context.run.tags.get(SIMULATED_TAG) == "true"
+    writer.register_generation(generation, "backfill", run_id=context.run_id,
+                               backfill_id=context.run.tags.get("dagster/backfill"), code_version="2.3.0")
+    with writer.engine.transaction() as s:
+        snapshot = s.scalar(f"SELECT coalesce(source_watermark, started_at) FROM {SCHEMA}.generations WHERE generation = ?", [generation])
+        s.execute("CREATE SCHEMA IF NOT EXISTS example")
+        s.execute("CREATE TABLE IF NOT EXISTS example.backfill_checkpoints (run_id VARCHAR, partition_key VARCHAR, state VARCHAR)")
+        checkpoint = dict(s.fetchall("SELECT partition_key, state FROM example.backfill_checkpoints WHERE run_id = ?", [context.run_id]))
+    snapshot = snapshot or utcnow()
+    done = 0
+    for key in context.partition_keys:
+        if checkpoint.get(key) == "done":
+            continue
+        partition = date.fromisoformat(key)
+        at = SCENARIO.backfill_writes + timedelta(seconds=10 * (partition - SCENARIO.first_day).days) if simulated else None
+        try:
+            state = recompute_partition(writer, generation, partition, snapshot=snapshot, checkpoint=checkpoint,
+                                        retry_number=context.retry_number, at=at, run_id=context.run_id)
+        except WorkerLost as err:
+            raise dg.Failure(description=str(err), allow_retries=False) from err
+        except CatalogTimeout:
+            _save_checkpoint(writer, context.run_id, checkpoint)
+            raise
+        checkpoint[key] = state
+        done += 1
+        _save_checkpoint(writer, context.run_id, checkpoint)
+    return dg.MaterializeResult(metadata={"generation": generation, "partitions_written": done})
+
+
+def _save_checkpoint(writer, run_id: str, checkpoint: dict[str, str]) -> None:
+    with writer.engine.transaction() as s:
+        s.execute("DELETE FROM example.backfill_checkpoints WHERE run_id = ?", [run_id])
+        for k, v in checkpoint.items():
+            s.execute("INSERT INTO example.backfill_checkpoints VALUES (?, ?, ?)", [run_id, k, v])
+
+
+def consumer_assets(spec) -> list[dg.AssetsDefinition]:
+    """One asset per downstream consumer of the spec, downstream of the target."""
+    assets = []
+    for consumer in spec.downstream:
+        def build(consumer=consumer):
+            @dg.asset(
+                key=dg.AssetKey(["consumers", consumer.name]),
+                deps=[TARGET_KEY],
+                kinds={"duckdb"},
+                group_name="consumers",
+                owners=[f"team:{consumer.owner}"],
+                tags={"recovery/consumer_kind": consumer.kind},
+                description=f"{consumer.kind.capitalize()} owned by {consumer.owner}: {consumer.sql.name} over {spec.target.table}.",
+            )
+            def _consumer(warehouse: WarehouseResource) -> dg.MaterializeResult:
+                rows = materialize_consumer(warehouse.engine(), warehouse.spec(), consumer)
+                return dg.MaterializeResult(metadata={"dagster/row_count": rows})
+
+            return _consumer
+
+        assets.append(build())
+    return assets
+
+
+def example_definitions() -> dg.Definitions:
+    spec = parse_spec(spec_path())
+    consumers = consumer_assets(spec)
+    refresh = dg.define_asset_job(
+        "refresh_consumers", selection=dg.AssetSelection.groups("consumers"),
+        description="Re-materialize every downstream consumer from the public target.",
+    )
+    return dg.Definitions(
+        assets=[transactions_history, *consumers],
+        jobs=[ingest_transactions, refresh],
+        schedules=[ingest_schedule],
+    )

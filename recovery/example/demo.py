@@ -1,0 +1,170 @@
+"""``recovery demo``: build the worked example and watch its backfill fail, for real.
+
+Every step is a Dagster run in the project's instance (visible in the UI): normal
+ingestion as ``ingest_transactions`` runs, the faulty backfill as a real asset
+backfill launched through Dagster's GraphQL API and executed by ``dagster-daemon``
+in other processes, and the consumers as ``refresh_consumers``. Simulated time
+orders the story (ARCHITECTURE: the backfill starts, ingestion keeps writing,
+the backfill clobbers), so the damage is the same on every run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+from rich.console import Console
+
+from recovery.example.defs import GENERATION_TAG, SIMULATED_TAG, TARGET_KEY
+from recovery.example.generator import generate, release_live_events
+from recovery.example.scenario import SCENARIO
+from recovery.example.truth import build_truth
+from recovery.lib.control_plane import SCHEMA
+from recovery.lib.engine import open_engine
+from recovery.lib.spec import load_spec, parse_spec
+from recovery.lib.writer import Writer, retrying
+from recovery.orchestration import Daemon, backfill_finished, launch_asset_backfill, run_job
+
+
+@dataclass
+class DemoResult:
+    spec_path: Path
+    warehouse: Path
+    backfill_id: str
+    backfill_status: str
+    run_ids: dict[str, list[str]] = field(default_factory=dict)
+    counts: dict = field(default_factory=dict)
+    truth_labels: dict = field(default_factory=dict)
+
+
+def _release(spec, until) -> int:
+    engine = open_engine(spec.warehouse)
+
+    def txn() -> int:
+        with engine.transaction() as s:
+            return release_live_events(s.conn, until)
+
+    return retrying(txn)
+
+
+def build_failed_backfill(
+    spec_path: Path,
+    *,
+    instance: dg.DagsterInstance,
+    defs: dg.Definitions,
+    events: int = 200_000,
+    seed: int = 42,
+    console: Console | None = None,
+    daemon_timeout_s: float = 900,
+) -> DemoResult:
+    """Generate the sample, ingest, run the faulty backfill with ingestion alongside, refresh consumers."""
+    console = console or Console(quiet=True)
+    sc = SCENARIO
+    spec = parse_spec(spec_path)
+    wh = spec.warehouse.path
+    for p in (wh, wh.with_name(wh.name + ".wal")):
+        p.unlink(missing_ok=True)
+    with console.status("generating the sample source"):
+        counts = generate(wh, events=events, seed=seed)
+    console.print(f"[bold]1/6[/] source: {counts['source_events']:,} change events as of {sc.t0}, "
+                  f"{counts['live_events']:,} more arriving during the incident")
+    spec = load_spec(spec_path)  # now the warehouse exists: check the spec against it
+    runs: dict[str, list[str]] = {"ingest": [], "backfill": [], "consumers": []}
+
+    def ingest(day: str, until, label: str) -> None:
+        res = run_job(defs, "ingest_transactions", instance, partition_key=day, run_config={
+            "ops": {"ingest_changes": {"config": {"until": until.isoformat(), "written_at": until.isoformat()}}}})
+        runs["ingest"].append(res.run_id)
+        console.print(f"      ingestion run {res.run_id[:8]} ({label}) applied changes up to {until}")
+
+    with console.status("normal ingestion of history"):
+        ingest((sc.t0.date().fromordinal(sc.t0.date().toordinal() - 1)).isoformat(), sc.t0, "history")
+    console.print(f"[bold]2/6[/] {spec.target.table} published by normal ingestion")
+
+    # the backfill is requested: its generation starts and fixes its source snapshot
+    _release(spec, sc.backfill_start)
+    writer = Writer(open_engine(spec.warehouse), spec, actor="data-platform-oncall")
+    writer.register_generation(sc.backfill_generation, "backfill", started_at=sc.backfill_start,
+                               source_watermark=sc.backfill_start, code_version="2.3.0",
+                               note=f"intended range {sc.intended_range[0]}..{sc.intended_range[1]}")
+    backfill_id = launch_asset_backfill(
+        instance, TARGET_KEY.path, sc.requested_partitions(),
+        tags={GENERATION_TAG: sc.backfill_generation, SIMULATED_TAG: "true", "requested_by": "data-platform-oncall",
+              "approved_by": "head-of-data"},
+        title=f"Recompute transactions history ({sc.backfill_generation})",
+        description="Six-month history recompute after the FX normalisation change.",
+    )
+    with writer.engine.transaction() as s:
+        s.execute(f"UPDATE {SCHEMA}.generations SET backfill_id = ? WHERE generation = ?", [backfill_id, sc.backfill_generation])
+    console.print(f"[bold]3/6[/] Dagster backfill {backfill_id} requested over {len(sc.requested_partitions())} partitions "
+                  f"as generation {sc.backfill_generation}")
+
+    # ingestion keeps running while the backfill is queued
+    _release(spec, sc.ingest_during)
+    with console.status("normal ingestion during the backfill"):
+        ingest(sc.last_day.isoformat(), sc.ingest_during, "during the backfill")
+
+    with Daemon() as daemon, console.status("dagster-daemon executing the backfill runs") as status:
+        def tick() -> None:
+            done = instance.get_run_records(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
+            status.update(f"dagster-daemon executing the backfill: {len(done)} runs launched")
+
+        daemon.wait_until(lambda: backfill_finished(instance, backfill_id), timeout_s=daemon_timeout_s, on_tick=tick)
+    backfill = instance.get_backfill(backfill_id)
+    bruns = instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
+    runs["backfill"] = [r.run_id for r in bruns]
+    failed = [r for r in bruns if r.status == dg.DagsterRunStatus.FAILURE]
+    console.print(f"[bold]4/6[/] backfill {backfill_id} ended {backfill.status.value}: {len(bruns)} runs, {len(failed)} failed")
+
+    _release(spec, sc.end)
+    with console.status("normal ingestion after the backfill"):
+        ingest(sc.last_day.isoformat(), sc.end, "after the backfill")
+    res = run_job(defs, "refresh_consumers", instance)
+    runs["consumers"].append(res.run_id)
+    console.print(f"[bold]5/6[/] consumers re-materialized from the damaged table (run {res.run_id[:8]})")
+
+    con = duckdb.connect(str(wh))
+    try:
+        labels = build_truth(con, spec, failed_generation=sc.backfill_generation, watermark=sc.end)
+    finally:
+        con.close()
+    return DemoResult(spec_path, wh, backfill_id, backfill.status.value, runs, counts, labels)
+
+
+def consumer_damage(spec, warehouse: Path) -> dict[str, dict]:
+    """Rows of each consumer that differ between the damaged target and the ground truth."""
+    from recovery.lib.consumers import consumer_sql, consumer_table
+
+    out = {}
+    con = duckdb.connect(str(warehouse), read_only=True)
+    try:
+        for c in spec.downstream:
+            truth = consumer_sql(spec, c, "SELECT * FROM truth.expected")
+            damaged = f"SELECT * FROM {consumer_table(spec, c).sql()}"
+            diff = con.execute(f"SELECT count(*) FROM (({damaged}) EXCEPT ALL ({truth})) UNION ALL "
+                               f"SELECT count(*) FROM (({truth}) EXCEPT ALL ({damaged}))").fetchall()
+            out[c.name] = {"kind": c.kind, "owner": c.owner, "rows_wrong": diff[0][0], "rows_missing": diff[1][0]}
+    finally:
+        con.close()
+    return out
+
+
+def print_damage(console: Console, result: DemoResult, spec) -> None:
+    from rich.table import Table
+
+    t = Table(title="Damage per label (ground truth of the worked example)")
+    t.add_column("label")
+    t.add_column("keys", justify="right")
+    for label, n in sorted(result.truth_labels.items(), key=lambda kv: -kv[1]):
+        t.add_row(label, f"{n:,}")
+    console.print(t)
+    c = Table(title="Damage per consumer (damaged vs ground truth)")
+    for col in ("consumer", "kind", "owner", "rows wrong", "rows missing"):
+        c.add_column(col)
+    for name, d in consumer_damage(spec, result.warehouse).items():
+        c.add_row(name, d["kind"], d["owner"], f"{d['rows_wrong']:,}", f"{d['rows_missing']:,}")
+    console.print(c)
+    console.print(json.dumps({"backfill_id": result.backfill_id, "status": result.backfill_status}))

@@ -1,0 +1,101 @@
+"""The history recompute of code version 2.3.0, with the worked example's bugs.
+
+This is deliberately wrong code, kept readable so each bug is visible:
+
+1. tombstones dropped: it takes each key's latest *upsert*, ignoring deletes;
+2. late events put in the partition of their landing (first ingestion) date;
+3. schema-v1 cents read as dollars: it decides the schema by partition date with a
+   wrong cut-over instead of reading ``schema_version``;
+4. a worker read an outdated snapshot (an extract cached days earlier);
+5. a non-idempotent append: a partition whose catalog update times out is retried,
+   and the retry appends again because the partition is checkpointed as cleared;
+6. a run dies mid-partition (rows deleted chunk by chunk, not re-inserted) and is
+   never retried;
+7. rows from a staging feed that never belonged to the source are unioned in;
+8. (in the launcher) the range reaches the current partitions ingestion is writing.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+
+from recovery.example.scenario import SCENARIO, Scenario
+from recovery.lib.snapshot import ts_literal
+from recovery.lib.writer import Writer
+
+
+class CatalogTimeout(Exception):
+    """A transient failure after the data was committed (retried by the op's RetryPolicy)."""
+
+
+class WorkerLost(Exception):
+    """The run's worker died mid-partition."""
+
+
+def buggy_rows_sql(partition: date, watermark: datetime, scenario: Scenario = SCENARIO) -> str:
+    p = f"DATE '{partition.isoformat()}'"
+    staging = ""
+    lo, hi = scenario.staging_range
+    if lo <= partition <= hi:
+        staging = (
+            "UNION ALL SELECT s.*, CAST(s.ingested_at AS DATE) AS landing_date FROM example.staging_feed s "
+            f"WHERE s.ingested_at <= {ts_literal(watermark)}"
+        )
+    return f"""
+        WITH latest AS (
+            SELECT * EXCLUDE (rn) FROM (
+                SELECT e.*, row_number() OVER (PARTITION BY txn_id ORDER BY version DESC) AS rn
+                FROM raw.transaction_events e
+                WHERE ingested_at <= {ts_literal(watermark)} AND op = 'upsert') WHERE rn = 1),
+        landing AS (
+            SELECT txn_id, CAST(min(ingested_at) AS DATE) AS landing_date
+            FROM raw.transaction_events WHERE ingested_at <= {ts_literal(watermark)} GROUP BY txn_id),
+        src AS (SELECT l.*, la.landing_date FROM latest l JOIN landing la USING (txn_id) {staging})
+        SELECT txn_id, account_id, customer_id, merchant_id, event_ts,
+               landing_date AS event_date,
+               CAST(CASE WHEN landing_date < DATE '{scenario.buggy_cutover.isoformat()}' THEN amount / 100
+                         ELSE amount * CASE currency WHEN 'EUR' THEN 1.08 WHEN 'GBP' THEN 1.27 ELSE 1.00 END
+                    END AS DECIMAL(18, 2)) AS amount_usd,
+               status, version AS _source_version
+        FROM src WHERE landing_date = {p}
+    """
+
+
+def write_time(partition: date, scenario: Scenario = SCENARIO) -> datetime:
+    """Simulated commit time of a partition's write: within the backfill's write window."""
+    return scenario.backfill_writes + timedelta(seconds=10 * (partition - scenario.first_day).days)
+
+
+def recompute_partition(
+    writer: Writer,
+    generation: str,
+    partition: date,
+    *,
+    snapshot: datetime,
+    checkpoint: dict[str, str],
+    retry_number: int,
+    at: datetime | None,
+    run_id: str | None,
+    scenario: Scenario = SCENARIO,
+) -> str:
+    """Recompute one partition the 2.3.0 way. Returns the checkpoint state it leaves."""
+    lo, hi = scenario.stale_range
+    watermark = scenario.stale_watermark if lo <= partition <= hi else snapshot
+    rows = buggy_rows_sql(partition, watermark, scenario)
+    key = partition.isoformat()
+    kw = dict(at=at, run_id=run_id)
+    if partition in scenario.flaky_partitions:
+        if checkpoint.get(key) != "cleared":
+            writer.write(generation, f"SELECT * FROM ({rows}) WHERE false", mode="replace_partitions", partitions=[key], **kw)
+            checkpoint[key] = "cleared"
+        writer.write(generation, rows, mode="append", note="append after checkpointed clear", **kw)
+        if retry_number == 0:
+            raise CatalogTimeout(f"catalog update for partition {key} timed out after the data was written")
+        return "done"
+    if partition == scenario.dying_partition:
+        chunk = lambda k: f"SELECT * FROM ({rows}) WHERE hash(txn_id) % 4 = {k}"  # noqa: E731
+        writer.write(generation, chunk(0), mode="upsert_keys", note="chunk 1/4", **kw)
+        writer.write(generation, f"SELECT txn_id, _source_version FROM ({chunk(1)})", mode="delete_keys", note="chunk 2/4 cleared", **kw)
+        raise WorkerLost(f"worker lost while rewriting partition {key} (chunk 2/4)")
+    writer.write(generation, rows, mode="replace_partitions", partitions=[key], **kw)
+    return "done"

@@ -1,0 +1,1 @@
+"""Dagster-free domain logic: spec, engine, control plane, writer, classification, reports."""

@@ -1,0 +1,99 @@
+"""Meaning checks of a spec against the warehouse, through a read-only session.
+
+Run before anything writes: a spec that names a missing table or column, a key
+that is not unique per version, or a transform that does not produce the key and
+partition fails here with the field and the fix, and the warehouse is untouched.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+
+import duckdb
+
+from recovery.lib.engine import open_engine
+from recovery.lib.errors import SpecError
+from recovery.lib.identifiers import quote, quote_all
+from recovery.lib.snapshot import expected_rows_sql, source_snapshot_sql, str_list, transform_sql
+from recovery.lib.spec import DatasetSpec
+from recovery.lib.sql_files import render
+
+
+def check_against_warehouse(spec: DatasetSpec) -> None:
+    src = str(spec.spec_path) if spec.spec_path else None
+
+    def fail(field: str, problem: str, fix: str) -> None:
+        raise SpecError(field, problem, fix, source=src)
+
+    if spec.warehouse.engine == "duckdb" and not spec.warehouse.path.exists():
+        fail("warehouse.path", f"{spec.warehouse.path} does not exist", "point it at the warehouse file, relative to the spec")
+    try:
+        engine = open_engine(spec.warehouse)
+    except NotImplementedError as e:
+        fail("warehouse.engine", str(e).removeprefix("warehouse.engine "), "use engine: duckdb")
+    with ExitStack() as stack:
+        try:
+            s = stack.enter_context(engine.session(read_only=True))
+        except duckdb.Error as e:  # not a database file, a directory, or a setting DuckDB rejects
+            field = "warehouse.path" if isinstance(e, duckdb.IOException) else (
+                "warehouse.memory_limit" if "memory" in str(e).lower() else "warehouse")
+            fail(field, f"DuckDB cannot open {spec.warehouse.path.name}: {str(e).splitlines()[0]}",
+                 "point warehouse.path at a DuckDB database file and give settings DuckDB accepts (e.g. memory_limit: 4GB)")
+        s_table = spec.source.table_name
+        cols = dict(s.columns(s_table.sql()))
+        if not cols:
+            fail("source.table", f"table {s_table} does not exist in {spec.warehouse.path.name}", "name an existing schema.table")
+        for field, names in [
+            ("source.key", spec.source.key),
+            ("source.version", [spec.source.version]),
+            ("source.op", [spec.source.op]),
+            ("source.ingested_at", [spec.source.ingested_at]),
+            ("source.sensitive", spec.source.sensitive),
+        ]:
+            for n in names:
+                if n not in cols:
+                    fail(field, f"column {n!r} is not in {s_table} (columns: {', '.join(cols)})", "name an existing column")
+        dup = s.fetchone(
+            f"SELECT {quote_all(spec.key)}, {quote(spec.source.version)}, count(*) AS n FROM {s_table.sql()} "
+            f"GROUP BY ALL HAVING count(*) > 1 LIMIT 1"
+        )
+        if dup:
+            fail(
+                "source.key",
+                f"key {spec.key} + version is not unique in {s_table}: {dup[:-1]} occurs {dup[-1]} times",
+                "add the missing key columns so that (key, version) identifies one change",
+            )
+        ops = spec.source.upsert_ops + spec.source.delete_ops
+        bad_op = s.fetchone(
+            f"SELECT DISTINCT {quote(spec.source.op)} FROM {s_table.sql()} "
+            f"WHERE CAST({quote(spec.source.op)} AS VARCHAR) NOT IN ({str_list(ops)}) LIMIT 1"
+        )
+        if bad_op:
+            fail("source.op", f"value {bad_op[0]!r} is neither an upsert nor a delete op {ops}", "list it under source.upsert_ops or source.delete_ops")
+        try:
+            out = dict(s.relation_columns(expected_rows_sql(spec, None)))
+        except duckdb.Error as e:
+            fail("target.transform", f"does not run over the source: {str(e).splitlines()[0]}", "fix the SQL; it reads {{ source }} shaped like the source table")
+        for field, n in [("source.key", k) for k in spec.key] + [("target.partition", spec.target.partition)]:
+            if n not in out:
+                fail(field, f"column {n!r} is not produced by the transform {spec.target.transform.name}", "select it in the transform")
+        for field, n in [("target.amount", spec.target.amount), ("target.event_time", spec.target.event_time)] + [
+            ("target.sensitive", c) for c in spec.target.sensitive
+        ]:
+            if n is not None and n not in out:
+                fail(field, f"column {n!r} is not produced by the transform", "name a column the transform returns, or remove the field")
+        produced = dict(s.relation_columns(transform_sql(spec, source_snapshot_sql(spec, None))))
+        clash = set(spec.target.metadata.columns) & set(produced)
+        if clash:
+            fail("target.metadata", f"transform already returns {sorted(clash)}", "rename the metadata columns or the transform's columns")
+        relation = expected_rows_sql(spec, None)
+        for i, d in enumerate(spec.downstream):
+            try:
+                dcols = dict(s.relation_columns(render(spec.downstream_sql[d.name], target=relation)))
+            except duckdb.Error as e:
+                fail(f"downstream[{i}].sql", f"does not run over the target: {str(e).splitlines()[0]}", "fix the SQL; it reads {{ target }} shaped like the target")
+            for k in d.key:
+                if k not in dcols:
+                    fail(f"downstream[{i}].key", f"column {k!r} is not produced by {d.sql.name}", "name columns the consumer's SQL returns")
+            if d.materiality and d.materiality.column not in dcols:
+                fail(f"downstream[{i}].materiality.column", f"column {d.materiality.column!r} is not produced by {d.sql.name}", "name a numeric column of the consumer")

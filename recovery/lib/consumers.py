@@ -1,0 +1,54 @@
+"""Downstream consumers: SQL over the public target, materialized as tables.
+
+A consumer reads the dataset's public name, never a generation directly, so it sees
+exactly what was published. Before it reads, it refuses to propagate rows of a
+fenced generation (the check lives here, in the shared reader path, not in each
+consumer's code).
+"""
+
+from __future__ import annotations
+
+from recovery.lib.control_plane import SCHEMA, control_plane_exists
+from recovery.lib.engine.base import Engine, Session
+from recovery.lib.errors import FencedGenerationError
+from recovery.lib.identifiers import TableName, quote
+from recovery.lib.spec import DatasetSpec, DownstreamSpec
+from recovery.lib.sql_files import render
+
+CONSUMER_SCHEMA = "consumers"
+
+
+def consumer_table(spec: DatasetSpec, consumer: DownstreamSpec) -> TableName:
+    return TableName(CONSUMER_SCHEMA, consumer.name)
+
+
+def consumer_sql(spec: DatasetSpec, consumer: DownstreamSpec, target_relation: str | None = None) -> str:
+    """The consumer's SQL over the public target (or any relation shaped like it)."""
+    return render(spec.downstream_sql[consumer.name], target=target_relation or f"SELECT * FROM {spec.target.table_name.sql()}")
+
+
+def fenced_generations_in_target(s: Session, spec: DatasetSpec) -> list[str]:
+    """Fenced generations whose rows the public target currently exposes."""
+    if not control_plane_exists(s):
+        return []
+    gen = quote(spec.target.metadata.generation)
+    rows = s.fetchall(
+        f"SELECT DISTINCT t.{gen} FROM {spec.target.table_name.sql()} t "
+        f"JOIN {SCHEMA}.generations g ON g.generation = t.{gen} WHERE g.fenced_at IS NOT NULL ORDER BY 1"
+    )
+    return [r[0] for r in rows]
+
+
+def materialize_consumer(engine: Engine, spec: DatasetSpec, consumer: DownstreamSpec) -> int:
+    """Rebuild one consumer table from the public target; refuses while fenced rows are exposed."""
+    table = consumer_table(spec, consumer)
+    with engine.transaction() as s:
+        fenced = fenced_generations_in_target(s, spec)
+        if fenced:
+            raise FencedGenerationError(
+                fenced[0],
+                f"{spec.target.table} exposes its rows; consumer {consumer.name} is paused until the repair is published",
+            )
+        s.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(table.schema)}")
+        s.execute(f"CREATE OR REPLACE TABLE {table.sql()} AS {consumer_sql(spec, consumer)}")
+        return int(s.scalar(f"SELECT count(*) FROM {table.sql()}"))

@@ -1,0 +1,41 @@
+"""Errors that a person can act on.
+
+Every error raised at an entry point names the field (or object) at fault and the
+fix, because the people reading it are on call for an incident and need the next
+step, not a traceback.
+"""
+
+from __future__ import annotations
+
+
+class RecoveryError(Exception):
+    """Base class: an expected failure with a message meant for a human."""
+
+
+class SpecError(RecoveryError):
+    """A dataset spec or incident file is invalid; nothing was written."""
+
+    def __init__(self, field: str, problem: str, fix: str, *, source: str | None = None):
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        self.source = source
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}{field}: {problem}. Fix: {fix}")
+
+
+class FencedGenerationError(RecoveryError):
+    """A write (or read for propagation) names a generation that is fenced."""
+
+    def __init__(self, generation: str, detail: str = ""):
+        self.generation = generation
+        msg = f"generation {generation!r} is fenced: its writes are refused"
+        super().__init__(msg + (f" ({detail})" if detail else ""))
+
+
+class WarehouseBusyError(RecoveryError):
+    """The warehouse file stayed locked by another process past the retry budget."""
+
+
+class SchemaMismatchError(RecoveryError):
+    """Rows offered to the writer do not have the target's columns."""

@@ -1,0 +1,144 @@
+"""Physical namespaces and the public pointer.
+
+A dataset's rows live in physical tables named ``<table>__g<NNNN>`` beside the public
+name; the public name is a view with an explicit column list (a ``SELECT *`` view
+silently changes shape) over exactly one of them. Moving that view and the pointer
+row in one transaction is publishing; moving it back is rollback. An existing
+plain table is adopted the same way: renamed into namespace ``g0001`` and replaced
+by the view, in one transaction.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from recovery.lib.control_plane import SCHEMA, delta_table, next_seq, record_event, utcnow
+from recovery.lib.engine.base import Session
+from recovery.lib.errors import RecoveryError
+from recovery.lib.identifiers import TableName, quote, quote_all
+from recovery.lib.snapshot import expected_rows_sql
+from recovery.lib.spec import DatasetSpec
+
+
+def namespace_sql(namespace: str) -> str:
+    return TableName.parse(namespace).sql()
+
+
+def _namespace_name(spec: DatasetSpec, number: int) -> str:
+    public = spec.target.table_name
+    return str(public.with_name(f"{public.name}__g{number:04d}"))
+
+
+def _next_number(s: Session, spec: DatasetSpec) -> int:
+    n = s.scalar(f"SELECT count(*) FROM {SCHEMA}.namespaces WHERE dataset = ?", [spec.dataset]) or 0
+    return int(n) + 1
+
+
+def _register_namespace(s: Session, spec: DatasetSpec, ns: str, *, seq: int, created_by: str, status: str, note: str) -> None:
+    s.execute(
+        f"INSERT INTO {SCHEMA}.namespaces VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [ns, spec.dataset, str(spec.target.table_name), seq, utcnow(), created_by, status, note],
+    )
+
+
+def _point_view(s: Session, spec: DatasetSpec, ns: str) -> None:
+    cols = [c for c, _ in s.columns(namespace_sql(ns))]
+    s.execute(
+        f"CREATE OR REPLACE VIEW {spec.target.table_name.sql()} AS SELECT {quote_all(cols)} FROM {namespace_sql(ns)}"
+    )
+
+
+def _ensure_delta(s: Session, spec: DatasetSpec, ns: str) -> None:
+    s.execute(
+        f"CREATE TABLE IF NOT EXISTS {delta_table(spec.dataset)} AS SELECT *, CAST(NULL AS BIGINT) AS _delta_seq, "
+        f"CAST(NULL AS VARCHAR) AS _delta_op, CAST(NULL AS VARCHAR) AS _delta_namespace FROM {namespace_sql(ns)} LIMIT 0"
+    )
+
+
+def new_namespace(s: Session, spec: DatasetSpec, *, created_by: str, seq: int) -> str:
+    """An empty physical table shaped like the published one."""
+    current = s.scalar(f"SELECT namespace FROM {SCHEMA}.pointers WHERE public_name = ?", [str(spec.target.table_name)])
+    if current is None:
+        raise RecoveryError(f"dataset {spec.dataset!r} has no published namespace; run Writer.ensure() first")
+    ns = _namespace_name(spec, _next_number(s, spec))
+    s.execute(f"CREATE TABLE {namespace_sql(ns)} AS SELECT * FROM {namespace_sql(current)} LIMIT 0")
+    _register_namespace(s, spec, ns, seq=seq, created_by=created_by, status="building", note="")
+    return ns
+
+
+def create_or_adopt(s: Session, spec: DatasetSpec, *, actor: str) -> str:
+    """Make the public name a managed view; returns the namespace it points at."""
+    public = spec.target.table_name
+    meta = spec.target.metadata
+    pointer = s.scalar(f"SELECT namespace FROM {SCHEMA}.pointers WHERE public_name = ?", [str(public)])
+    kind = s.object_kind(public.schema, public.name)
+    if pointer is not None and kind == "view":
+        return pointer
+    if kind == "view":
+        raise RecoveryError(
+            f"{public} is a view that this package does not manage; drop it or point target.table elsewhere"
+        )
+    seq = next_seq(s)
+    s.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(public.schema)}")
+    ns = _namespace_name(spec, _next_number(s, spec))
+    if kind == "table":
+        s.execute(f"ALTER TABLE {public.sql()} RENAME TO {quote(TableName.parse(ns).name)}")
+        have = {c for c, _ in s.columns(namespace_sql(ns))}
+        for col, typ in [(meta.generation, "VARCHAR"), (meta.source_version, "BIGINT"), (meta.written_at, "TIMESTAMP")]:
+            if col not in have:
+                s.execute(f"ALTER TABLE {namespace_sql(ns)} ADD COLUMN {quote(col)} {typ}")
+        _infer_generations(s, spec, ns, seq)
+        note, reason = "adopted from a plain table", "adopted"
+    else:
+        s.execute(
+            f"CREATE TABLE {namespace_sql(ns)} AS SELECT *, CAST(NULL AS VARCHAR) AS {quote(meta.generation)}, "
+            f"CAST(NULL AS TIMESTAMP) AS {quote(meta.written_at)} FROM ({expected_rows_sql(spec, None)}) LIMIT 0"
+        )
+        note, reason = "created empty", "created"
+    _register_namespace(s, spec, ns, seq=seq, created_by=actor, status="published", note=note)
+    _point_view(s, spec, ns)
+    _ensure_delta(s, spec, ns)
+    s.execute(f"INSERT INTO {SCHEMA}.pointers VALUES (?, ?, ?, ?, ?)", [str(public), spec.dataset, ns, seq, utcnow()])
+    s.execute(
+        f"INSERT INTO {SCHEMA}.pointer_history VALUES (?, ?, NULL, ?, ?, ?, ?, ?)",
+        [str(public), spec.dataset, ns, seq, utcnow(), actor, reason],
+    )
+    record_event(s, kind=f"dataset_{reason}", dataset=spec.dataset, actor=actor,
+                 summary=f"{public} now a managed view over {ns} ({note})")
+    return ns
+
+
+def _infer_generations(s: Session, spec: DatasetSpec, ns: str, seq: int) -> None:
+    """Register the generations found in an adopted table; a start is inferred from its first write."""
+    meta = spec.target.metadata
+    s.execute(
+        f"INSERT INTO {SCHEMA}.generations "
+        f"SELECT g, ?, 'unknown', 'complete', NULL, first_write, last_write, NULL, NULL, NULL, NULL, 1, NULL, 0, NULL, ?, true, NULL, NULL, "
+        f"'inferred from rows of an adopted table' FROM (SELECT {quote(meta.generation)} AS g, min({quote(meta.written_at)}) AS first_write, "
+        f"max({quote(meta.written_at)}) AS last_write FROM {namespace_sql(ns)} WHERE {quote(meta.generation)} IS NOT NULL GROUP BY 1) "
+        f"WHERE g NOT IN (SELECT generation FROM {SCHEMA}.generations)",
+        [spec.dataset, seq],
+    )
+
+
+def current_namespace(s: Session, spec: DatasetSpec) -> str | None:
+    return s.scalar(f"SELECT namespace FROM {SCHEMA}.pointers WHERE public_name = ?", [str(spec.target.table_name)])
+
+
+def move_pointer(s: Session, spec: DatasetSpec, to_namespace: str, *, actor: str, reason: str, at: datetime | None = None) -> int:
+    """Point the public view at ``to_namespace``; the caller owns the transaction."""
+    public = str(spec.target.table_name)
+    known = s.scalar(f"SELECT status FROM {SCHEMA}.namespaces WHERE namespace = ? AND dataset = ?", [to_namespace, spec.dataset])
+    if known is None:
+        raise RecoveryError(f"namespace {to_namespace!r} is not a namespace of dataset {spec.dataset!r}")
+    seq = next_seq(s)
+    before = current_namespace(s, spec)
+    _point_view(s, spec, to_namespace)
+    s.execute(f"UPDATE {SCHEMA}.pointers SET namespace = ?, seq = ?, updated_at = ? WHERE public_name = ?",
+              [to_namespace, seq, at or utcnow(), public])
+    s.execute(f"INSERT INTO {SCHEMA}.pointer_history VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+              [public, spec.dataset, before, to_namespace, seq, at or utcnow(), actor, reason])
+    s.execute(f"UPDATE {SCHEMA}.namespaces SET status = 'published' WHERE namespace = ?", [to_namespace])
+    if before and before != to_namespace:
+        s.execute(f"UPDATE {SCHEMA}.namespaces SET status = 'retained' WHERE namespace = ?", [before])
+    return seq

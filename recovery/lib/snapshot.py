@@ -1,0 +1,68 @@
+"""The fixed source snapshot and the expected rows built from it.
+
+The source is an append-only change log. "The source as of watermark W" is the
+latest version of each key among changes ingested at or before W; a key whose
+latest change is a tombstone is absent. The expected target rows are the spec's
+transform over that snapshot, stamped with the source version they came from.
+Everything here returns SQL for the engine to run; no rows pass through Python.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from recovery.lib.identifiers import quote, quote_all
+from recovery.lib.spec import DatasetSpec
+from recovery.lib.sql_files import render
+
+
+def ts_literal(value: datetime) -> str:
+    """A timestamp literal built from a datetime object (never from user text)."""
+    if not isinstance(value, datetime):
+        raise TypeError(f"watermark must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is not None:
+        value = value.replace(tzinfo=None)
+    return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
+
+
+def str_list(values: list[str]) -> str:
+    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+
+
+def latest_versions_sql(spec: DatasetSpec, watermark: datetime | None, *, include_deleted: bool) -> str:
+    """Latest change per key as of ``watermark`` (all keys, tombstones included if asked)."""
+    s = spec.source
+    key = quote_all(s.key)
+    where = f"WHERE {quote(s.ingested_at)} <= {ts_literal(watermark)}" if watermark else ""
+    deleted = "" if include_deleted else f" AND {quote(s.op)} NOT IN ({str_list(s.delete_ops)})"
+    return (
+        f"SELECT * EXCLUDE (__rn) FROM ("
+        f"SELECT src.*, row_number() OVER (PARTITION BY {key} ORDER BY {quote(s.version)} DESC) AS __rn "
+        f"FROM {s.table_name.sql()} AS src {where}) WHERE __rn = 1{deleted}"
+    )
+
+
+def source_snapshot_sql(spec: DatasetSpec, watermark: datetime | None) -> str:
+    """Latest non-deleted version of each key as of ``watermark`` (None: everything there now)."""
+    return latest_versions_sql(spec, watermark, include_deleted=False)
+
+
+def transform_sql(spec: DatasetSpec, source_relation: str) -> str:
+    """The spec's transform applied to any relation shaped like the source."""
+    return render(spec.transform_sql, source=source_relation)
+
+
+def expected_rows_sql(spec: DatasetSpec, watermark: datetime | None, source_relation: str | None = None) -> str:
+    """Transform output over the snapshot, plus the source version of each row.
+
+    The transform returns key, partition and payload; the package adds the source
+    version by joining back to the snapshot on the key (the metadata contract).
+    """
+    snap = source_relation or source_snapshot_sql(spec, watermark)
+    meta = spec.target.metadata
+    key_join = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in spec.key)
+    return (
+        f"SELECT t.*, s.{quote(spec.source.version)} AS {quote(meta.source_version)} "
+        f"FROM ({render(spec.transform_sql, source=snap)}) AS t "
+        f"JOIN ({snap}) AS s ON {key_join}"
+    )

@@ -1,0 +1,317 @@
+"""The dataset spec: everything the package knows about a dataset.
+
+A spec is YAML validated in two stages, both before any write: its shape (pydantic:
+types, plain identifiers, readable SQL files) and then its meaning against the
+warehouse catalog, through a read-only session (tables and columns exist, the
+source key is unique per version, the transform runs). Every failure is one
+:class:`~recovery.lib.errors.SpecError` naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import date
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from recovery.lib.errors import SpecError
+from recovery.lib.identifiers import TableName, check_identifier
+from recovery.lib.sql_files import check_single_select
+
+ConsumerKind = Literal["dashboard", "report", "export", "feature", "model", "experiment", "statement"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _ident(v: str) -> str:
+    return check_identifier(v, "column")
+
+
+def _idents(v: list[str]) -> list[str]:
+    if not v:
+        raise ValueError("must name at least one column")
+    if len(set(v)) != len(v):
+        raise ValueError("lists a column twice")
+    return [check_identifier(x, "column") for x in v]
+
+
+class WarehouseSpec(_Strict):
+    engine: Literal["duckdb", "spark"] = Field("duckdb", description="Warehouse engine.")
+    path: Path = Field(description="DuckDB database file, relative to the spec file.")
+    memory_limit: str | None = Field(None, description="DuckDB memory_limit, e.g. '4GB'; spills past it.")
+    threads: int | None = Field(None, ge=1, description="DuckDB worker threads.")
+    busy_timeout_s: float = Field(300.0, gt=0, description="How long to retry a locked warehouse file.")
+
+
+class SourceSpec(_Strict):
+    table: str = Field(description="The authoritative append-only change log, schema.table.")
+    key: list[str] = Field(description="Stable key columns; the target uses the same names.")
+    version: str = Field(description="Column whose value increases per key with each change.")
+    op: str = Field(description="Column holding the change kind.")
+    ingested_at: str = Field(description="Column holding when the change entered the source.")
+    upsert_ops: list[str] = Field(["upsert"], description="Values of `op` meaning insert or update.")
+    delete_ops: list[str] = Field(["delete"], description="Values of `op` meaning a tombstone.")
+    sensitive: list[str] = Field([], description="Columns held only as keyed hashes in evidence.")
+    available_from: date | None = Field(
+        None, description="Earliest partition for which the source holds authoritative rows."
+    )
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, v: str) -> str:
+        return str(TableName.parse(v))
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: list[str]) -> list[str]:
+        return _idents(v)
+
+    @field_validator("version", "op", "ingested_at")
+    @classmethod
+    def _cols(cls, v: str) -> str:
+        return _ident(v)
+
+    @field_validator("sensitive")
+    @classmethod
+    def _sens(cls, v: list[str]) -> list[str]:
+        return [_ident(x) for x in v]
+
+    @property
+    def table_name(self) -> TableName:
+        return TableName.parse(self.table)
+
+
+class MetadataSpec(_Strict):
+    generation: str = "_generation"
+    source_version: str = "_source_version"
+    written_at: str = "_written_at"
+
+    @field_validator("generation", "source_version", "written_at")
+    @classmethod
+    def _cols(cls, v: str) -> str:
+        return _ident(v)
+
+    @model_validator(mode="after")
+    def _distinct(self):
+        if len({self.generation, self.source_version, self.written_at}) != 3:
+            raise ValueError("generation, source_version and written_at must be three different columns")
+        return self
+
+    @property
+    def columns(self) -> list[str]:
+        return [self.generation, self.source_version, self.written_at]
+
+
+class TargetSpec(_Strict):
+    table: str = Field(description="The public name consumers read (a view the package manages).")
+    partition: str = Field(description="Partition column produced by the transform.")
+    transform: Path = Field(description="Row-level SQL over {{ source }}, relative to the spec file.")
+    metadata: MetadataSpec = Field(default_factory=MetadataSpec)
+    amount: str | None = Field(None, description="Numeric column summed into totals, if any.")
+    event_time: str | None = Field(None, description="Event-time column, if any.")
+    sensitive: list[str] = Field([], description="Columns held only as keyed hashes in evidence.")
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, v: str) -> str:
+        return str(TableName.parse(v))
+
+    @field_validator("partition")
+    @classmethod
+    def _cols(cls, v: str) -> str:
+        return _ident(v)
+
+    @field_validator("amount", "event_time")
+    @classmethod
+    def _opt(cls, v: str | None) -> str | None:
+        return v if v is None else _ident(v)
+
+    @field_validator("sensitive")
+    @classmethod
+    def _sens(cls, v: list[str]) -> list[str]:
+        return [_ident(x) for x in v]
+
+    @property
+    def table_name(self) -> TableName:
+        return TableName.parse(self.table)
+
+
+class Materiality(_Strict):
+    column: str
+    abs: float | None = Field(None, ge=0, description="A change is material when |diff| >= abs.")
+    rel: float | None = Field(None, ge=0, description="...or when |diff| / |original| >= rel.")
+
+    @field_validator("column")
+    @classmethod
+    def _col(cls, v: str) -> str:
+        return _ident(v)
+
+    @model_validator(mode="after")
+    def _one_threshold(self):
+        if self.abs is None and self.rel is None:
+            raise ValueError("give a threshold: abs, rel or both")
+        return self
+
+
+class DownstreamSpec(_Strict):
+    name: str
+    kind: ConsumerKind
+    owner: str = Field(min_length=1)
+    sql: Path = Field(description="SQL over {{ target }}, relative to the spec file.")
+    key: list[str]
+    materiality: Materiality | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _ident(v)
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: list[str]) -> list[str]:
+        return _idents(v)
+
+
+class DatasetSpec(_Strict):
+    """A validated dataset spec, with its file paths resolved and its SQL loaded."""
+
+    dataset: str
+    warehouse: WarehouseSpec
+    source: SourceSpec
+    target: TargetSpec
+    downstream: list[DownstreamSpec] = []
+    spec_path: Path | None = Field(None, exclude=True)
+    transform_sql: str = Field("", exclude=True)
+    downstream_sql: dict[str, str] = Field(default_factory=dict, exclude=True)
+
+    @field_validator("dataset")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _ident(v)
+
+    @model_validator(mode="after")
+    def _coherent(self):
+        names = [d.name for d in self.downstream]
+        if len(set(names)) != len(names):
+            raise ValueError("downstream: two consumers share a name")
+        meta = set(self.target.metadata.columns)
+        clash = meta & set(self.source.key + [self.target.partition])
+        if clash:
+            raise ValueError(f"target.metadata: {sorted(clash)} collide with key/partition columns")
+        return self
+
+    @property
+    def key(self) -> list[str]:
+        return list(self.source.key)
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of the spec and its SQL: recorded as a generation's config hash."""
+        h = hashlib.sha256(self.model_dump_json(exclude={"spec_path"}).encode())
+        h.update(self.transform_sql.encode())
+        for name in sorted(self.downstream_sql):
+            h.update(self.downstream_sql[name].encode())
+        return h.hexdigest()[:16]
+
+
+_FIXES = {
+    "missing": "add the field",
+    "extra_forbidden": "remove it, or check its spelling against the spec reference in README.md",
+    "literal_error": "use one of the allowed values",
+    "string_type": "give a string",
+    "list_type": "give a list, e.g. [a, b]",
+    "int_parsing": "give a whole number",
+    "float_parsing": "give a number",
+    "date_from_datetime_parsing": "give a date as YYYY-MM-DD",
+    "date_parsing": "give a date as YYYY-MM-DD",
+    "model_type": "give a mapping of fields",
+    "greater_than_equal": "give a non-negative value",
+}
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "spec"
+
+
+def _shape_error(err: ValidationError, source: str) -> SpecError:
+    first = err.errors()[0]
+    field = _loc(tuple(p for p in first["loc"] if not str(p).startswith("function-")))
+    msg = first["msg"].removeprefix("Value error, ")
+    named = re.match(r"^([a-z_][a-z0-9_.\[\]]*): (.+)$", msg) if field == "spec" else None
+    if named:  # a whole-spec check names the field it is about: "downstream: two consumers ..."
+        field, msg = named.group(1), named.group(2)
+    fix = _FIXES.get(first["type"], "correct the value as the message says")
+    if "plain identifier" in msg:
+        fix = "use a plain name (letters, digits, underscores); the package quotes it"
+    return SpecError(field, msg, fix, source=source)
+
+
+def parse_spec(path: str | Path) -> DatasetSpec:
+    """Load and validate a spec's shape and files; touches no warehouse."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SpecError("spec", f"cannot read the file ({e.strerror})", "pass the path of an existing spec YAML")
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SpecError("spec", f"not valid YAML ({e})", "fix the YAML syntax", source=source)
+    if not isinstance(raw, dict):
+        raise SpecError("spec", "the file is not a mapping of fields", "start from sample_data/transactions/spec.yaml", source=source)
+    try:
+        spec = DatasetSpec.model_validate(raw)
+    except ValidationError as e:
+        raise _shape_error(e, source) from None
+    base = path.resolve().parent
+    warehouse = spec.warehouse.model_copy(update={"path": (base / spec.warehouse.path).resolve()})
+    transform = (base / spec.target.transform).resolve()
+    transform_sql = _read_sql(transform, "target.transform", "source", source)
+    downstream, downstream_sql = [], {}
+    for i, d in enumerate(spec.downstream):
+        p = (base / d.sql).resolve()
+        downstream_sql[d.name] = _read_sql(p, f"downstream[{i}].sql", "target", source)
+        downstream.append(d.model_copy(update={"sql": p}))
+    target = spec.target.model_copy(update={"transform": transform})
+    return spec.model_copy(
+        update={
+            "warehouse": warehouse,
+            "target": target,
+            "downstream": downstream,
+            "spec_path": path.resolve(),
+            "transform_sql": transform_sql,
+            "downstream_sql": downstream_sql,
+        }
+    )
+
+
+def _read_sql(path: Path, field: str, placeholder: str, source: str) -> str:
+    try:
+        sql = path.read_text()
+    except OSError as e:
+        raise SpecError(field, f"cannot read {path} ({e.strerror})", "point it at a readable .sql file, relative to the spec", source=source)
+    try:
+        check_single_select(sql, placeholder)
+    except ValueError as e:
+        raise SpecError(field, f"{path.name}: {e}", f"write one SELECT statement that reads {{{{ {placeholder} }}}}", source=source)
+    return sql
+
+
+def load_spec(path: str | Path, *, check_warehouse: bool = True) -> DatasetSpec:
+    """Parse a spec and, unless told not to, check it against the warehouse catalog (read-only)."""
+    spec = parse_spec(path)
+    if check_warehouse:
+        from recovery.lib.catalog_checks import check_against_warehouse
+
+        check_against_warehouse(spec)
+    return spec

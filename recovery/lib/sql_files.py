@@ -1,0 +1,45 @@
+"""User SQL files: one SELECT with named placeholders, rendered by substitution.
+
+A transform reads ``{{ source }}``; a downstream consumer reads ``{{ target }}``.
+The package substitutes a parenthesised relation, so the user's SQL never sees the
+physical names of generations or snapshots.
+"""
+
+from __future__ import annotations
+
+import re
+
+import sqlglot
+import sqlglot.expressions as exp
+
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+def render(sql: str, **relations: str) -> str:
+    """Replace each ``{{ name }}`` with ``(relation) AS name``-ready text."""
+
+    def sub(m: re.Match) -> str:
+        name = m.group(1)
+        if name not in relations:
+            raise ValueError(f"unknown placeholder {{{{ {name} }}}}")
+        return f"({relations[name]})"
+
+    return _PLACEHOLDER.sub(sub, sql.strip().rstrip(";"))
+
+
+def check_single_select(sql: str, placeholder: str) -> None:
+    """Raise ValueError unless ``sql`` is exactly one query reading ``{{ placeholder }}``."""
+    names = set(_PLACEHOLDER.findall(sql))
+    if placeholder not in names:
+        raise ValueError(f"it never reads {{{{ {placeholder} }}}}")
+    if names - {placeholder}:
+        raise ValueError(f"unknown placeholder(s) {sorted(names - {placeholder})}")
+    probe = _PLACEHOLDER.sub("__placeholder__", sql.strip())
+    try:
+        statements = [s for s in sqlglot.parse(probe, read="duckdb") if s is not None]
+    except sqlglot.errors.ParseError as e:
+        raise ValueError(f"SQL does not parse: {str(e).splitlines()[0]}") from None
+    if len(statements) != 1:
+        raise ValueError(f"holds {len(statements)} statements, expected one SELECT")
+    if not isinstance(statements[0], exp.Query):
+        raise ValueError(f"is a {statements[0].key.upper()} statement, expected a SELECT")

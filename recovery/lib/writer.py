@@ -1,0 +1,341 @@
+"""The generation-aware writer: the only path by which managed datasets change.
+
+Each write is one transaction that (1) takes the next commit sequence number,
+(2) checks the writer's generation against the fence registry by a
+compare-and-set on the generation's row, so a fence committed concurrently makes
+this transaction conflict and land nothing, (3) changes the physical namespace,
+(4) appends every inserted and deleted row to the dataset's delta log and (5)
+records the write. A refused write is then counted as a fence attempt.
+
+Contention between processes (DuckDB admits one writer process per file) and
+write-write conflicts are retried with bounded, jittered backoff; a fence is never
+retried.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable, Literal, TypeVar
+
+from recovery.lib.control_plane import (
+    SCHEMA,
+    delta_table,
+    ensure_control_plane,
+    next_seq,
+    record_event,
+    utcnow,
+)
+from recovery.lib.engine.base import Engine, RetryableConflict, Session
+from recovery.lib.errors import FencedGenerationError, RecoveryError, SchemaMismatchError
+from recovery.lib.identifiers import TableName, quote, quote_all
+from recovery.lib.namespaces import create_or_adopt, namespace_sql
+from recovery.lib.spec import DatasetSpec
+
+WriteMode = Literal["replace_partitions", "upsert_keys", "append", "delete_keys"]
+GenerationKind = Literal["ingest", "backfill", "repair", "adopted", "unknown"]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    seq: int
+    generation: str
+    namespace: str
+    mode: str
+    rows_inserted: int
+    rows_deleted: int
+    partitions: tuple[str, ...]
+
+
+def retrying(fn: Callable[[], T], *, attempts: int = 60, base_delay: float = 0.01) -> T:
+    """Run a transaction function, retrying lost races with bounded backoff."""
+    delay = base_delay
+    for i in range(attempts):
+        try:
+            return fn()
+        except RetryableConflict:
+            if i == attempts - 1:
+                raise
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 1.5, 0.5)
+    raise AssertionError("unreachable")
+
+
+class Writer:
+    """Writes one dataset's generations. Build one per dataset spec."""
+
+    def __init__(self, engine: Engine, spec: DatasetSpec, *, actor: str = "recovery"):
+        self.engine = engine
+        self.spec = spec
+        self.actor = actor
+        self.public = spec.target.table_name
+        self.meta = spec.target.metadata
+
+    # ---- set-up -------------------------------------------------------------------------
+    def ensure(self) -> str:
+        """Control plane plus the dataset's public view; adopts a plain table. Returns the
+        namespace the public name points at."""
+
+        def txn() -> str:
+            with self.engine.transaction() as s:
+                ensure_control_plane(s)
+                return create_or_adopt(s, self.spec, actor=self.actor)
+
+        return retrying(txn)
+
+    # ---- generations --------------------------------------------------------------------
+    def register_generation(
+        self,
+        generation: str,
+        kind: GenerationKind,
+        *,
+        own_namespace: bool = False,
+        started_at: datetime | None = None,
+        source_watermark: datetime | None = None,
+        code_version: str | None = None,
+        run_id: str | None = None,
+        backfill_id: str | None = None,
+        parent: str | None = None,
+        note: str | None = None,
+    ) -> str | None:
+        """Register a generation (idempotent for the same id). Returns its namespace, or None
+        when it writes wherever the public pointer points (ingestion, in-place backfills)."""
+        if not generation or len(generation) > 200:
+            raise RecoveryError("generation id must be a non-empty string of at most 200 characters")
+
+        def txn() -> str | None:
+            with self.engine.transaction() as s:
+                row = s.fetchone(
+                    f"SELECT dataset, namespace, fenced_at FROM {SCHEMA}.generations WHERE generation = ?",
+                    [generation],
+                )
+                if row is not None:
+                    if row[0] != self.spec.dataset:
+                        raise RecoveryError(f"generation {generation!r} belongs to dataset {row[0]!r}")
+                    if row[2] is not None:
+                        raise FencedGenerationError(generation, "it cannot be registered again")
+                    return row[1]
+                seq = next_seq(s)
+                ns = None
+                if own_namespace:
+                    ns = _new_namespace(s, self.spec, created_by=generation, seq=seq)
+                s.execute(
+                    f"INSERT INTO {SCHEMA}.generations VALUES (?, ?, ?, 'running', ?, ?, NULL, ?, ?, ?, ?, 1, NULL, 0, NULL, ?, false, ?, ?, ?)",
+                    [generation, self.spec.dataset, kind, ns, started_at or utcnow(), source_watermark,
+                     code_version, self.spec.fingerprint, parent, seq, run_id, backfill_id, note],
+                )
+                record_event(s, kind="generation_registered", dataset=self.spec.dataset, actor=self.actor,
+                             run_id=run_id, at=started_at,
+                             summary=f"{kind} generation {generation} registered"
+                             + (f" writing namespace {ns}" if ns else " writing the published namespace"))
+                return ns
+
+        return retrying(txn)
+
+    def set_status(self, generation: str, status: str, *, ended_at: datetime | None = None) -> None:
+        def txn() -> None:
+            with self.engine.transaction() as s:
+                s.execute(
+                    f"UPDATE {SCHEMA}.generations SET status = ?, ended_at = coalesce(?, ended_at) "
+                    f"WHERE generation = ? AND fenced_at IS NULL",
+                    [status, ended_at, generation],
+                )
+
+        retrying(txn)
+
+    # ---- writes -------------------------------------------------------------------------
+    def write(
+        self,
+        generation: str,
+        rows_sql: str,
+        *,
+        mode: WriteMode,
+        partitions: list[Any] | None = None,
+        token: int | None = None,
+        at: datetime | None = None,
+        run_id: str | None = None,
+        note: str | None = None,
+        params: list[Any] | None = None,
+    ) -> WriteResult:
+        """Apply ``rows_sql`` (payload columns plus the source-version column) as ``generation``.
+
+        ``replace_partitions`` deletes the listed partitions (default: those in the rows)
+        then inserts; ``upsert_keys`` replaces rows with the same key wherever they sit;
+        ``append`` only inserts; ``delete_keys`` removes the keys (rows hold key and source
+        version: the tombstone's version is what the delta log records).
+        """
+        if mode not in ("replace_partitions", "upsert_keys", "append", "delete_keys"):
+            raise RecoveryError(f"mode {mode!r} is not one of replace_partitions, upsert_keys, append, delete_keys")
+        written_at = at or utcnow()
+
+        def txn() -> WriteResult:
+            with self.engine.transaction() as s:
+                return self._write_in(s, generation, rows_sql, mode, partitions, token, written_at, run_id, note, params)
+
+        try:
+            return retrying(txn)
+        except FencedGenerationError as err:
+            self.record_fence_attempt(generation, f"write:{mode}", run_id=run_id, detail=str(err))
+            raise
+
+    def _write_in(self, s: Session, generation, rows_sql, mode, partitions, token, written_at, run_id, note, params) -> WriteResult:
+        seq = next_seq(s)
+        token_clause = "AND token = ?" if token is not None else ""
+        row = s.fetchone(
+            f"UPDATE {SCHEMA}.generations SET writes = writes + 1, last_write_seq = ? "
+            f"WHERE generation = ? AND dataset = ? AND fenced_at IS NULL {token_clause} RETURNING namespace",
+            [seq, generation, self.spec.dataset] + ([token] if token is not None else []),
+        )
+        if row is None:
+            known = s.fetchone(f"SELECT fenced_at, token FROM {SCHEMA}.generations WHERE generation = ?", [generation])
+            if known is None:
+                raise RecoveryError(
+                    f"generation {generation!r} is not registered for dataset {self.spec.dataset!r}; "
+                    f"register it (Writer.register_generation) before writing"
+                )
+            raise FencedGenerationError(generation, f"fenced at {known[0]}" if known[0] else f"stale token {token}")
+        ns = row[0] or s.scalar(f"SELECT namespace FROM {SCHEMA}.pointers WHERE public_name = ?", [str(self.public)])
+        if ns is None:
+            raise RecoveryError(f"dataset {self.spec.dataset!r} has no published namespace; run Writer.ensure() first")
+        ns_sql = namespace_sql(ns)
+        cols = [c for c, _ in s.columns(ns_sql)]
+        types = dict(s.columns(ns_sql))
+        payload = [c for c in cols if c not in (self.meta.generation, self.meta.written_at)]
+        s.execute(f"CREATE OR REPLACE TEMP TABLE __incoming AS SELECT * FROM ({rows_sql}) AS r", params or [])
+        incoming = [c for c, _ in s.columns("__incoming")]
+        needed = self.spec.key + [self.meta.source_version] if mode == "delete_keys" else payload
+        missing = [c for c in needed if c not in incoming]
+        if missing:
+            raise SchemaMismatchError(
+                f"rows written as {generation!r} lack columns {missing} of {self.public} (they have {incoming})"
+            )
+        key = quote_all(self.spec.key)
+        part = quote(self.spec.target.partition)
+        delta = delta_table(self.spec.dataset)
+        all_cols = quote_all(cols)
+        stamped = ", ".join(
+            "?" if c == self.meta.generation else "CAST(? AS TIMESTAMP)" if c == self.meta.written_at else f"i.{quote(c)}"
+            for c in cols
+        )
+        stamp_params = [generation if c == self.meta.generation else written_at for c in cols
+                        if c in (self.meta.generation, self.meta.written_at)]
+
+        if mode == "replace_partitions":
+            if partitions is None:
+                s.execute(f"CREATE OR REPLACE TEMP TABLE __scope AS SELECT DISTINCT {part} AS p FROM __incoming")
+            else:
+                s.execute(
+                    f"CREATE OR REPLACE TEMP TABLE __scope AS SELECT DISTINCT CAST(u AS {types[self.spec.target.partition]}) AS p "
+                    f"FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS u)",
+                    [[str(p) for p in partitions]],
+                )
+            in_scope = f"{part} IN (SELECT p FROM __scope)"
+        elif mode in ("upsert_keys", "delete_keys"):
+            in_scope = f"({key}) IN (SELECT ({key}) FROM __incoming)"
+        else:
+            in_scope = "false"
+
+        # delta log: rows removed and not re-inserted by this write (stamped with this write's
+        # generation and time; a tombstone carries its own version), then rows inserted
+        def removed(version_from: str) -> str:
+            return ", ".join(
+                "?" if c == self.meta.generation else "CAST(? AS TIMESTAMP)" if c == self.meta.written_at
+                else f"{version_from}.{quote(c)}" if c == self.meta.source_version else f"t.{quote(c)}"
+                for c in cols
+            )
+
+        if mode == "delete_keys":
+            join = " AND ".join(f"t.{quote(k)} = i.{quote(k)}" for k in self.spec.key)
+            s.execute(
+                f"INSERT INTO {delta} ({all_cols}, _delta_seq, _delta_op, _delta_namespace) "
+                f"SELECT {removed('i')}, ?, 'delete', ? FROM {ns_sql} AS t JOIN __incoming AS i ON {join}",
+                stamp_params + [seq, ns],
+            )
+        elif mode != "append":
+            s.execute(
+                f"INSERT INTO {delta} ({all_cols}, _delta_seq, _delta_op, _delta_namespace) "
+                f"SELECT {removed('t')}, ?, 'delete', ? FROM {ns_sql} AS t WHERE {in_scope} "
+                f"AND ({key}) NOT IN (SELECT ({key}) FROM __incoming)",
+                stamp_params + [seq, ns],
+            )
+        deleted = int(s.scalar(f"SELECT count(*) FROM {ns_sql} WHERE {in_scope}") or 0)
+        if mode != "append":
+            s.execute(f"DELETE FROM {ns_sql} WHERE {in_scope}")
+        inserted = 0
+        if mode != "delete_keys":
+            s.execute(f"INSERT INTO {ns_sql} ({all_cols}) SELECT {stamped} FROM __incoming AS i", stamp_params)
+            inserted = int(s.scalar("SELECT count(*) FROM __incoming") or 0)
+            s.execute(
+                f"INSERT INTO {delta} ({all_cols}, _delta_seq, _delta_op, _delta_namespace) "
+                f"SELECT {stamped}, ?, 'upsert', ? FROM __incoming AS i",
+                stamp_params + [seq, ns],
+            )
+        touched = [r[0] for r in s.fetchall(
+            f"SELECT DISTINCT CAST(p AS VARCHAR) FROM (SELECT {part} AS p FROM __incoming "
+            + ("UNION SELECT p FROM __scope" if mode == "replace_partitions" else "")
+            + ") WHERE p IS NOT NULL ORDER BY 1"
+        )] if mode != "delete_keys" else []
+        s.execute(
+            f"INSERT INTO {SCHEMA}.writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [seq, self.spec.dataset, generation, ns, mode, touched, inserted, deleted, written_at, utcnow(), run_id, note],
+        )
+        s.execute("DROP TABLE IF EXISTS __incoming")
+        s.execute("DROP TABLE IF EXISTS __scope")
+        return WriteResult(seq, generation, ns, mode, inserted, deleted, tuple(touched))
+
+    # ---- fencing ------------------------------------------------------------------------
+    def fence(self, generation: str, *, incident_id: str, fenced_by: str, reason: str = "", at: datetime | None = None) -> int:
+        """Fence ``generation``: from this commit on, its writes are refused. Returns the new
+        token. A generation unknown to the registry (written by another tool) is registered
+        as inferred and fenced in the same transaction."""
+        fenced_at = at or utcnow()
+
+        def txn() -> int:
+            with self.engine.transaction() as s:
+                seq = next_seq(s)
+                exists = s.fetchone(f"SELECT token, fenced_at FROM {SCHEMA}.generations WHERE generation = ?", [generation])
+                if exists is None:
+                    s.execute(
+                        f"INSERT INTO {SCHEMA}.generations VALUES (?, ?, 'unknown', 'fenced', NULL, NULL, NULL, NULL, NULL, NULL, NULL, 2, ?, 0, NULL, ?, true, NULL, NULL, ?)",
+                        [generation, self.spec.dataset, fenced_at, seq, "registered by the fence"],
+                    )
+                    token = 2
+                elif exists[1] is not None:
+                    return int(exists[0])
+                else:
+                    token = int(s.scalar(
+                        f"UPDATE {SCHEMA}.generations SET token = token + 1, fenced_at = ?, status = 'fenced' "
+                        f"WHERE generation = ? RETURNING token",
+                        [fenced_at, generation],
+                    ))
+                s.execute(f"INSERT INTO {SCHEMA}.fences VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                          [generation, self.spec.dataset, incident_id, token, fenced_at, fenced_by, reason, seq])
+                record_event(s, kind="fence", dataset=self.spec.dataset, incident_id=incident_id, actor=fenced_by,
+                             at=fenced_at, summary=f"generation {generation} fenced (token {token})")
+                return token
+
+        return retrying(txn)
+
+    def is_fenced(self, generation: str) -> bool:
+        with self.engine.session() as s:
+            return s.scalar(f"SELECT fenced_at IS NOT NULL FROM {SCHEMA}.generations WHERE generation = ?", [generation]) is True
+
+    def record_fence_attempt(self, generation: str, action: str, *, run_id: str | None = None, detail: str = "") -> None:
+        def txn() -> None:
+            with self.engine.transaction() as s:
+                s.execute(f"INSERT INTO {SCHEMA}.fence_attempts VALUES (?, ?, ?, ?, ?, ?)",
+                          [generation, self.spec.dataset, utcnow(), action, run_id, detail])
+
+        retrying(txn)
+
+
+def _new_namespace(s: Session, spec: DatasetSpec, *, created_by: str, seq: int) -> str:
+    from recovery.lib.namespaces import new_namespace
+
+    return new_namespace(s, spec, created_by=created_by, seq=seq)
+
+
+__all__ = ["Writer", "WriteResult", "retrying", "TableName"]

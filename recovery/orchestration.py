@@ -1,0 +1,144 @@
+"""Driving the project's Dagster instance from the command line.
+
+The CLI never runs phase logic itself: it launches the same jobs and backfills the
+UI launches, against the same instance, so every CLI run shows in the UI. Asset
+backfills go through Dagster's own GraphQL mutation (the UI's "Launch backfill"),
+and their runs are executed by a real ``dagster-daemon`` in other processes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import dagster as dg
+from dagster._core.execution.backfill import BULK_ACTION_TERMINAL_STATUSES
+from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES, RunsFilter
+from dagster._core.workspace.context import WorkspaceProcessContext
+from dagster._core.workspace.load_target import WorkspaceFileTarget
+
+from recovery.config import PROJECT_ROOT
+from recovery.lib.errors import RecoveryError
+
+WORKSPACE = PROJECT_ROOT / "workspace.yaml"
+
+LAUNCH_BACKFILL = """
+mutation LaunchBackfill($backfillParams: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $backfillParams) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+    ... on UnauthorizedError { message }
+    ... on PartitionSetNotFoundError { message }
+  }
+}
+"""
+
+
+def ensure_dagster_home() -> Path:
+    """Use $DAGSTER_HOME, defaulting to the project's git-ignored ``.dagster_home``."""
+    home = Path(os.environ.get("DAGSTER_HOME") or PROJECT_ROOT / ".dagster_home").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    target = home / "dagster.yaml"
+    if not target.exists():
+        shutil.copy(PROJECT_ROOT / "dagster.yaml", target)
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+def project_instance() -> dg.DagsterInstance:
+    ensure_dagster_home()
+    return dg.DagsterInstance.get()
+
+
+def launch_asset_backfill(
+    instance: dg.DagsterInstance,
+    asset_key: Sequence[str],
+    partitions: Sequence[str],
+    *,
+    tags: dict[str, str],
+    title: str,
+    description: str = "",
+    workspace: Path = WORKSPACE,
+) -> str:
+    """Launch an asset backfill exactly as the UI does; returns the backfill id."""
+    from dagster_graphql.cli import execute_query
+
+    params = {
+        "assetSelection": [{"path": list(asset_key)}],
+        "partitionNames": list(partitions),
+        "tags": [{"key": k, "value": v} for k, v in tags.items()],
+        "title": title,
+        "description": description,
+    }
+    with WorkspaceProcessContext(instance, WorkspaceFileTarget(paths=[str(workspace)])) as ctx:
+        result = execute_query(ctx, LAUNCH_BACKFILL, variables={"backfillParams": params})
+    payload = (result.get("data") or {}).get("launchPartitionBackfill") or {}
+    if payload.get("__typename") != "LaunchBackfillSuccess":
+        raise RecoveryError(f"Dagster refused the backfill: {payload.get('message') or result.get('errors')}")
+    return payload["backfillId"]
+
+
+def backfill_finished(instance: dg.DagsterInstance, backfill_id: str) -> bool:
+    backfill = instance.get_backfill(backfill_id)
+    if backfill is None or backfill.status not in BULK_ACTION_TERMINAL_STATUSES:
+        return False
+    active = instance.get_runs(RunsFilter(tags={"dagster/backfill": backfill_id}, statuses=list(IN_PROGRESS_RUN_STATUSES)))
+    return not active
+
+
+class Daemon:
+    """A ``dagster-daemon`` process for the project's instance, stopped on exit."""
+
+    def __init__(self, workspace: Path = WORKSPACE, log_path: Path | None = None):
+        self.workspace = workspace
+        self.log_path = log_path or Path(os.environ["DAGSTER_HOME"]) / "daemon.log"
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "Daemon":
+        exe = Path(sys.executable).with_name("dagster-daemon")
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [str(exe), "run", "-w", str(self.workspace)], cwd=str(PROJECT_ROOT),
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self._log.close()
+
+    def wait_until(self, done: Callable[[], bool], *, timeout_s: float, on_tick: Callable[[], None] | None = None) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            if self.proc and self.proc.poll() is not None:
+                raise RecoveryError(f"dagster-daemon exited with {self.proc.returncode}; see {self.log_path}")
+            if time.monotonic() > deadline:
+                raise RecoveryError(f"timed out after {timeout_s:.0f}s waiting for Dagster; see {self.log_path}")
+            if on_tick:
+                on_tick()
+            time.sleep(1.0)
+
+
+def run_job(defs: dg.Definitions, job_name: str, instance: dg.DagsterInstance, *, partition_key: str | None = None,
+            run_config: dict | None = None, tags: dict[str, str] | None = None) -> dg.ExecuteInProcessResult:
+    """Run one of the code location's jobs in this process, recorded in the project's instance."""
+    job = defs.resolve_job_def(job_name)
+    config = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}, **(run_config or {})}
+    result = job.execute_in_process(instance=instance, partition_key=partition_key, run_config=config,
+                                    tags=tags or {}, raise_on_error=False)
+    if not result.success:
+        failures = [e.message for e in result.all_events if e.is_failure]
+        raise RecoveryError(f"job {job_name} failed (run {result.run_id}): {failures[-1] if failures else 'see the run in the UI'}")
+    return result
