@@ -1,0 +1,1 @@
+"""One module per ``recovery`` verb, each with ``register(subparsers)``."""

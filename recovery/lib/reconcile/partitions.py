@@ -1,0 +1,47 @@
+"""Partition-level findings beside the key labels.
+
+- ``partially_updated``: the failed generation rewrote part of the partition while rows
+  another generation wrote before the failed one started are still there;
+- ``count_mismatch`` / ``total_mismatch``: rows or amount totals disagree with E;
+- ``written_after_fence``: rows of a failed generation stamped after its fence.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from recovery.lib.control_plane import SCHEMA
+from recovery.lib.identifiers import quote
+from recovery.lib.reconcile.classify import ReconcileInputs
+from recovery.lib.snapshot import str_list, ts_literal
+
+
+def partition_findings_sql(inputs: ReconcileInputs, start: datetime | None) -> str:
+    spec = inputs.spec
+    meta = spec.target.metadata
+    p, gen, wat = quote(spec.target.partition), quote(meta.generation), quote(meta.written_at)
+    gens = str_list(list(inputs.failed_generations))
+    amount = f"sum({quote(spec.target.amount)})" if spec.target.amount else "CAST(NULL AS DECIMAL(38, 2))"
+    before = f"{wat} < {ts_literal(start)}" if start else "false"
+    fence = f"(SELECT min(fenced_at) FROM {SCHEMA}.fences WHERE generation IN ({gens}))"
+    return f"""
+    WITH tp AS (
+        SELECT {p} AS p, count(*) AS actual_rows, {amount} AS actual_total,
+               count(*) FILTER (WHERE {gen} IN ({gens})) AS failed_rows,
+               count(*) FILTER (WHERE {gen} NOT IN ({gens}) AND {before}) AS older_rows,
+               count(*) FILTER (WHERE {gen} IN ({gens}) AND {wat} > {fence}) AS written_after_fence
+        FROM __t GROUP BY 1),
+    ep AS (SELECT {p} AS p, count(*) AS expected_rows, {amount} AS expected_total FROM __e GROUP BY 1),
+    lp AS (SELECT coalesce(actual_partition, expected_partition) AS p, count(*) AS damaged_keys FROM __recon GROUP BY 1)
+    SELECT p AS partition,
+           coalesce(actual_rows, 0) AS actual_rows, coalesce(expected_rows, 0) AS expected_rows,
+           actual_total, expected_total,
+           coalesce(failed_rows, 0) AS failed_rows,
+           coalesce(failed_rows, 0) > 0 AND coalesce(older_rows, 0) > 0 AS partially_updated,
+           coalesce(actual_rows, 0) <> coalesce(expected_rows, 0) AS count_mismatch,
+           actual_total IS DISTINCT FROM expected_total AS total_mismatch,
+           coalesce(written_after_fence, 0) AS written_after_fence,
+           coalesce(damaged_keys, 0) AS damaged_keys
+    FROM tp FULL OUTER JOIN ep USING (p) FULL OUTER JOIN lp USING (p)
+    ORDER BY p
+    """

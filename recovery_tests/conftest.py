@@ -1,0 +1,33 @@
+"""Shared fixtures: the worked example's failed backfill, built once per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from recovery_tests.example_build import BuiltExample, build_example, copy_dataset
+
+DEMO_EVENTS = 200_000
+
+
+@pytest.fixture(scope="session")
+def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory shared by every xdist worker of this session."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if base.name.startswith("popen-gw") else base
+    path = shared / "shared"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def failed_example(shared_dir: Path) -> BuiltExample:
+    """The worked example after its faulty backfill (200k events). Read-only: copy to change it."""
+    return build_example(shared_dir, events=DEMO_EVENTS)
+
+
+@pytest.fixture
+def example_copy(failed_example: BuiltExample, tmp_path: Path) -> Path:
+    """A private copy of the failed example's dataset folder; returns its spec path."""
+    return copy_dataset(failed_example.root, tmp_path / "transactions")
