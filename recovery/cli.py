@@ -11,6 +11,7 @@ import argparse
 import importlib
 import pkgutil
 import sys
+import warnings
 
 from rich.console import Console
 
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    warnings.filterwarnings("ignore", message=r"(?i).*(beta|preview|supersession)")
     console = Console(stderr=False)
     args = build_parser().parse_args(argv)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from rich.console import Console
@@ -13,13 +14,27 @@ from recovery.config import EXAMPLE_SPEC
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.definitions import defs
     from recovery.example.demo import build_failed_backfill, print_damage
-    from recovery.lib.spec import parse_spec
-    from recovery.orchestration import project_instance
+    from recovery.lib.engine import open_engine
+    from recovery.lib.impact import impact_summary
+    from recovery.lib.incident import check_incident, parse_incident
+    from recovery.orchestration import project_instance, run_job
 
     instance = project_instance()
-    result = build_failed_backfill(Path(args.spec), instance=instance, defs=defs(), events=args.events, seed=args.seed, console=console)
-    print_damage(console, result, parse_spec(args.spec))
+    definitions = defs()
+    result = build_failed_backfill(Path(args.spec), instance=instance, defs=definitions, events=args.events, seed=args.seed, console=console)
+    incident = parse_incident(Path(args.spec).with_name("incident.yaml"))
+    spec = check_incident(incident)
+    config = {"incident_file": str(incident.incident_path)}
+    run = run_job(definitions, "assess_incident", instance, run_config={"ops": {
+        "incident__reconciliation": {"config": config}, "incident__impact": {"config": config}, "incident__decision": {"config": config}}})
+    console.print(f"[bold]6/6[/] incident {incident.incident_id} assessed: reconciliation, impact and decision (run {run.run_id[:8]})")
+    reports = incident.reports_dir(spec)
+    summary = json.loads((reports / "summary.json").read_text())
+    with open_engine(spec.warehouse).session(read_only=True) as s:
+        impacts = impact_summary(s, spec, incident_id=incident.incident_id)
+    print_damage(console, summary, impacts)
     console.print(f"warehouse: {result.warehouse}")
+    console.print(f"reconciliation: {reports / 'reconciliation.parquet'}  summary: {reports / 'summary.json'}")
     console.print("Open the runs in the Dagster UI: make ui, then http://127.0.0.1:3000/runs")
     return 0
 

@@ -10,7 +10,6 @@ the backfill clobbers), so the damage is the same on every run.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,37 +133,21 @@ def build_failed_backfill(
     return DemoResult(spec_path, wh, backfill_id, backfill.status.value, runs, counts, labels)
 
 
-def consumer_damage(spec, warehouse: Path) -> dict[str, dict]:
-    """Rows of each consumer that differ between the damaged target and the ground truth."""
-    from recovery.lib.consumers import consumer_sql, consumer_table
-
-    out = {}
-    con = duckdb.connect(str(warehouse), read_only=True)
-    try:
-        for c in spec.downstream:
-            truth = consumer_sql(spec, c, "SELECT * FROM truth.expected")
-            damaged = f"SELECT * FROM {consumer_table(spec, c).sql()}"
-            diff = con.execute(f"SELECT count(*) FROM (({damaged}) EXCEPT ALL ({truth})) UNION ALL "
-                               f"SELECT count(*) FROM (({truth}) EXCEPT ALL ({damaged}))").fetchall()
-            out[c.name] = {"kind": c.kind, "owner": c.owner, "rows_wrong": diff[0][0], "rows_missing": diff[1][0]}
-    finally:
-        con.close()
-    return out
-
-
-def print_damage(console: Console, result: DemoResult, spec) -> None:
+def print_damage(console: Console, summary: dict, impacts: list) -> None:
+    """Damage per label and per consumer, as the reconciliation and impact assets found them."""
     from rich.table import Table
 
-    t = Table(title="Damage per label (ground truth of the worked example)")
+    t = Table(title="Damage per label (reconciliation)")
     t.add_column("label")
     t.add_column("keys", justify="right")
-    for label, n in sorted(result.truth_labels.items(), key=lambda kv: -kv[1]):
+    for label, n in sorted(summary["labels"].items(), key=lambda kv: -kv[1]):
         t.add_row(label, f"{n:,}")
     console.print(t)
-    c = Table(title="Damage per consumer (damaged vs ground truth)")
-    for col in ("consumer", "kind", "owner", "rows wrong", "rows missing"):
+    console.print("partition findings: " + ", ".join(f"{k} {v}" for k, v in summary["partition_findings"].items()))
+    c = Table(title="Damage per consumer (impact)")
+    for col in ("consumer", "kind", "owner", "changed", "missing", "extra", "material", "decision"):
         c.add_column(col)
-    for name, d in consumer_damage(spec, result.warehouse).items():
-        c.add_row(name, d["kind"], d["owner"], f"{d['rows_wrong']:,}", f"{d['rows_missing']:,}")
+    for i in impacts:
+        c.add_row(i.consumer, i.kind, i.owner, f"{i.rows_changed:,}", f"{i.rows_missing:,}", f"{i.rows_extra:,}",
+                  f"{i.material_rows:,}", i.decision)
     console.print(c)
-    console.print(json.dumps({"backfill_id": result.backfill_id, "status": result.backfill_status}))

@@ -1,0 +1,40 @@
+"""The rollback-or-repair decision, with its reasons on the timeline."""
+
+import dagster as dg
+
+from recovery.defs.incident_config import IncidentFileConfig
+from recovery.lib.control_plane import record_event
+from recovery.lib.decision import decide
+from recovery.lib.engine import open_engine
+from recovery.lib.incident import check_incident, parse_incident
+from recovery.lib.writer import retrying
+
+
+@dg.asset(
+    key=["incident", "decision"],
+    deps=[dg.AssetKey(["incident", "reconciliation"]), dg.AssetKey(["incident", "impact"])],
+    group_name="recovery",
+    description="Rollback only where a complete prior generation exists and no valid write would be lost; otherwise repair.",
+)
+def decision(context: dg.AssetExecutionContext, config: IncidentFileConfig) -> dg.MaterializeResult:
+    incident = parse_incident(config.incident_file)
+    spec = check_incident(incident)
+    engine = open_engine(spec.warehouse)
+
+    def txn():
+        with engine.transaction() as s:
+            d = decide(s, spec, incident.failed_generations)
+            record_event(s, kind="decision", dataset=spec.dataset, incident_id=incident.incident_id, run_id=context.run_id,
+                         actor="decision", summary=f"{d.choice}: " + "; ".join(d.reasons))
+            return d
+
+    d = retrying(txn)
+    return dg.MaterializeResult(metadata={"choice": d.choice, "rollback_to": d.rollback_to or "",
+                                          "reasons": dg.MetadataValue.md("\n".join(f"- {r}" for r in d.reasons))})
+
+
+assess_incident = dg.define_asset_job(
+    "assess_incident",
+    selection=dg.AssetSelection.keys(["incident", "reconciliation"], ["incident", "impact"], ["incident", "decision"]),
+    description="Reconcile, trace the impact downstream and decide rollback vs repair for an incident.",
+)

@@ -1,0 +1,1 @@
+"""Runbook step 6: trace the damage to every downstream consumer."""

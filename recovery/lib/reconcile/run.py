@@ -1,0 +1,37 @@
+"""Run a reconciliation end to end: classify, summarize, record on the timeline, export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recovery.lib.control_plane import ensure_control_plane, record_event
+from recovery.lib.engine import open_engine
+from recovery.lib.reconcile.classify import ReconcileInputs, reconcile
+from recovery.lib.reconcile.export import write_outputs
+from recovery.lib.reconcile.summary import ReconciliationSummary, summarize
+from recovery.lib.spec import DatasetSpec
+from recovery.lib.writer import retrying
+
+
+def run_reconciliation(
+    spec: DatasetSpec, failed_generations: list[str], *, incident_id: str, out_dir: Path | None = None,
+    actor: str = "recovery", run_id: str | None = None,
+) -> tuple[ReconciliationSummary, dict[str, Path]]:
+    """Classify every key in one transaction, so the result is one consistent snapshot."""
+    engine = open_engine(spec.warehouse)
+    inputs = ReconcileInputs(spec, tuple(failed_generations), incident_id=incident_id)
+
+    def txn():
+        with engine.transaction() as s:
+            ensure_control_plane(s)
+            facts = reconcile(s, inputs)
+            summary = summarize(s, inputs, facts)
+            record_event(
+                s, kind="reconciliation", dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id,
+                summary=f"{summary.damaged_keys:,} damaged keys in {len(summary.damaged_partitions)} partitions "
+                f"({', '.join(f'{k} {v:,}' for k, v in summary.labels.items())})",
+            )
+            files = write_outputs(s, inputs, summary, out_dir) if out_dir else {}
+            return summary, files
+
+    return retrying(txn)

@@ -1,0 +1,245 @@
+"""Runbook steps 4-7: every damaged key gets the right label, the impact and the decision follow.
+
+The worked example is checked against its ground truth (computed independently in
+pandas); a second dataset with other names, a composite key and string partitions
+is damaged by hand, one key per label, and reconciled from its spec alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from recovery.lib.consumers import consumer_sql, consumer_table, materialize_consumer
+from recovery.lib.decision import decide
+from recovery.lib.engine import open_engine
+from recovery.lib.impact import assess_impact, impact_table
+from recovery.lib.incident import check_incident, parse_incident
+from recovery.lib.ingest import apply_changes
+from recovery.lib.namespaces import move_pointer
+from recovery.lib.reconcile.classify import LABELS, partition_table, recon_table
+from recovery.lib.reconcile.run import run_reconciliation
+from recovery.lib.snapshot import expected_rows_sql
+from recovery.lib.spec import load_spec
+from recovery.lib.writer import Writer
+from recovery_tests.example_build import build_example, copy_dataset
+from recovery_tests.small_dataset import build_small_dataset
+
+FAILED = "backfill-0042"
+
+
+def _reconcile_example(spec_path: Path, out: Path):
+    incident = parse_incident(spec_path.with_name("incident.yaml"))
+    spec = check_incident(incident)
+    summary, files = run_reconciliation(spec, incident.failed_generations, incident_id=incident.incident_id, out_dir=out)
+    return spec, incident, summary, files
+
+
+def _assert_matches_truth(spec, incident) -> None:
+    con = duckdb.connect(str(spec.warehouse.path), read_only=True)
+    try:
+        per_label = con.execute(
+            f"""SELECT coalesce(t.label, r.label) AS label,
+                       count(*) FILTER (WHERE r.label = t.label) AS tp,
+                       count(*) FILTER (WHERE t.label IS NULL OR r.label IS DISTINCT FROM t.label AND r.label IS NOT NULL) AS fp,
+                       count(*) FILTER (WHERE r.label IS NULL OR r.label IS DISTINCT FROM t.label AND t.label IS NOT NULL) AS fn
+                FROM (SELECT txn_id, label FROM {recon_table(spec)} WHERE incident_id = ?) r
+                FULL OUTER JOIN truth.damage t USING (txn_id) GROUP BY 1 ORDER BY 1""",
+            [incident.incident_id],
+        ).fetchall()
+        for label, tp, fp, fn in per_label:
+            precision = tp / (tp + fp) if tp + fp else 1.0
+            recall = tp / (tp + fn) if tp + fn else 1.0
+            assert (precision, recall) == (1.0, 1.0), f"{label}: precision {precision}, recall {recall} (tp {tp}, fp {fp}, fn {fn})"
+        found = {row[0] for row in per_label}
+        assert found == set(LABELS) - {"unexplained"}, f"labels found: {sorted(found)}"
+        findings = set(con.execute(
+            f"""SELECT CAST(partition AS DATE), f FROM {partition_table(spec)},
+                       unnest([CASE WHEN partially_updated THEN 'partially_updated' END,
+                               CASE WHEN count_mismatch THEN 'count_mismatch' END,
+                               CASE WHEN total_mismatch THEN 'total_mismatch' END]) AS u(f)
+                WHERE incident_id = ? AND f IS NOT NULL""", [incident.incident_id]).fetchall())
+        truth = set(con.execute("SELECT CAST(event_date AS DATE), finding FROM truth.partition_findings").fetchall())
+        assert findings == truth
+    finally:
+        con.close()
+
+
+def test_every_damaged_key_of_the_worked_example_gets_its_true_label(example_copy, tmp_path):
+    spec, incident, summary, files = _reconcile_example(example_copy, tmp_path / "out")
+    _assert_matches_truth(spec, incident)
+    assert summary.unexplained == 0
+    assert summary.partition_findings["partially_updated"] == 1
+    doc = (files["summary"]).read_text()
+    assert '"labels_by_partition"' in doc and '"total_expected"' in doc
+    con = duckdb.connect()
+    cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM '{files['parquet']}'").fetchall()]
+    assert {"txn_id", "label", "generation", "expected_version", "actual_version", "differing_columns",
+            "actual_partition", "expected_partition"} <= set(cols)
+    assert con.execute(f"SELECT count(*) FROM '{files['parquet']}'").fetchone()[0] == summary.damaged_keys
+
+
+@pytest.mark.slow
+def test_reconciliation_is_exact_at_a_second_size(shared_dir, tmp_path):
+    big = build_example(shared_dir, events=1_000_000)
+    spec_path = copy_dataset(big.root, tmp_path / "big")
+    spec, incident, summary, _ = _reconcile_example(spec_path, tmp_path / "out")
+    _assert_matches_truth(spec, incident)
+    assert summary.damaged_keys > 100_000
+
+
+def test_reconciliation_rerun_gives_identical_outputs(example_copy, tmp_path):
+    _reconcile_example(example_copy, tmp_path / "a")
+    _reconcile_example(example_copy, tmp_path / "b")
+    con = duckdb.connect()
+    digest = [con.execute(f"SELECT md5(string_agg(CAST(r AS VARCHAR), '|' ORDER BY CAST(r AS VARCHAR))) FROM '{tmp_path / d / 'reconciliation.parquet'}' r").fetchone()[0]
+              for d in ("a", "b")]
+    assert digest[0] == digest[1]
+    assert (tmp_path / "a" / "summary.json").read_text() == (tmp_path / "b" / "summary.json").read_text()
+
+
+def test_impact_equals_consumer_on_truth_minus_consumer_on_damage(example_copy, tmp_path):
+    spec, incident, _, _ = _reconcile_example(example_copy, tmp_path / "out")
+    engine = open_engine(spec.warehouse)
+    with engine.transaction() as s:
+        impacts = {i.consumer: i for i in assess_impact(s, spec, incident_id=incident.incident_id, watermark=None)}
+    con = duckdb.connect(str(spec.warehouse.path), read_only=True)
+    try:
+        for c in spec.downstream:
+            truth = consumer_sql(spec, c, "SELECT * FROM truth.expected")
+            damaged = f"SELECT * FROM {consumer_table(spec, c).sql()}"
+            key = ", ".join(c.key)
+            wrong = con.execute(f"SELECT count(*) FROM (SELECT {key} FROM (({damaged}) EXCEPT ({truth})) UNION SELECT {key} FROM (({truth}) EXCEPT ({damaged})))").fetchone()[0]
+            i = impacts[c.name]
+            assert i.rows_changed + i.rows_missing + i.rows_extra == wrong, c.name
+            col = c.materiality.column
+            expected_total = con.execute(
+                f"SELECT sum(abs(coalesce(t.{col}, 0) - coalesce(d.{col}, 0))) FROM ({truth}) t FULL OUTER JOIN ({damaged}) d USING ({key})"
+            ).fetchone()[0]
+            assert i.magnitude == pytest.approx(float(expected_total), rel=1e-9), c.name
+            n = con.execute(f"SELECT count(*) FROM {impact_table(spec)} WHERE incident_id = ? AND consumer = ?",
+                            [incident.incident_id, c.name]).fetchone()[0]
+            assert n == wrong
+    finally:
+        con.close()
+    assert impacts["customer_statements"].material_rows > 0
+    assert impacts["customer_statements"].decision == "customer statements must be re-issued"
+
+
+def test_worked_example_decides_repair_because_the_backfill_wrote_in_place(example_copy):
+    spec = load_spec(example_copy)
+    with open_engine(spec.warehouse).session() as s:
+        d = decide(s, spec, [FAILED])
+    assert d.choice == "repair"
+    assert any("no complete prior generation" in r for r in d.reasons)
+
+
+# ---- a dataset this package never saw: composite key, string partitions, no amounts ----
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _small(tmp_path: Path):
+    spec_path = build_small_dataset(tmp_path / "orders", n_orders=120)
+    spec = load_spec(spec_path)
+    writer = Writer(open_engine(spec.warehouse), spec)
+    writer.ensure()
+    writer.register_generation("ingest-1", "ingest")
+    apply_changes(writer, "ingest-1", until=_now())
+    return spec, writer
+
+
+def _rows(spec, where: str, rev: int | None = None) -> str:
+    src = f"SELECT * FROM src.order_events WHERE {where}" + (f" AND rev = {rev}" if rev is not None else "")
+    if rev is None:
+        src = f"SELECT * FROM ({src}) QUALIFY row_number() OVER (PARTITION BY region, order_no ORDER BY rev DESC) = 1"
+    return expected_rows_sql(spec, None, source_relation=src)
+
+
+def test_a_dataset_with_other_names_reconciles_from_its_spec_alone(tmp_path):
+    spec, writer = _small(tmp_path)
+    con = duckdb.connect(str(spec.warehouse.path), read_only=True)
+    live = con.execute("""SELECT region, order_no, max(rev) FROM src.order_events GROUP BY ALL
+                          HAVING arg_max(change, rev) = 'put' ORDER BY ALL""").fetchall()
+    multi = con.execute("""SELECT region, order_no, list(rev ORDER BY rev) FROM src.order_events GROUP BY ALL
+                           HAVING count(*) >= 2 AND arg_max(change, rev) = 'put' ORDER BY ALL""").fetchall()
+    dropped = con.execute("""SELECT region, order_no, arg_max(rev, rev) FILTER (WHERE change = 'put') FROM src.order_events
+                             GROUP BY ALL HAVING arg_max(change, rev) = 'drop' ORDER BY ALL""").fetchall()
+    con.close()
+    key = lambda r: f"region = '{r[0]}' AND order_no = {r[1]}"  # noqa: E731
+    stale_k, over_k = multi[0], multi[1]
+    dup_k, del_k, mis_k, bad_k = live[10], live[20], live[30], live[40]
+    assert len({tuple(x[:2]) for x in (stale_k, over_k, dup_k, del_k, mis_k, bad_k)}) == 6
+    # a newer version of over_k arrives after the failed generation starts and ingestion writes it
+    writer.register_generation("bf-7", "backfill")
+    later = _now() + timedelta(seconds=1)
+    with writer.engine.transaction() as s:
+        s.execute("INSERT INTO src.order_events SELECT region, order_no, rev + 100, 'put', ?, placed_at, qty + 5, sku "
+                  "FROM src.order_events WHERE region = ? AND order_no = ? AND rev = ?", [later, over_k[0], over_k[1], over_k[2][-1]])
+        s.execute("INSERT INTO src.order_events VALUES ('zeta', 777, 1, 'put', ?, TIMESTAMP '2026-02-02', 3, 'SKU-001')", [later])
+    writer.register_generation("ingest-2", "ingest")
+    apply_changes(writer, "ingest-2", since=later - timedelta(microseconds=1), until=later)
+    with writer.engine.transaction() as s:  # the new 'zeta' order is never ingested: it stays missing
+        s.execute(f'DELETE FROM mart.orders__g0001 WHERE region = \'zeta\'')
+    # the failed generation's damage, one key per label
+    writer.write("bf-7", _rows(spec, key(dup_k)), mode="append")
+    writer.write("bf-7", _rows(spec, key(dropped[0]), rev=dropped[0][2]), mode="upsert_keys")
+    writer.write("bf-7", "SELECT 'nowhere' AS region, 1 AS order_no, 'nowhere-202601' AS shard, TIMESTAMP '2026-01-05' AS placed_at, "
+                 "1 AS qty, 'SKU-999' AS sku, 1 AS src_rev", mode="append")
+    writer.write("bf-7", f"SELECT region, order_no, src_rev FROM mart.orders WHERE {key(del_k)}", mode="delete_keys")
+    writer.write("bf-7", f"SELECT * REPLACE ('moved-000000' AS shard) FROM ({_rows(spec, key(mis_k))})", mode="upsert_keys")
+    writer.write("bf-7", _rows(spec, key(stale_k), rev=stale_k[2][0]), mode="upsert_keys")
+    writer.write("bf-7", _rows(spec, key(over_k), rev=over_k[2][-1]), mode="upsert_keys")
+    writer.write("bf-7", f"SELECT * REPLACE (qty + 1 AS qty) FROM ({_rows(spec, key(bad_k))})", mode="upsert_keys")
+
+    summary, _ = run_reconciliation(spec, ["bf-7"], incident_id="INC-small")
+    with writer.engine.session() as s:
+        got = {(r[0], r[1]): r[2] for r in s.fetchall(f"SELECT region, order_no, label FROM {recon_table(spec)} WHERE incident_id = 'INC-small'")}
+    assert got == {
+        tuple(dup_k[:2]): "duplicate",
+        tuple(dropped[0][:2]): "resurrected",
+        ("nowhere", 1): "unexpected",
+        tuple(del_k[:2]): "deleted",
+        ("zeta", 777): "missing",
+        tuple(mis_k[:2]): "mispartitioned",
+        tuple(over_k[:2]): "overwritten",
+        tuple(stale_k[:2]): "stale",
+        tuple(bad_k[:2]): "incorrectly_transformed",
+    }
+    assert summary.unexplained == 0
+    assert "moved-000000" in {p.partition for p in summary.partitions}
+
+
+def test_rollback_is_chosen_only_when_a_complete_prior_generation_exists_and_nothing_would_be_lost(tmp_path):
+    spec, writer = _small(tmp_path)
+    ns = writer.register_generation("bf-ns", "backfill", own_namespace=True)
+    writer.write("bf-ns", f"SELECT * REPLACE (qty * 10 AS qty) FROM ({expected_rows_sql(spec, None)})", mode="replace_partitions")
+    with writer.engine.transaction() as s:
+        move_pointer(s, spec, ns, actor="test", reason="publish the failed backfill")
+    with writer.engine.session() as s:
+        d = decide(s, spec, ["bf-ns"])
+    assert (d.choice, d.rollback_to) == ("rollback", "mart.orders__g0001")
+    # normal ingestion then writes into the published namespace: a rollback would lose it
+    writer.register_generation("ingest-9", "ingest")
+    writer.write("ingest-9", _rows(spec, "region = 'north' AND order_no = 1000"), mode="upsert_keys")
+    with writer.engine.session() as s:
+        d = decide(s, spec, ["bf-ns"])
+    assert d.choice == "repair" and d.valid_writes_since == 1
+    assert any("would lose" in r for r in d.reasons)
+
+
+def test_consumers_refuse_to_materialize_from_a_fenced_generation(tmp_path):
+    spec, writer = _small(tmp_path)
+    writer.register_generation("bf-x", "backfill")
+    writer.write("bf-x", _rows(spec, "region = 'north' AND order_no = 1000"), mode="upsert_keys")
+    assert materialize_consumer(writer.engine, spec, spec.downstream[0]) > 0
+    writer.fence("bf-x", incident_id="INC-x", fenced_by="test")
+    from recovery.lib.errors import FencedGenerationError
+
+    with pytest.raises(FencedGenerationError):
+        materialize_consumer(writer.engine, spec, spec.downstream[0])
