@@ -13,6 +13,7 @@ from recovery.config import EXAMPLE_SPEC
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.definitions import defs
+    from recovery.defs.reconciliation.partitions import reconciliation_tags
     from recovery.example.demo import build_failed_backfill, print_damage
     from recovery.lib.engine import open_engine
     from recovery.lib.impact import impact_summary
@@ -25,7 +26,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     incident = parse_incident(Path(args.spec).with_name("incident.yaml"))
     spec = check_incident(incident)
     config = {"incident_file": str(incident.incident_path)}
-    run = run_job(definitions, "assess_incident", instance, run_config={"ops": {
+    run = run_job(definitions, "assess_incident", instance, tags=reconciliation_tags(instance, spec), run_config={"ops": {
         "incident__reconciliation": {"config": config}, "incident__impact": {"config": config}, "incident__decision": {"config": config}}})
     console.print(f"[bold]6/6[/] incident {incident.incident_id} assessed: reconciliation, impact and decision (run {run.run_id[:8]})")
     reports = incident.reports_dir(spec)

@@ -12,13 +12,15 @@ from rich.table import Table
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.definitions import defs
+    from recovery.defs.reconciliation.partitions import reconciliation_tags
     from recovery.lib.incident import check_incident, parse_incident
     from recovery.orchestration import project_instance, run_job
 
     incident = parse_incident(args.incident)
     spec = check_incident(incident)  # validate before launching anything
     out = Path(args.out).resolve() if args.out else incident.reports_dir(spec)
-    result = run_job(defs(), "reconcile_incident", project_instance(), run_config={
+    instance = project_instance()
+    result = run_job(defs(), "reconcile_incident", instance, tags=reconciliation_tags(instance, spec), run_config={
         "ops": {"incident__reconciliation": {"config": {"incident_file": str(incident.incident_path), "out_dir": str(out)}}}})
     summary = json.loads((out / "summary.json").read_text())
     t = Table(title=f"{incident.incident_id}: damage per label (reconciliation run {result.run_id[:8]})")

@@ -4,12 +4,14 @@ It works from the spec and the incident alone (no column names of any dataset in
 code) and runs as set-based SQL inside the warehouse.
 """
 
+import json
 from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
 
 from recovery.defs.incident_config import IncidentFileConfig
+from recovery.defs.reconciliation.partitions import TARGET_PARTITIONS
 from recovery.lib.incident import check_incident, parse_incident
 from recovery.lib.reconcile.run import run_reconciliation
 
@@ -20,6 +22,8 @@ class ReconcileConfig(IncidentFileConfig):
 
 @dg.asset(
     key=["incident", "reconciliation"],
+    partitions_def=TARGET_PARTITIONS,
+    backfill_policy=dg.BackfillPolicy.single_run(),
     kinds={"duckdb"},
     group_name="recovery",
     description="Source-to-output reconciliation: one damage label per key, findings per partition.",
@@ -30,6 +34,7 @@ def reconciliation(context: dg.AssetExecutionContext, config: ReconcileConfig) -
     out = Path(config.out_dir) if config.out_dir else incident.reports_dir(spec)
     summary, files = run_reconciliation(spec, incident.failed_generations, incident_id=incident.incident_id,
                                         out_dir=out, actor="reconciliation", run_id=context.run_id)
+    _observe_partitions(context, files["summary"])
     table = "\n".join(["| label | keys |", "| --- | ---: |"] + [f"| {k} | {v:,} |" for k, v in summary.labels.items()])
     findings = ", ".join(f"{k}: {v}" for k, v in summary.partition_findings.items())
     return dg.MaterializeResult(metadata={
@@ -48,3 +53,17 @@ reconcile_incident = dg.define_asset_job(
     "reconcile_incident", selection=dg.AssetSelection.keys(["incident", "reconciliation"]),
     description="Classify every damaged key of an incident and write reconciliation.parquet + summary.json.",
 )
+
+
+def _observe_partitions(context: dg.AssetExecutionContext, summary_path: Path) -> None:
+    """Per partition of this run: its labels and findings, visible on the partition in the UI."""
+    doc = json.loads(summary_path.read_text())
+    by_partition = doc["labels_by_partition"]
+    findings = {p["partition"]: p["findings"] for p in doc["partitions"]}
+    for key in context.partition_keys:
+        labels = by_partition.get(key, {})
+        context.log_event(dg.AssetObservation(
+            asset_key=context.asset_key, partition=key,
+            metadata={"damaged_keys": sum(labels.values()), "labels": dg.MetadataValue.json(labels),
+                      "findings": ", ".join(findings.get(key, [])) or "none"},
+        ))

@@ -1,0 +1,1 @@
+"""Benchmarks: figures that matter, measured the same way every time (see README)."""

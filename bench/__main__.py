@@ -1,0 +1,12 @@
+"""``python -m bench <name> ...``: run one benchmark (``make bench`` runs the reconciliation one)."""
+
+import sys
+
+from bench import reconcile_bench
+
+BENCHES = {"reconcile": reconcile_bench.main}
+
+if __name__ == "__main__":
+    name = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else "reconcile"
+    args = sys.argv[2:] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else sys.argv[1:]
+    sys.exit(BENCHES[name](args))

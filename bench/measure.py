@@ -1,0 +1,27 @@
+"""Run one measured step in a fresh process: wall time and that process's peak memory."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import time
+
+
+def in_subprocess(module: str, *args: str) -> dict:
+    """Run ``python -m module args``; it prints one JSON line; add its wall time and peak RSS."""
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise RuntimeError(f"{module} {' '.join(args)} failed:\n{out.stderr[-3000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["wall_s_outer"] = wall
+    return result
+
+
+def report(result: dict) -> None:
+    """Called by the worker: print its result with its own peak RSS (bytes)."""
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result, default=str))

@@ -1,0 +1,76 @@
+"""``recovery evidence build|verify --incident FILE``: freeze an incident's evidence, or re-check it.
+
+``build`` launches the ``preserve_evidence`` job in the project's Dagster instance
+(the instance the backfill ran in, so its runs and event logs are found), exactly
+as the UI would. ``verify`` needs no Dagster: it recomputes every checksum and
+exits 1 naming each file that changed, went missing or appeared unlisted.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from recovery.lib.errors import RecoveryError
+
+
+def build(args: argparse.Namespace, console: Console) -> int:
+    from recovery.definitions import defs
+    from recovery.lib.evidence import read_manifest
+    from recovery.lib.incident import check_incident, parse_incident
+    from recovery.orchestration import project_instance, run_job
+
+    incident = parse_incident(args.incident)
+    spec = check_incident(incident)  # validate before launching anything
+    result = run_job(defs(), "preserve_evidence", project_instance(), run_config={
+        "ops": {"incident__evidence_bundle": {"config": {"incident_file": str(incident.incident_path)}}}})
+    bundle = incident.evidence_dir(spec)
+    manifest = read_manifest(bundle)
+    (event,) = result.get_asset_materialization_events()
+    created = event.materialization.metadata["created"].value
+    size = sum(f["bytes"] for f in manifest["files"])
+    state = "built" if created else "already existed: left untouched"
+    console.print(f"evidence bundle {bundle} {state} ({len(manifest['files'])} files, {size / 1e6:.1f} MB; "
+                  f"run {result.run_id[:8]})", highlight=False, soft_wrap=True)
+    for note in manifest["notes"] + manifest["orchestrator"]["notes"]:
+        console.print(f"  note: {note}")
+    return 0
+
+
+def verify(args: argparse.Namespace, console: Console) -> int:
+    from recovery.lib.engine import open_engine
+    from recovery.lib.evidence import recorded_manifest_sha256, verify_bundle
+    from recovery.lib.incident import parse_incident
+
+    incident = parse_incident(args.incident)
+    spec = incident.load_spec(check_warehouse=False)  # verifying must not depend on the warehouse's state
+    bundle = incident.evidence_dir(spec)
+    if not bundle.exists():
+        raise RecoveryError(f"no evidence bundle at {bundle}; build it with: recovery evidence build --incident {args.incident}")
+    recorded = None
+    try:
+        recorded = recorded_manifest_sha256(open_engine(spec.warehouse.model_copy(update={"busy_timeout_s": 5.0})),
+                                            incident.incident_id, bundle)
+    except Exception as err:  # the warehouse is optional evidence of the manifest, not a precondition
+        console.print(f"note: could not read the manifest's recorded checksum from the warehouse ({err})", highlight=False)
+    result = verify_bundle(bundle, recorded_manifest_sha256=recorded)
+    for problem in result.problems:
+        console.print(f"[red]FAIL[/] {problem}", highlight=False, soft_wrap=True)
+    if result.ok:
+        checked = "; manifest matches the checksum recorded in the control plane" if recorded else ""
+        console.print(f"[green]OK[/] {bundle}: {result.files_checked} files match the manifest{checked}", highlight=False, soft_wrap=True)
+        return 0
+    console.print(f"{len(result.problems)} problem(s) in {bundle}", highlight=False, soft_wrap=True)
+    return 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("evidence", help="preserve an incident's evidence bundle, or verify its checksums")
+    verbs = p.add_subparsers(dest="evidence_verb", required=True, metavar="ACTION")
+    b = verbs.add_parser("build", help="freeze the incident's evidence (never overwrites an existing bundle)")
+    b.add_argument("--incident", required=True, help="incident YAML file")
+    b.set_defaults(fn=build)
+    v = verbs.add_parser("verify", help="re-check every checksum; exits 1 naming each changed, missing or extra file")
+    v.add_argument("--incident", required=True, help="incident YAML file")
+    v.set_defaults(fn=verify)

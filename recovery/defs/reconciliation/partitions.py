@@ -1,0 +1,50 @@
+"""Reconciliation is partitioned like the target: one Dagster partition per target partition.
+
+The target's partitions come from the data (any column, any type), so they are a
+``DynamicPartitionsDefinition`` kept in step with the warehouse: partitions of the
+damaged target and of the expected rows are registered before a reconciliation
+runs (and by a sensor, for the UI). A full reconciliation is one run over the
+whole range (``BackfillPolicy.single_run``): labels such as ``duplicate`` or
+``mispartitioned`` need facts from more than one partition, and one run gives one
+consistent snapshot.
+"""
+
+import dagster as dg
+
+from recovery.lib.engine import open_engine
+from recovery.lib.identifiers import quote
+from recovery.lib.snapshot import expected_rows_sql
+from recovery.lib.spec import DatasetSpec
+
+TARGET_PARTITIONS = dg.DynamicPartitionsDefinition(name="target_partitions")
+RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+
+
+def data_partitions(spec: DatasetSpec) -> list[str]:
+    """Partitions present in the target or in the expected rows, as text, sorted."""
+    p = quote(spec.target.partition)
+    with open_engine(spec.warehouse).session(read_only=True) as s:
+        rows = s.fetchall(
+            f"SELECT DISTINCT CAST({p} AS VARCHAR) AS p FROM {spec.target.table_name.sql()} WHERE {p} IS NOT NULL "
+            f"UNION SELECT DISTINCT CAST({p} AS VARCHAR) FROM ({expected_rows_sql(spec, None)}) WHERE {p} IS NOT NULL ORDER BY 1"
+        )
+    return [r[0] for r in rows]
+
+
+def register_target_partitions(instance: dg.DagsterInstance, spec: DatasetSpec) -> list[str]:
+    """Add the data's partitions that Dagster does not know yet; returns all known keys in order."""
+    known = set(instance.get_dynamic_partitions(TARGET_PARTITIONS.name))
+    new = [p for p in data_partitions(spec) if p not in known]
+    if new:
+        instance.add_dynamic_partitions(TARGET_PARTITIONS.name, new)
+    return list(instance.get_dynamic_partitions(TARGET_PARTITIONS.name))
+
+
+def whole_range_tags(keys: list[str]) -> dict[str, str]:
+    """Run tags that make one run cover every partition."""
+    return {RANGE_START: keys[0], RANGE_END: keys[-1]}
+
+
+def reconciliation_tags(instance: dg.DagsterInstance, spec: DatasetSpec) -> dict[str, str]:
+    """Register the data's partitions and return the tags of a run over all of them."""
+    return whole_range_tags(register_target_partitions(instance, spec))
