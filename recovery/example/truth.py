@@ -109,5 +109,9 @@ def build_truth(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, *, failed_gen
         ta = T.groupby(part)[a].sum().rename("t").to_frame().join(E.groupby(part)[a].sum().rename("e"), how="outer").fillna(0)
         findings += [(p, "total_mismatch") for p in ta.index[ta["t"] != ta["e"]]]
     pf = pd.DataFrame(findings, columns=[part, "finding"])
-    con.execute("CREATE OR REPLACE TABLE truth.partition_findings AS SELECT * FROM pf")
+    # pandas turns DATE partitions into timestamps: store them with the target's partition type
+    ptype = con.execute(
+        "SELECT data_type FROM information_schema.columns WHERE table_schema = 'truth' AND table_name = 'expected' "
+        "AND column_name = ?", [part]).fetchone()[0]
+    con.execute(f'CREATE OR REPLACE TABLE truth.partition_findings AS SELECT CAST("{part}" AS {ptype}) AS "{part}", finding FROM pf')
     return damage["label"].value_counts().to_dict()

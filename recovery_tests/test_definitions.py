@@ -1,0 +1,111 @@
+"""The code location: it loads the way Dagster loads it, and holds the worked example's shapes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from recovery.config import PROJECT_ROOT, spec_path
+from recovery.definitions import defs
+from recovery.example.defs import TARGET_KEY
+from recovery.example.scenario import SCENARIO
+from recovery.lib.spec import parse_spec
+
+CONSUMERS = [c.name for c in parse_spec(spec_path()).downstream]
+
+
+@pytest.fixture(scope="module")
+def definitions() -> dg.Definitions:
+    return defs()
+
+
+@pytest.fixture(scope="module")
+def test_instance():
+    with dg.instance_for_test() as instance:
+        yield instance
+
+
+def test_spec_names_the_five_consumers():
+    assert sorted(CONSUMERS) == sorted(
+        ["daily_revenue", "customer_statements", "risk_features", "experiment_metrics", "regulatory_extract"]
+    )
+
+
+def test_code_location_loads_through_workspace_yaml(tmp_path: Path):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
+    environ = {**os.environ, "DAGSTER_HOME": str(home)}
+    environ.pop("RECOVERY_SPEC", None)
+    exe = Path(sys.executable).with_name("dagster")
+    proc = subprocess.run(
+        [str(exe), "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=PROJECT_ROOT, env=environ, capture_output=True, text=True, timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "backfill_recovery" in out, out
+
+
+def test_definitions_are_loadable(definitions: dg.Definitions):
+    dg.Definitions.validate_loadable(definitions)
+
+
+def test_jobs_schedule_and_assets(definitions: dg.Definitions):
+    jobs = {j.name for j in definitions.resolve_all_job_defs()}
+    assert {"ingest_transactions", "refresh_consumers"} <= jobs
+    schedule = definitions.resolve_schedule_def("ingest_transactions_daily")
+    assert schedule.job_name == "ingest_transactions"
+
+    graph = definitions.resolve_asset_graph()
+    keys = graph.get_all_asset_keys()
+    consumer_keys = {dg.AssetKey(["consumers", name]) for name in CONSUMERS}
+    assert TARGET_KEY in keys
+    assert consumer_keys <= keys
+    assert {k for k in keys if k.path[0] == "consumers"} == consumer_keys
+
+    target = graph.get(TARGET_KEY)
+    assert target.partitions_def is not None
+    assert target.partitions_def.get_first_partition_key() == SCENARIO.first_day.isoformat()
+    assert target.partitions_def.get_last_partition_key() == SCENARIO.last_day.isoformat()
+    assert target.code_version == "2.3.0"
+    assert consumer_keys <= set(target.child_keys)
+    for key in consumer_keys:
+        assert TARGET_KEY in graph.get(key).parent_keys, key
+
+    # refreshing the consumers materializes exactly the consumer assets, never the target
+    refresh = definitions.resolve_job_def("refresh_consumers")
+    selected = {k for k in refresh.asset_layer.selected_asset_keys}
+    assert selected == consumer_keys
+
+
+def test_target_asset_retries_once_and_backfills_in_bounded_runs(definitions: dg.Definitions):
+    asset = definitions.resolve_assets_def(TARGET_KEY)
+    policy = asset.backfill_policy
+    assert policy is not None and policy.max_partitions_per_run == SCENARIO.max_partitions_per_run
+    retry = asset.node_def.retry_policy
+    assert retry is not None and retry.max_retries == 1
+
+
+def test_every_job_needs_only_resources_the_location_provides(definitions: dg.Definitions):
+    for name in ("ingest_transactions", "refresh_consumers"):
+        job = definitions.resolve_job_def(name)
+        assert "warehouse" in job.resource_defs, name
+
+
+@pytest.mark.parametrize("day", ["2024-01-01", "2024-03-20", SCENARIO.last_day.isoformat()])
+def test_schedule_requests_the_previous_days_partition(definitions: dg.Definitions, test_instance, day: str):
+    schedule = definitions.resolve_schedule_def("ingest_transactions_daily")
+    tick = datetime.fromisoformat(day).replace(tzinfo=timezone.utc) + timedelta(days=1)
+    context = dg.build_schedule_context(instance=test_instance, scheduled_execution_time=tick)
+    result = schedule.evaluate_tick(context)
+    requests = result.run_requests or []
+    assert len(requests) == 1, result
+    assert requests[0].partition_key == day
