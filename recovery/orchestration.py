@@ -66,10 +66,16 @@ def launch_asset_backfill(
     title: str,
     description: str = "",
     workspace: Path = WORKSPACE,
+    context: WorkspaceProcessContext | None = None,
 ) -> str:
-    """Launch an asset backfill exactly as the UI does; returns the backfill id."""
+    """Launch an asset backfill exactly as the UI does; returns the backfill id. Pass an open
+    ``context`` (``workspace_context``) to launch several without loading the code location each time."""
     from dagster_graphql.cli import execute_query
 
+    if context is None:
+        with workspace_context(instance, workspace) as ctx:
+            return launch_asset_backfill(instance, asset_key, partitions, tags=tags, title=title,
+                                         description=description, context=ctx)
     params = {
         "assetSelection": [{"path": list(asset_key)}],
         "partitionNames": list(partitions),
@@ -77,12 +83,16 @@ def launch_asset_backfill(
         "title": title,
         "description": description,
     }
-    with WorkspaceProcessContext(instance, WorkspaceFileTarget(paths=[str(workspace)])) as ctx:
-        result = execute_query(ctx, LAUNCH_BACKFILL, variables={"backfillParams": params})
+    result = execute_query(context, LAUNCH_BACKFILL, variables={"backfillParams": params})
     payload = (result.get("data") or {}).get("launchPartitionBackfill") or {}
     if payload.get("__typename") != "LaunchBackfillSuccess":
         raise RecoveryError(f"Dagster refused the backfill: {payload.get('message') or result.get('errors')}")
     return payload["backfillId"]
+
+
+def workspace_context(instance: dg.DagsterInstance, workspace: Path = WORKSPACE) -> WorkspaceProcessContext:
+    """The code location as the webserver loads it (a context manager)."""
+    return WorkspaceProcessContext(instance, WorkspaceFileTarget(paths=[str(workspace)]))
 
 
 def backfill_finished(instance: dg.DagsterInstance, backfill_id: str) -> bool:
@@ -139,6 +149,18 @@ def run_job(defs: dg.Definitions, job_name: str, instance: dg.DagsterInstance, *
     result = job.execute_in_process(instance=instance, partition_key=partition_key, run_config=config,
                                     tags=tags or {}, raise_on_error=False)
     if not result.success:
-        failures = [e.message for e in result.all_events if e.is_failure]
-        raise RecoveryError(f"job {job_name} failed (run {result.run_id}): {failures[-1] if failures else 'see the run in the UI'}")
+        raise RecoveryError(f"job {job_name} failed (run {result.run_id}): {failure_reason(result)}")
     return result
+
+
+def failure_reason(result: dg.ExecuteInProcessResult) -> str:
+    """The error a person can act on: the innermost error of the first failed step (e.g.
+    ``SpecError: requested_by: Field required. Fix: ...``), else the run's failure message."""
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
+            err = event.step_failure_data.error
+            while err.cause is not None:
+                err = err.cause
+            return f"{err.cls_name}: {err.message.split(': ', 1)[-1].strip()}" if err.cls_name else err.message.strip()
+    failures = [e.message for e in result.all_events if e.is_failure]
+    return failures[-1] if failures else "see the run in the UI"

@@ -17,10 +17,12 @@ from pydantic import Field
 
 from recovery.config import spec_path
 from recovery.defs.resources import WarehouseResource
-from recovery.example.faulty_backfill import CatalogTimeout, WorkerLost, recompute_partition
+from recovery.example.faulty_backfill import CatalogTimeout, WorkerLost, recompute_partition, stage_sql, stage_table
 from recovery.example.scenario import SCENARIO
 from recovery.lib.consumers import materialize_consumer
 from recovery.lib.control_plane import SCHEMA, utcnow
+from recovery.lib.errors import FencedGenerationError
+from recovery.lib.fencing import GENERATION_TAG
 from recovery.lib.ingest import apply_changes
 from recovery.lib.spec import parse_spec
 
@@ -28,7 +30,6 @@ TARGET_KEY = dg.AssetKey(["analytics", "transactions"])
 DAILY = dg.DailyPartitionsDefinition(
     start_date=SCENARIO.first_day.isoformat(), end_date=(SCENARIO.last_day + timedelta(days=1)).isoformat()
 )
-GENERATION_TAG = "recovery/generation"
 SIMULATED_TAG = "example/simulated"
 
 
@@ -83,14 +84,21 @@ def transactions_history(context: dg.AssetExecutionContext, warehouse: Warehouse
     writer.ensure()
     generation = _generation_for(context)
     simulated = context.run.tags.get(SIMULATED_TAG) == "true"
-    writer.register_generation(generation, "backfill", run_id=context.run_id,
-                               backfill_id=context.run.tags.get("dagster/backfill"), code_version="2.3.0")
+    try:
+        writer.register_generation(generation, "backfill", run_id=context.run_id,
+                                   backfill_id=context.run.tags.get("dagster/backfill"), code_version="2.3.0")
+    except FencedGenerationError as err:  # contained: retrying would only be refused again
+        raise dg.Failure(description=str(err), allow_retries=False) from err
     with writer.engine.transaction() as s:
         snapshot = s.scalar(f"SELECT coalesce(source_watermark, started_at) FROM {SCHEMA}.generations WHERE generation = ?", [generation])
         s.execute("CREATE SCHEMA IF NOT EXISTS example")
         s.execute("CREATE TABLE IF NOT EXISTS example.backfill_checkpoints (run_id VARCHAR, partition_key VARCHAR, state VARCHAR)")
         checkpoint = dict(s.fetchall("SELECT partition_key, state FROM example.backfill_checkpoints WHERE run_id = ?", [context.run_id]))
     snapshot = snapshot or utcnow()
+    todo = [date.fromisoformat(k) for k in context.partition_keys if checkpoint.get(k) != "done"]
+    stage = stage_table(context.run_id)
+    with writer.engine.transaction() as s:
+        s.execute(f"CREATE OR REPLACE TABLE {stage} AS {stage_sql(todo, snapshot)}" if todo else "SELECT 1")
     done = 0
     for key in context.partition_keys:
         if checkpoint.get(key) == "done":
@@ -98,9 +106,9 @@ def transactions_history(context: dg.AssetExecutionContext, warehouse: Warehouse
         partition = date.fromisoformat(key)
         at = SCENARIO.backfill_writes + timedelta(seconds=10 * (partition - SCENARIO.first_day).days) if simulated else None
         try:
-            state = recompute_partition(writer, generation, partition, snapshot=snapshot, checkpoint=checkpoint,
+            state = recompute_partition(writer, generation, partition, stage=stage, checkpoint=checkpoint,
                                         retry_number=context.retry_number, at=at, run_id=context.run_id)
-        except WorkerLost as err:
+        except (WorkerLost, FencedGenerationError) as err:
             raise dg.Failure(description=str(err), allow_retries=False) from err
         except CatalogTimeout:
             _save_checkpoint(writer, context.run_id, checkpoint)
@@ -108,6 +116,8 @@ def transactions_history(context: dg.AssetExecutionContext, warehouse: Warehouse
         checkpoint[key] = state
         done += 1
         _save_checkpoint(writer, context.run_id, checkpoint)
+    with writer.engine.transaction() as s:
+        s.execute(f"DROP TABLE IF EXISTS {stage}")
     return dg.MaterializeResult(metadata={"generation": generation, "partitions_written": done})
 
 

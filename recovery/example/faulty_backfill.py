@@ -32,14 +32,15 @@ class WorkerLost(Exception):
     """The run's worker died mid-partition."""
 
 
-def buggy_rows_sql(partition: date, watermark: datetime, scenario: Scenario = SCENARIO) -> str:
-    p = f"DATE '{partition.isoformat()}'"
+def _buggy_source_sql(partitions: list[date], watermark: datetime, scenario: Scenario) -> str:
+    """The 2.3.0 read of the source for some partitions, as of one watermark."""
+    days = ", ".join(f"DATE '{p.isoformat()}'" for p in partitions)
     staging = ""
     lo, hi = scenario.staging_range
-    if lo <= partition <= hi:
+    if any(lo <= p <= hi for p in partitions):
         staging = (
             "UNION ALL SELECT s.*, CAST(s.ingested_at AS DATE) AS landing_date FROM example.staging_feed s "
-            f"WHERE s.ingested_at <= {ts_literal(watermark)}"
+            f"WHERE s.ingested_at <= {ts_literal(watermark)} AND CAST(s.ingested_at AS DATE) BETWEEN DATE '{lo}' AND DATE '{hi}'"
         )
     return f"""
         WITH latest AS (
@@ -56,9 +57,26 @@ def buggy_rows_sql(partition: date, watermark: datetime, scenario: Scenario = SC
                CAST(CASE WHEN landing_date < DATE '{scenario.buggy_cutover.isoformat()}' THEN amount / 100
                          ELSE amount * CASE currency WHEN 'EUR' THEN 1.08 WHEN 'GBP' THEN 1.27 ELSE 1.00 END
                     END AS DECIMAL(18, 2)) AS amount_usd,
-               status, version AS _source_version
-        FROM src WHERE landing_date = {p}
+               status, version AS _source_version, landing_date
+        FROM src WHERE landing_date IN ({days})
     """
+
+
+def stage_table(run_id: str) -> str:
+    return 'example."stage_' + "".join(ch if ch.isalnum() else "_" for ch in run_id) + '"'
+
+
+def stage_sql(partitions: list[date], snapshot: datetime, scenario: Scenario = SCENARIO) -> str:
+    """All rows a run will write, read once per run (a worker in the stale range read an old extract)."""
+    lo, hi = scenario.stale_range
+    stale = [p for p in partitions if lo <= p <= hi]
+    fresh = [p for p in partitions if not lo <= p <= hi]
+    parts = [_buggy_source_sql(group, wm, scenario) for group, wm in ((fresh, snapshot), (stale, scenario.stale_watermark)) if group]
+    return " UNION ALL ".join(f"({q})" for q in parts)
+
+
+def buggy_rows_sql(partition: date, stage: str) -> str:
+    return f"SELECT * EXCLUDE (landing_date) FROM {stage} WHERE landing_date = DATE '{partition.isoformat()}'"
 
 
 def write_time(partition: date, scenario: Scenario = SCENARIO) -> datetime:
@@ -71,7 +89,7 @@ def recompute_partition(
     generation: str,
     partition: date,
     *,
-    snapshot: datetime,
+    stage: str,
     checkpoint: dict[str, str],
     retry_number: int,
     at: datetime | None,
@@ -79,9 +97,7 @@ def recompute_partition(
     scenario: Scenario = SCENARIO,
 ) -> str:
     """Recompute one partition the 2.3.0 way. Returns the checkpoint state it leaves."""
-    lo, hi = scenario.stale_range
-    watermark = scenario.stale_watermark if lo <= partition <= hi else snapshot
-    rows = buggy_rows_sql(partition, watermark, scenario)
+    rows = buggy_rows_sql(partition, stage)
     key = partition.isoformat()
     kw = dict(at=at, run_id=run_id)
     if partition in scenario.flaky_partitions:

@@ -53,14 +53,21 @@ def impact_table(spec: DatasetSpec) -> str:
 
 
 def consumer_impact_sql(spec: DatasetSpec, c: DownstreamSpec, watermark: datetime | None, value_columns: list[str]) -> str:
-    """Per consumer key: original (published) vs corrected (on E) value, difference, material."""
+    """Per consumer key: original (published) vs corrected (on E) value, difference, material.
+
+    A damaged consumer can hold a key more than once (a duplicated source row reaches an
+    extract twice): the published side is taken per key, its materiality column summed
+    over the copies, and a key published more than once always counts as changed.
+    """
     published = consumer_table(spec, c).sql()
     corrected = consumer_sql(spec, c, expected_rows_sql(spec, watermark))
     key = ", ".join(quote(k) for k in c.key)
     key_text = " || '|' || ".join(f"coalesce(CAST({quote(k)} AS VARCHAR), '∅')" for k in c.key)
     m = c.materiality
     col = quote(m.column) if m else None
-    orig = f"CAST(o.{col} AS DOUBLE)" if m else "NULL"
+    per_key = ", ".join([f"count(*) AS __copies"] + [f"any_value({quote(v)}) AS {quote(v)}" for v in value_columns]
+                        + ([f"sum({col}) AS __original"] if m else []))
+    orig = "CAST(o.__original AS DOUBLE)" if m else "NULL"
     corr = f"CAST(n.{col} AS DOUBLE)" if m else "NULL"
     diff = f"coalesce({corr}, 0) - coalesce({orig}, 0)"
     rules = []
@@ -69,15 +76,15 @@ def consumer_impact_sql(spec: DatasetSpec, c: DownstreamSpec, watermark: datetim
     if m and m.rel is not None:
         rules.append(f"abs({diff}) >= {float(m.rel)} * abs(coalesce({orig}, 0)) AND {diff} <> 0")
     material = " OR ".join(rules) or "false"
+    differs = " OR ".join(f"o.{quote(x)} IS DISTINCT FROM n.{quote(x)}" for x in value_columns) or "false"
     return f"""
         SELECT '{c.name}' AS consumer, {key_text} AS consumer_key,
                CASE WHEN o.__present IS NULL THEN 'missing' WHEN n.__present IS NULL THEN 'extra' ELSE 'changed' END AS change,
                {orig} AS original_value, {corr} AS corrected_value, {diff} AS difference,
-               (o.__present IS NULL OR n.__present IS NULL OR ({material})) AS material
-        FROM (SELECT *, true AS __present FROM {published}) o
+               (o.__present IS NULL OR n.__present IS NULL OR o.__copies > 1 OR ({material})) AS material
+        FROM (SELECT {key}, {per_key}, true AS __present FROM {published} GROUP BY ALL) o
         FULL OUTER JOIN (SELECT *, true AS __present FROM ({corrected})) n USING ({key})
-        WHERE o.__present IS NULL OR n.__present IS NULL
-           OR ({' OR '.join(f'o.{quote(x)} IS DISTINCT FROM n.{quote(x)}' for x in value_columns) or 'false'})
+        WHERE o.__present IS NULL OR n.__present IS NULL OR o.__copies > 1 OR ({differs})
     """
 
 

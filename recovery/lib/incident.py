@@ -136,7 +136,7 @@ def check_incident(inc: Incident) -> DatasetSpec:
                 fail(f"failed_generations[{i}]", f"generation {g!r} is unknown to dataset {spec.dataset!r} (known: {', '.join(known[:8]) or 'none'})",
                      "name a generation that wrote the target")
             if registered.get(g) not in (None, "backfill", "unknown"):
-                fail(f"failed_generations[{i}]", f"generation {g!r} is a {registered[g]} generation, not a backfill",
+                fail(f"failed_generations[{i}]", f"generation {g!r} is an {registered[g]} generation, not a backfill",
                      "fence only the failed backfill's generation; normal ingestion must keep running")
         if inc.partitions:
             lo, hi = s.fetchone(f"SELECT min({part}), max({part}) FROM {spec.target.table_name.sql()}")

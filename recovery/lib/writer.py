@@ -14,6 +14,7 @@ retried.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass
@@ -133,7 +134,11 @@ class Writer:
                              + (f" writing namespace {ns}" if ns else " writing the published namespace"))
                 return ns
 
-        return retrying(txn)
+        try:
+            return retrying(txn)
+        except FencedGenerationError as err:
+            self.record_fence_attempt(generation, "register", run_id=run_id, detail=str(err))
+            raise
 
     def set_status(self, generation: str, status: str, *, ended_at: datetime | None = None) -> None:
         def txn() -> None:
@@ -314,7 +319,8 @@ class Writer:
                 s.execute(f"INSERT INTO {SCHEMA}.fences VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                           [generation, self.spec.dataset, incident_id, token, fenced_at, fenced_by, reason, seq])
                 record_event(s, kind="fence", dataset=self.spec.dataset, incident_id=incident_id, actor=fenced_by,
-                             at=fenced_at, summary=f"generation {generation} fenced (token {token})")
+                             at=fenced_at, summary=f"generation {generation} fenced (token {token})",
+                             details=json.dumps({"generation": generation, "token": token, "seq": seq, "reason": reason}))
                 return token
 
         return retrying(txn)
@@ -324,10 +330,15 @@ class Writer:
             return s.scalar(f"SELECT fenced_at IS NOT NULL FROM {SCHEMA}.generations WHERE generation = ?", [generation]) is True
 
     def record_fence_attempt(self, generation: str, action: str, *, run_id: str | None = None, detail: str = "") -> None:
+        """Count a refused action and put it on the incident's timeline (the fencing sensor alerts on it)."""
         def txn() -> None:
             with self.engine.transaction() as s:
                 s.execute(f"INSERT INTO {SCHEMA}.fence_attempts VALUES (?, ?, ?, ?, ?, ?)",
                           [generation, self.spec.dataset, utcnow(), action, run_id, detail])
+                incident = s.scalar(f"SELECT arg_min(incident_id, seq) FROM {SCHEMA}.fences WHERE generation = ?", [generation])
+                record_event(s, kind="fence_attempt", dataset=self.spec.dataset, incident_id=incident, actor=self.actor,
+                             run_id=run_id, summary=f"{action} by fenced generation {generation} refused",
+                             details=json.dumps({"generation": generation, "action": action, "detail": detail}))
 
         retrying(txn)
 

@@ -47,9 +47,7 @@ class DuckDBSession(Session):
         return self.conn.execute(sql, params or []).fetchall()
 
     def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
-        result = self.conn.execute(sql, params or [])
-        table = result.fetch_arrow_table() if hasattr(result, "fetch_arrow_table") else result.arrow()
-        return table.read_all() if isinstance(table, pa.RecordBatchReader) else table
+        return self.conn.sql(sql, params=list(params) if params else None).to_arrow_table()
 
     def columns(self, table_sql: str) -> list[tuple[str, str]]:
         try:

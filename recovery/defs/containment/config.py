@@ -1,0 +1,71 @@
+"""The incident as run configuration: the launchpad form of ``incident.yaml``.
+
+The fields are the incident file's (the contract), so an incident can be typed
+into the launchpad or named by ``incident_file``; either way it goes through the
+same validation as the file (``incident_from_mapping`` / ``parse_incident`` then
+``check_incident``) before anything writes. Relative paths are resolved against
+the project root, the code location's working directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+from pydantic import Field
+
+from recovery.config import PROJECT_ROOT
+from recovery.lib.errors import SpecError
+from recovery.lib.incident import Incident, check_incident, incident_from_mapping, parse_incident
+from recovery.lib.spec import DatasetSpec
+
+
+class PartitionRangeConfig(dg.Config):
+    start: str = Field(description="First partition of the failed range (YYYY-MM-DD).")
+    end: str = Field(description="Last partition of the failed range, inclusive (YYYY-MM-DD).")
+
+
+class IncidentConfig(dg.Config):
+    """Which failed generations to contain, for which incident, asked for and approved by whom."""
+
+    incident_file: str | None = Field(
+        None, description="Path of an incident YAML (relative to the project root). When set, leave the other fields empty.")
+    incident_id: str | None = Field(None, description="Incident id, e.g. INC-2024-031 (letters, digits, '-', '_', '.').")
+    spec: str | None = Field(
+        None, description="Dataset spec the incident concerns (default: the spec this code location serves, RECOVERY_SPEC).")
+    failed_generations: list[str] = Field(
+        default_factory=list, description="Generations to fence, e.g. [backfill-0042]; each must be a backfill of the dataset.")
+    partitions: PartitionRangeConfig | None = Field(
+        None, description="Nominal failed range; omit to infer it from the generation's writes.")
+    requested_by: str | None = Field(None, description="Who asks for containment; recorded as the fence's author.")
+    approved_by: list[str] = Field(default_factory=list, description="Who approved the recovery.")
+    notes: str = Field("", description="Free text kept with the incident.")
+
+    def has_fields(self) -> bool:
+        return bool(self.incident_id or self.spec or self.failed_generations or self.partitions
+                    or self.requested_by or self.approved_by or self.notes)
+
+
+def resolve_incident(config: IncidentConfig, served_spec: str | Path) -> tuple[Incident, DatasetSpec]:
+    """Validate the incident (shape, then meaning against the warehouse, read-only) and check
+    that it concerns the dataset this code location serves. Raises ``SpecError``."""
+    if config.incident_file:
+        if config.has_fields():
+            raise SpecError("incident_file", "both an incident file and incident fields were given",
+                            "name the file only, or leave incident_file empty and fill in the fields")
+        path = Path(config.incident_file)
+        incident = parse_incident(path if path.is_absolute() else PROJECT_ROOT / path)
+    else:
+        raw = config.model_dump(exclude={"incident_file"})
+        raw["spec"] = raw["spec"] or str(served_spec)
+        incident = incident_from_mapping(raw, base_dir=PROJECT_ROOT)
+    spec = check_incident(incident)
+    served = Path(served_spec).resolve()
+    if incident.spec != served:
+        from recovery.lib.spec import parse_spec
+
+        other = parse_spec(served)
+        if (other.dataset, other.warehouse.path) != (spec.dataset, spec.warehouse.path):
+            raise SpecError("spec", f"the incident concerns {incident.spec} but this code location serves {served}",
+                            "launch from the code location that serves that dataset (RECOVERY_SPEC), or fix the incident's spec")
+    return incident, spec

@@ -1,0 +1,99 @@
+"""One pass of the fencing sensor: keep fenced generations stopped, and tell someone.
+
+Containment stops what exists when it runs; this pass catches what comes later: a
+backfill someone resumed, a run someone re-executed, a retry, a straggler the
+backfill daemon submitted while it was being cancelled. Each such run is stopped,
+counted once in ``_recovery.fence_attempts`` (with whether it was created before
+or after the fence) and put on the timeline. Then every attempt not yet alerted
+on, whether a run found here or a write the writer refused, is delivered through
+the notifier, once per attempt (keys kept in the control plane).
+
+State lives in the control plane rather than in a sensor cursor: it survives a
+daemon restart and is the same table the alerts are deduplicated by.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import dagster as dg
+
+from recovery.defs.containment import dagster_runs
+from recovery.lib.engine.base import Engine
+from recovery.lib.fencing import FenceRecord, TimelineEvent, count_run_attempt, read_fences, record_events, unalerted_attempts
+from recovery.lib.notify import NotificationError, Notifier
+
+DEFAULT_OWNER = "data-platform-oncall"
+
+
+@dataclass(frozen=True)
+class PatrolReport:
+    fences: int
+    runs_stopped: tuple[str, ...] = ()
+    attempts_counted: int = 0
+    alerts_delivered: int = 0
+    alert_failures: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        if not self.fences and not self.alerts_delivered:
+            return "no fenced generation"
+        return (f"{self.fences} fenced generation(s); stopped {len(self.runs_stopped)} run(s), "
+                f"counted {self.attempts_counted} new attempt(s), delivered {self.alerts_delivered} alert(s)"
+                + (f", {len(self.alert_failures)} alert(s) undelivered" if self.alert_failures else ""))
+
+
+def patrol(instance: dg.DagsterInstance, engine: Engine, notifier: Notifier) -> PatrolReport:
+    fences = read_fences(engine)
+    stopped: list[str] = []
+    counted = 0
+    for fence in fences:
+        ids, n = _stop_fenced_runs(instance, engine, fence)
+        stopped += ids
+        counted += n
+    owners = {f.generation: f.fenced_by for f in fences}
+    with engine.session(read_only=True) as s:
+        pending = unalerted_attempts(s)
+    delivered, failures = 0, []
+    for a in pending:
+        subject = (f"run {a.run_id} of fenced generation {a.generation} stopped" if a.action.startswith("run:")
+                   else f"{a.action} by fenced generation {a.generation} refused")
+        body = (f"{subject} at {a.attempted_at:%Y-%m-%d %H:%M:%S} UTC (incident {a.incident_id or 'none'}). "
+                f"{a.detail}\nThe fence held: nothing of {a.generation} landed. Find out who or what is still "
+                f"launching it, and stop it at the source.")
+        try:
+            delivered += notifier.notify(owners.get(a.generation, DEFAULT_OWNER), subject, body, "critical", a.dedupe_key,
+                                         incident_id=a.incident_id, dataset=a.dataset)
+        except NotificationError as err:
+            failures.append(str(err))
+    return PatrolReport(len(fences), tuple(stopped), counted, delivered, tuple(failures))
+
+
+def _stop_fenced_runs(instance: dg.DagsterInstance, engine: Engine, fence: FenceRecord) -> tuple[list[str], int]:
+    backfills = dagster_runs.backfills_of(instance, fence.generation, fence.backfill_id)
+    events = []
+    for b in backfills:
+        before = dagster_runs.cancel_backfill(instance, b)
+        if before is not None:  # someone resumed or relaunched it after containment
+            events.append(TimelineEvent("fence_cancel_backfill", f"backfill {b} of fenced {fence.generation} was {before}; cancelled",
+                                        fence.incident_id, fence.dataset, "fencing_sensor",
+                                        details={"generation": fence.generation, "backfill_id": b, "status_before": before}))
+    record_events(engine, events)
+    records = dagster_runs.runs_of(instance, fence.generation, backfills)
+    dagster_runs.strip_retries(instance, [r.dagster_run for r in records])
+    stopped, counted = [], 0
+    for record in records:
+        run = record.dagster_run
+        if run.status not in dagster_runs.STOPPABLE:
+            continue
+        result = dagster_runs.stop_run(instance, run)
+        when = "after" if naive_utc(record.create_timestamp) > fence.fenced_at else "before"
+        counted += count_run_attempt(engine, fence, run.run_id, run.status.value,
+                                     f"run created {when} the fence (parent {run.parent_run_id or 'none'}): {result.action}")
+        stopped.append(run.run_id)
+    return stopped, counted
+
+
+def naive_utc(moment: datetime) -> datetime:
+    """Dagster's timestamps as the control plane's (naive UTC); a naive one is taken as UTC."""
+    return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo else moment

@@ -1,0 +1,14 @@
+"""Preserve an incident's evidence before anything is cleaned (runbook step 3).
+
+- :mod:`.tables`: which warehouse relations a bundle copies, as SQL;
+- :mod:`.keys`: the key of the keyed hashes that stand in for sensitive values;
+- :mod:`.bundle`: building the immutable, owner-only folder;
+- :mod:`.manifest`: the manifest and verifying a bundle against it.
+"""
+
+from recovery.lib.evidence.bundle import EvidenceResult, build_evidence, code_version, recorded_manifest_sha256
+from recovery.lib.evidence.keys import KEY_ENV, load_evidence_key
+from recovery.lib.evidence.manifest import MANIFEST, Problem, Verification, read_manifest, verify_bundle
+
+__all__ = ["EvidenceResult", "build_evidence", "code_version", "recorded_manifest_sha256", "KEY_ENV",
+           "load_evidence_key", "MANIFEST", "Problem", "Verification", "read_manifest", "verify_bundle"]

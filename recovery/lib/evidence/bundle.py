@@ -1,0 +1,268 @@
+"""Build an incident's evidence bundle: an immutable, owner-only folder with a manifest.
+
+Immutability: a bundle is built in a private staging folder beside its final
+place and renamed into place only when complete (manifest written last). If the
+incident's folder already holds a bundle, building **refuses politely and returns
+the existing manifest untouched**: the first evidence, taken before anyone cleaned
+up, is the one that matters, and an identical re-run must change nothing. To take
+a later snapshot, give the incident another ``evidence_root``.
+
+Consistency: every table is written by DuckDB's own ``COPY ... TO (FORMAT parquet)``
+inside one read-only transaction, so all copies show the same committed state.
+Sensitive columns (the spec's ``source.sensitive`` and ``target.sensitive``, by
+name, in every copied relation) are replaced in that same SQL by keyed hashes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+
+import recovery
+from recovery.lib.control_plane import SCHEMA, control_plane_exists, record_event, utcnow
+from recovery.lib.engine.base import Engine, Session
+from recovery.lib.errors import RecoveryError
+from recovery.lib.evidence.keys import EvidenceKey, load_evidence_key
+from recovery.lib.evidence.manifest import DIR_MODE, FILE_MODE, FORMAT, MANIFEST, read_manifest, restrict, sha256_file, write_manifest
+from recovery.lib.evidence.tables import TableCopy, planned_copies, safe_name
+from recovery.lib.failed_generations import generation_facts
+from recovery.lib.identifiers import quote
+from recovery.lib.incident import Incident
+from recovery.lib.run_history import RunHistory
+from recovery.lib.spec import DatasetSpec
+from recovery.lib.writer import retrying
+
+KEY_VARIABLE = "recovery_evidence_key"
+HASH_SQL = f"sha256(getvariable('{KEY_VARIABLE}') || ':' || CAST({{col}} AS VARCHAR))"  # the key is bound, never inlined
+
+
+@dataclass(frozen=True)
+class EvidenceResult:
+    bundle: Path
+    manifest: dict
+    manifest_sha256: str
+    created: bool       # False: the bundle already existed and was left untouched
+    seconds: float
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f["bytes"] for f in self.manifest["files"])
+
+    @property
+    def table_rows(self) -> int:
+        return sum(f.get("rows") or 0 for f in self.manifest["files"] if f["path"].endswith(".parquet"))
+
+
+class _Files:
+    """Writes bundle files into the staging folder and remembers their manifest entries."""
+
+    def __init__(self, root: Path, sensitive: set[str]):
+        self.root = root
+        self.sensitive = sensitive
+        self.entries: list[dict] = []
+
+    def _path(self, rel: str) -> Path:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+        return path
+
+    def _add(self, rel: str, description: str, rows: int | None = None, **extra) -> None:
+        path = self.root / rel
+        os.chmod(path, FILE_MODE)
+        entry = {"path": rel, "sha256": sha256_file(path), "bytes": path.stat().st_size, "rows": rows, "description": description}
+        self.entries.append({**entry, **extra})
+
+    def table(self, s: Session, copy: TableCopy) -> None:
+        cols = [r[0] for r in s.fetchall(f"DESCRIBE {copy.sql}", copy.params)]
+        hashed = [c for c in cols if c.lower() in self.sensitive]
+        select = f"SELECT * FROM ({copy.sql}) AS t"
+        if hashed:
+            replace = ", ".join(f"{HASH_SQL.format(col=quote(c))} AS {quote(c)}" for c in hashed)
+            select = f"SELECT * REPLACE ({replace}) FROM ({copy.sql}) AS t"
+        path = self._path(copy.path)
+        rows = s.fetchone(f"COPY ({select}) TO ? (FORMAT parquet, COMPRESSION zstd)", [*copy.params, str(path)])[0]
+        self._add(copy.path, copy.description, int(rows), hashed_columns=hashed)
+
+    def data(self, rel: str, payload: bytes, description: str, rows: int | None = None) -> None:
+        fd = os.open(self._path(rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+        self._add(rel, description, rows)
+
+    def json(self, rel: str, obj, description: str) -> None:
+        self.data(rel, (json.dumps(obj, indent=2, default=str) + "\n").encode(), description,
+                  len(obj) if isinstance(obj, list) else None)
+
+    def lines(self, rel: str, lines: tuple[str, ...] | list[str], description: str) -> None:
+        self.data(rel, "".join(line + "\n" for line in lines).encode(), description, len(lines))
+
+    def copy_file(self, rel: str, source: Path, description: str) -> None:
+        self.data(rel, source.read_bytes(), description)
+
+
+def code_version() -> dict:
+    """The recovery package's version and git commit (when it runs from a checkout), and key libraries."""
+    info: dict = {"package": "backfill-recovery", "version": recovery.__version__, "python": sys.version.split()[0]}
+    for dist in ("dagster", "duckdb", "pyarrow"):
+        try:
+            info[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            info[dist] = None
+    repo = Path(recovery.__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=20)
+        if head.returncode == 0:
+            info["git_sha"] = head.stdout.strip()
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                                   capture_output=True, text=True, timeout=20)
+            info["git_dirty"] = bool(dirty.stdout.strip()) if dirty.returncode == 0 else None
+        else:
+            info["git_sha"], info["git_note"] = None, head.stderr.strip()[:200] or "not a git checkout"
+    except (OSError, subprocess.TimeoutExpired) as err:
+        info["git_sha"], info["git_note"] = None, f"git unavailable ({err})"
+    return info
+
+
+def _spec_files(spec: DatasetSpec) -> list[tuple[str, Path, str]]:
+    base = spec.spec_path.parent if spec.spec_path else Path(".")
+
+    def rel(p: Path) -> str:
+        try:
+            return Path(p).resolve().relative_to(base).as_posix()
+        except ValueError:
+            return f"outside/{safe_name(Path(p).name)}"
+
+    files = [(f"config/spec/{rel(spec.spec_path)}", spec.spec_path, "the dataset spec")] if spec.spec_path else []
+    files.append((f"config/spec/{rel(spec.target.transform)}", spec.target.transform, "the target's transform SQL"))
+    files += [(f"config/spec/{rel(d.sql)}", d.sql, f"consumer {d.name}'s SQL") for d in spec.downstream]
+    return files
+
+
+def _run_record(run) -> dict:
+    return {"run_id": run.run_id, "generation": run.generation, "job_name": run.job_name, "status": run.status,
+            "created_at": run.created_at, "started_at": run.started_at, "ended_at": run.ended_at,
+            "parent_run_id": run.parent_run_id, "partition_range": run.partition_range,
+            "tags": run.tags, "run_config": run.run_config}
+
+
+def _fill(root: Path, incident: Incident, spec: DatasetSpec, engine: Engine, history: RunHistory, key: EvidenceKey,
+          actor: str, built_at: datetime) -> dict:
+    sensitive = {c.lower() for c in [*spec.source.sensitive, *spec.target.sensitive]}
+    files = _Files(root, sensitive)
+    with engine.session(read_only=True) as s:
+        s.execute("BEGIN TRANSACTION")  # one snapshot for every copy
+        s.execute(f"SET VARIABLE {KEY_VARIABLE} = ?", [key.secret])
+        facts = generation_facts(s, spec, incident.failed_generations)
+        copies, notes = planned_copies(s, spec, facts)
+        for copy in copies:
+            files.table(s, copy)
+        latest_ingested = s.scalar(f"SELECT max({quote(spec.source.ingested_at)}) FROM {spec.source.table_name.sql()}")
+        s.execute(f"RESET VARIABLE {KEY_VARIABLE}")
+        s.execute("COMMIT")
+    for rel, path, description in _spec_files(spec):
+        files.copy_file(rel, path, description)
+    if incident.incident_path:
+        files.copy_file("config/incident.yaml", incident.incident_path, "the incident file as given")
+    else:
+        files.json("config/incident.json", incident.model_dump(mode="json"), "the incident, given as run config")
+    files.json("code_version.json", code_version(), "version and git commit of the recovery code that built this bundle")
+    files.json("dagster/runs.json", [_run_record(r) for r in history.runs], "the failed generations' runs: status, tags, run config")
+    files.json("dagster/backfills.json", [b.__dict__ for b in history.backfills], "the Dagster backfills that produced them")
+    for run in history.runs:
+        files.lines(f"dagster/event_logs/{safe_name(run.run_id)}.jsonl", run.event_log_lines,
+                    f"Dagster event log of run {run.run_id} ({run.job_name}, {run.status}), one serialized record per line")
+    return {
+        "format": FORMAT,
+        "incident_id": incident.incident_id,
+        "dataset": spec.dataset,
+        "built_at": built_at.isoformat(),
+        "built_by": actor,
+        "warehouse": str(spec.warehouse.path),
+        "failed_generations": [{**f.__dict__, "snapshot_watermark": f.snapshot_watermark[0],
+                                "snapshot_watermark_basis": f.snapshot_watermark[1],
+                                "dagster_runs": [r.run_id for r in history.runs_of(f.generation)]} for f in facts],
+        "source_as_of_now": {"built_at": built_at.isoformat(), "latest_ingested_at": latest_ingested},
+        "sensitive_columns": {
+            "columns": sorted(sensitive),
+            "stored_as": "sha256(key || ':' || CAST(value AS VARCHAR)) as lowercase hex; NULL stays NULL",
+            "key_id": key.key_id,
+            "key_held": "environment variable" if key.origin.startswith("env") else "key file beside the warehouse (not in this bundle)",
+        },
+        "orchestrator": {"name": history.orchestrator, "runs": len(history.runs),
+                         "backfills": [b.backfill_id for b in history.backfills], "notes": list(history.notes)},
+        "notes": notes,
+        "files": files.entries,
+    }
+
+
+def _existing(final: Path, t0: float) -> EvidenceResult | None:
+    if not final.exists() or (final.is_dir() and not any(final.iterdir())):
+        return None  # an empty folder holds no evidence; the rename below replaces it
+    if not (final / MANIFEST).is_file():
+        raise RecoveryError(f"{final} exists but holds no {MANIFEST}: it is not a bundle this package finished; "
+                            f"move it aside (never delete evidence) and build again")
+    return EvidenceResult(final, read_manifest(final), sha256_file(final / MANIFEST), False, time.monotonic() - t0)
+
+
+def build_evidence(incident: Incident, spec: DatasetSpec, engine: Engine, history: RunHistory, *,
+                   actor: str = "recovery", run_id: str | None = None) -> EvidenceResult:
+    """Freeze the incident's evidence into ``incident.evidence_dir(spec)``; an existing bundle is returned untouched."""
+    t0 = time.monotonic()
+    final = incident.evidence_dir(spec)
+    found = _existing(final, t0)
+    if found:
+        return found
+    key = load_evidence_key(spec.warehouse.path)
+    final.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    staging = final.parent / f".{final.name}.partial-{secrets.token_hex(4)}"
+    staging.mkdir(mode=DIR_MODE)
+    try:
+        manifest = _fill(staging, incident, spec, engine, history, key, actor, utcnow())
+        sha = write_manifest(staging, manifest)
+        restrict(staging)
+        try:
+            os.rename(staging, final)  # atomic; fails if a concurrent build put a bundle there first
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+            found = _existing(final, t0)
+            if found:
+                return found
+            raise
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _record(engine, incident, spec, final, sha, manifest, actor, run_id)
+    return EvidenceResult(final, manifest, sha, True, time.monotonic() - t0)
+
+
+def _record(engine: Engine, incident: Incident, spec: DatasetSpec, bundle: Path, sha: str, manifest: dict,
+            actor: str, run_id: str | None) -> None:
+    details = json.dumps({"bundle": str(bundle), "manifest_sha256": sha, "files": len(manifest["files"]),
+                          "bytes": sum(f["bytes"] for f in manifest["files"])})
+
+    def txn() -> None:
+        with engine.transaction() as s:
+            record_event(s, kind="evidence_preserved", dataset=spec.dataset, incident_id=incident.incident_id, actor=actor,
+                         run_id=run_id, details=details,
+                         summary=f"evidence bundle {bundle.name}: {len(manifest['files'])} files, manifest sha256 {sha[:12]}")
+
+    retrying(txn)
+
+
+def recorded_manifest_sha256(engine: Engine, incident_id: str, bundle: Path) -> str | None:
+    """The manifest checksum the control plane recorded when ``bundle`` was built, if any."""
+    with engine.session(read_only=True) as s:
+        if not control_plane_exists(s):
+            return None
+        return s.scalar(
+            f"SELECT details->>'manifest_sha256' FROM {SCHEMA}.timeline WHERE kind = 'evidence_preserved' "
+            f"AND incident_id = ? AND details->>'bundle' = ? ORDER BY event_id DESC LIMIT 1", [incident_id, str(bundle)])

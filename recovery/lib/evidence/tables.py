@@ -1,0 +1,106 @@
+"""Which warehouse relations an evidence bundle copies, as SELECTs for DuckDB to write.
+
+The bundle freezes what reconciliation and any later audit need: the source as of
+each failed generation's snapshot watermark and as of now (plus the whole change
+log, tombstones included, so any other watermark can be recomputed), every
+generation's rows in the published namespace, the failed generations' own
+namespaces and delta-log entries, the consumers' outputs, the control plane and
+the catalog's columns. Nothing here moves a row through Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from recovery.lib.control_plane import SCHEMA, delta_table
+from recovery.lib.consumers import CONSUMER_SCHEMA, consumer_table
+from recovery.lib.engine.base import Session
+from recovery.lib.failed_generations import GenerationFacts
+from recovery.lib.identifiers import TableName, quote
+from recovery.lib.namespaces import current_namespace, namespace_sql
+from recovery.lib.snapshot import source_snapshot_sql
+from recovery.lib.spec import DatasetSpec
+
+
+@dataclass(frozen=True)
+class TableCopy:
+    path: str                 # relative path inside the bundle
+    sql: str                  # one SELECT
+    description: str
+    params: list = field(default_factory=list)
+
+
+def safe_name(text: str) -> str:
+    """A file name for an arbitrary id: kept when plain, else made plain and suffixed with a hash."""
+    plain = re.sub(r"[^A-Za-z0-9._-]", "_", text)[:100]
+    if plain == text and not text.startswith("."):
+        return text
+    return f"{plain.lstrip('.') or 'id'}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+def _stamp(value: datetime) -> str:
+    return value.strftime("%Y%m%dT%H%M%S")
+
+
+def planned_copies(s: Session, spec: DatasetSpec, facts: list[GenerationFacts]) -> tuple[list[TableCopy], list[str]]:
+    """Every relation the bundle holds, and notes on what could not be copied."""
+    copies: list[TableCopy] = []
+    notes: list[str] = []
+    src = spec.source.table_name.sql()
+    copies.append(TableCopy("source/change_log.parquet", f"SELECT * FROM {src}",
+                            "the whole source change log as of the bundle (tombstones included)"))
+    seen = set()
+    for f in facts:
+        wm, basis = f.snapshot_watermark
+        if wm is None:
+            notes.append(f"generation {f.generation}: no watermark known, so no source snapshot as of its read")
+        elif wm not in seen:
+            seen.add(wm)
+            copies.append(TableCopy(f"source/snapshot_at_{_stamp(wm)}.parquet", source_snapshot_sql(spec, wm),
+                                    f"source snapshot as of {wm} ({basis} of {f.generation}): latest non-deleted version per key"))
+    copies.append(TableCopy("source/snapshot_now.parquet", source_snapshot_sql(spec, None),
+                            "source snapshot as of the bundle: latest non-deleted version per key"))
+
+    gen = quote(spec.target.metadata.generation)
+    current = current_namespace(s, spec)
+    if current is None:
+        notes.append(f"{spec.target.table} has no published namespace in the control plane")
+    else:
+        ns = namespace_sql(current)
+        for (g,) in s.fetchall(f"SELECT DISTINCT {gen} FROM {ns} ORDER BY 1 NULLS FIRST"):
+            name = "_no_generation" if g is None else safe_name(g)
+            copies.append(TableCopy(f"target/current/{name}.parquet", f"SELECT * FROM {ns} WHERE {gen} IS NOT DISTINCT FROM ?",
+                                    f"rows of generation {g} in the published namespace {current}", [g]))
+    for f in facts:
+        if f.namespace and f.namespace != current:
+            copies.append(TableCopy(f"target/namespace/{safe_name(f.namespace)}.parquet", f"SELECT * FROM {namespace_sql(f.namespace)}",
+                                    f"namespace {f.namespace} written by failed generation {f.generation}"))
+    delta = delta_table(spec.dataset)
+    if s.object_kind(SCHEMA, f"delta__{spec.dataset}"):
+        for f in facts:
+            copies.append(TableCopy(f"target/delta/{safe_name(f.generation)}.parquet", f"SELECT * FROM {delta} WHERE {gen} = ?",
+                                    f"delta-log entries (inserted and removed rows) of failed generation {f.generation}",
+                                    [f.generation]))
+    else:
+        notes.append(f"no delta log {delta}: the failed generations' removed rows are not recoverable from it")
+
+    for c in spec.downstream:
+        t = consumer_table(spec, c)
+        if s.object_kind(t.schema, t.name):
+            copies.append(TableCopy(f"consumers/{c.name}.parquet", f"SELECT * FROM {t.sql()}",
+                                    f"{c.kind} {c.name} (owner {c.owner}) as currently materialized"))
+    for (name,) in s.fetchall(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = ? AND table_type = 'BASE TABLE' "
+            "AND table_name NOT LIKE 'delta\\_\\_%' ESCAPE '\\' ORDER BY 1", [SCHEMA]):
+        copies.append(TableCopy(f"control_plane/{safe_name(name)}.parquet", f"SELECT * FROM {TableName(SCHEMA, name).sql()}",
+                                f"control-plane table {SCHEMA}.{name}"))
+    schemas = sorted({spec.source.table_name.schema, spec.target.table_name.schema, SCHEMA, CONSUMER_SCHEMA})
+    copies.append(TableCopy("catalog/columns.parquet",
+                            "SELECT table_schema, table_name, column_name, ordinal_position, data_type, is_nullable "
+                            "FROM information_schema.columns WHERE table_schema IN (SELECT unnest(CAST(? AS VARCHAR[]))) "
+                            "ORDER BY 1, 2, 4", "the catalog's columns of the source, target, control-plane and consumer schemas",
+                            [schemas]))
+    return copies, notes
