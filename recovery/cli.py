@@ -29,7 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=r"(?i).*(beta|preview|supersession)")
-    console = Console(stderr=False)
+    console = Console()
+    if not console.is_terminal:  # piped or in CI: wide enough for the tables to stay readable
+        console = Console(width=150)
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args, console) or 0)

@@ -8,6 +8,7 @@ and their runs are executed by a real ``dagster-daemon`` in other processes.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -27,6 +28,7 @@ from recovery.config import PROJECT_ROOT
 from recovery.lib.errors import RecoveryError
 
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"
+logging.getLogger("dagster.code_server").setLevel(logging.WARNING)  # keep CLI output to what the person asked for
 
 LAUNCH_BACKFILL = """
 mutation LaunchBackfill($backfillParams: LaunchBackfillParams!) {

@@ -57,93 +57,126 @@ def _failed_start(s: Session, spec: DatasetSpec, gens: list) -> datetime | None:
 
 
 def stage(s: Session, inputs: ReconcileInputs) -> dict:
-    """Build the temp relations the classification reads. Returns the resolved facts."""
+    """Build the temp relations the classification reads. Returns the resolved facts.
+
+    Each big relation is read once: the source's latest version per key (which gives
+    E, presence in the source, tombstones and arrival times), and the target folded
+    to one row per key with its number of copies. The delta log is only probed for
+    the few keys that need it (absent keys; keys holding an older version).
+    """
     spec = inputs.spec
     src, meta = spec.source, spec.target.metadata
-    gens = list(inputs.failed_generations)
+    gens = str_list(list(inputs.failed_generations))
     watermark = inputs.watermark or s.scalar(f"SELECT max({quote(src.ingested_at)}) FROM {src.table_name.sql()}")
-    start = _failed_start(s, spec, gens)
+    start = _failed_start(s, spec, list(inputs.failed_generations))
     key = quote_all(spec.key)
     gen, sv, wat = quote(meta.generation), quote(meta.source_version), quote(meta.written_at)
     delta = delta_table(spec.dataset)
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __e AS {expected_rows_sql(spec, watermark)}")
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __t AS SELECT *, row_number() OVER () AS __rid FROM {spec.target.table_name.sql()}")
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __tn AS SELECT {key}, count(*) AS __n, min(__rid) AS __first FROM __t GROUP BY ALL")
+    s.execute(f"CREATE OR REPLACE TEMP TABLE __latest AS {latest_versions_sql(spec, watermark, include_deleted=True)}")
+    live = f"SELECT * FROM __latest WHERE {quote(src.op)} NOT IN ({str_list(src.delete_ops)})"
+    s.execute(f"CREATE OR REPLACE TEMP TABLE __e AS {expected_rows_sql(spec, None, source_relation=live)}")
+    # the target with each row's number of copies (the few duplicated keys are folded to one
+    # row after the diff, on the small set of differing rows)
+    target = spec.target.table_name.sql()
+    s.execute(f"CREATE OR REPLACE TEMP TABLE __dups AS SELECT {key}, count(*) AS __n FROM {target} GROUP BY ALL HAVING count(*) > 1")
     s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __latest AS SELECT {key}, {quote(src.version)} AS __v, {quote(src.op)} AS __op "
-        f"FROM ({latest_versions_sql(spec, watermark, include_deleted=True)})"
+        f"CREATE OR REPLACE TEMP VIEW __t1 AS SELECT x.*, coalesce(d.__n, 1) AS __n "
+        f"FROM {target} x LEFT JOIN __dups d USING ({key})"
     )
     s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __arrived AS SELECT {key}, {quote(src.version)} AS __v, {quote(src.ingested_at)} AS __at "
-        f"FROM {src.table_name.sql()} WHERE {quote(src.ingested_at)} <= {ts_literal(watermark)}"
+        f"CREATE OR REPLACE TEMP TABLE __tomb AS SELECT {key} FROM __latest "
+        f"WHERE {quote(src.op)} IN ({str_list(src.delete_ops)})"
     )
+    columns = [c for c, _ in s.columns("__e")]
+    s.execute(f"CREATE OR REPLACE TEMP TABLE __diff AS {diff_sql(inputs, columns)}")
     has_delta = s.object_kind(SCHEMA, f"delta__{spec.dataset}") is not None
     if has_delta and start is not None:
+        s.execute(f"CREATE OR REPLACE TEMP TABLE __absent AS SELECT {key} FROM __diff WHERE __n IS NULL")
         s.execute(
             f"CREATE OR REPLACE TEMP TABLE __held AS SELECT {key} FROM ("
             f"SELECT {key}, _delta_op, row_number() OVER (PARTITION BY {key} ORDER BY _delta_seq DESC, _delta_op DESC) AS rn "
-            f"FROM {delta} WHERE {wat} <= {ts_literal(start)}) WHERE rn = 1 AND _delta_op = 'upsert'"
+            f"FROM {delta} SEMI JOIN __absent USING ({key}) WHERE {wat} <= {ts_literal(start)}) "
+            f"WHERE rn = 1 AND _delta_op = 'upsert'"
         )
         s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __clobber AS SELECT {key}, max(_delta_seq) AS __seq FROM {delta} "
-            f"WHERE {gen} IN ({str_list(gens)}) AND _delta_op = 'upsert' GROUP BY ALL"
+            f"CREATE OR REPLACE TEMP TABLE __older AS SELECT {key}, {side('t', meta.source_version)} AS __tsv FROM __diff "
+            f"WHERE {side('t', meta.source_version)} < {side('e', meta.source_version)} AND {side('t', meta.generation)} IN ({gens})"
         )
         s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __concurrent AS SELECT DISTINCT {', '.join(f'd.{quote(k)}' for k in spec.key)} "
-            f"FROM {delta} d JOIN __clobber c USING ({key}) JOIN __t t USING ({key}) "
-            f"WHERE d.{gen} NOT IN ({str_list(gens)}) AND d._delta_op = 'upsert' AND d.{sv} > t.{sv} AND d._delta_seq < c.__seq"
+            f"CREATE OR REPLACE TEMP TABLE __arrived AS SELECT {key}, {quote(src.ingested_at)} AS __at "
+            f"FROM __latest SEMI JOIN __older USING ({key})"
+        )
+        s.execute(
+            f"CREATE OR REPLACE TEMP TABLE __concurrent AS "
+            f"WITH d AS (SELECT * FROM {delta} SEMI JOIN __older USING ({key}) WHERE _delta_op = 'upsert'), "
+            f"clobber AS (SELECT {key}, max(_delta_seq) AS __seq FROM d WHERE {gen} IN ({gens}) GROUP BY ALL) "
+            f"SELECT DISTINCT {', '.join(f'd.{quote(k)}' for k in spec.key)} FROM d JOIN clobber c USING ({key}) "
+            f"JOIN __older o USING ({key}) WHERE d.{gen} NOT IN ({gens}) AND d.{sv} > o.__tsv AND d._delta_seq < c.__seq"
         )
     else:
-        s.execute(f"CREATE OR REPLACE TEMP TABLE __held AS SELECT {key} FROM __e WHERE false")
-        s.execute(f"CREATE OR REPLACE TEMP TABLE __concurrent AS SELECT {key} FROM __e WHERE false")
-    return {"watermark": watermark, "failed_start": start}
+        for name in ("__held", "__concurrent"):
+            s.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {key} FROM __e WHERE false")
+        s.execute(f"CREATE OR REPLACE TEMP TABLE __arrived AS SELECT {key}, NULL::TIMESTAMP AS __at FROM __e WHERE false")
+    return {"watermark": watermark, "failed_start": start, "columns": columns}
+
+
+def side(which: str, column: str) -> str:
+    """A column of the target side ('t') or expected side ('e') of ``__diff``."""
+    return f'"{which}__{column}"'
+
+
+def diff_sql(inputs: ReconcileInputs, columns: list[str]) -> str:
+    """The one big join: keys of T and E whose rows differ in any way (the diff floor's work)."""
+    spec = inputs.spec
+    meta = spec.target.metadata
+    key = quote_all(spec.key)
+    values = [c for c in columns if c not in spec.key]
+    t_only = [meta.generation, meta.written_at]
+    same = " AND ".join(f"t.{quote(c)} IS NOT DISTINCT FROM e.{quote(c)}" for c in values)
+    picks = ", ".join([f"t.{quote(c)} AS {side('t', c)}" for c in values + t_only] + [f"e.{quote(c)} AS {side('e', c)}" for c in values])
+    return (
+        f"SELECT {key}, t.__n, e.{quote(meta.source_version)} IS NOT NULL AS __in_e, {picks} "
+        f"FROM __t1 t FULL OUTER JOIN __e e USING ({key}) "
+        f"WHERE t.__n IS NULL OR e.{quote(meta.source_version)} IS NULL OR t.__n > 1 OR NOT ({same})"
+    )
 
 
 def classification_sql(inputs: ReconcileInputs, start: datetime | None, columns: list[str]) -> str:
-    """One row per key in T or E that differs, with its label and evidence."""
+    """One row per differing key of ``__diff``, with its label and evidence."""
     spec = inputs.spec
     meta, part = spec.target.metadata, spec.target.partition
     gens = str_list(list(inputs.failed_generations))
     key = quote_all(spec.key)
     payload = [c for c in columns if c not in spec.key and c != meta.source_version]
     no_part = [c for c in payload if c != part]
-    same = lambda cols: " AND ".join([f"t.{quote(c)} IS NOT DISTINCT FROM e.{quote(c)}" for c in cols] or ["true"])  # noqa: E731
-    differing = ", ".join(f"CASE WHEN t.{quote(c)} IS DISTINCT FROM e.{quote(c)} THEN '{c}' END" for c in payload)
-    gen, sv = quote(meta.generation), quote(meta.source_version)
-    p = quote(part)
+    T, E = (lambda c: side("t", c)), (lambda c: side("e", c))  # noqa: E731
+    same = lambda cols: " AND ".join([f"{T(c)} IS NOT DISTINCT FROM {E(c)}" for c in cols] or ["true"])  # noqa: E731
+    differing = ", ".join(f"CASE WHEN {T(c)} IS DISTINCT FROM {E(c)} THEN '{c}' END" for c in payload)
+    sv = meta.source_version
     after_start = f"a.__at > {ts_literal(start)}" if start else "false"
-    by_failed = f"t.{gen} IN ({gens})"
-    present_t = f"t.{quote(spec.key[0])} IS NOT NULL"
-    present_e = f"e.{quote(spec.key[0])} IS NOT NULL"
     return f"""
-    WITH t AS (SELECT __t.* FROM __t JOIN __tn ON __t.__rid = __tn.__first),
-    j AS (
-        SELECT {', '.join(f'coalesce(t.{quote(k)}, e.{quote(k)}) AS {quote(k)}' for k in spec.key)},
-               t.{p} AS actual_partition, e.{p} AS expected_partition,
-               t.{gen} AS generation, t.{sv} AS actual_version, e.{sv} AS expected_version,
-               coalesce(n.__n, 0) AS rows_in_target,
-               CASE
-                 WHEN n.__n > 1 THEN 'duplicate'
-                 WHEN {present_t} AND l.__op IN ({str_list(spec.source.delete_ops)}) THEN 'resurrected'
-                 WHEN {present_t} AND l.__v IS NULL THEN 'unexpected'
-                 WHEN NOT {present_t} AND {present_e} THEN CASE WHEN h.__held THEN 'deleted' ELSE 'missing' END
-                 WHEN {present_t} AND {present_e} AND {same(no_part)} AND t.{p} IS DISTINCT FROM e.{p} THEN 'mispartitioned'
-                 WHEN t.{sv} < e.{sv} AND {by_failed} AND {after_start} AND c.__concurrent THEN 'overwritten'
-                 WHEN t.{sv} < e.{sv} AND {by_failed} THEN 'stale'
-                 WHEN t.{sv} = e.{sv} AND NOT ({same(payload)}) THEN 'incorrectly_transformed'
-                 WHEN {present_t} AND {present_e} AND ({same(payload)}) AND t.{sv} IS NOT DISTINCT FROM e.{sv} THEN NULL
-                 WHEN NOT {present_t} AND NOT {present_e} THEN NULL
-                 ELSE 'unexplained'
-               END AS label,
-               list_filter([{differing}], lambda x: x IS NOT NULL) AS differing_columns
-        FROM t FULL OUTER JOIN __e e USING ({key})
-        LEFT JOIN __tn n USING ({key})
-        LEFT JOIN __latest l USING ({key})
-        LEFT JOIN (SELECT {key}, true AS __held FROM __held) h USING ({key})
-        LEFT JOIN (SELECT {key}, true AS __concurrent FROM __concurrent) c USING ({key})
-        LEFT JOIN __arrived a ON {' AND '.join(f'a.{quote(k)} = e.{quote(k)}' for k in spec.key)} AND a.__v = e.{sv}
-    )
-    SELECT * FROM j WHERE label IS NOT NULL
+    SELECT {key},
+           {T(part)} AS actual_partition, {E(part)} AS expected_partition,
+           {T(meta.generation)} AS generation, {T(sv)} AS actual_version, {E(sv)} AS expected_version,
+           coalesce(__n, 0) AS rows_in_target,
+           CASE
+             WHEN __n > 1 THEN 'duplicate'
+             WHEN __n IS NOT NULL AND NOT __in_e AND tomb.__tomb THEN 'resurrected'
+             WHEN __n IS NOT NULL AND NOT __in_e THEN 'unexpected'
+             WHEN __n IS NULL THEN CASE WHEN h.__held THEN 'deleted' ELSE 'missing' END
+             WHEN {same(no_part)} AND {T(part)} IS DISTINCT FROM {E(part)} THEN 'mispartitioned'
+             WHEN {T(sv)} < {E(sv)} AND {T(meta.generation)} IN ({gens}) AND {after_start} AND c.__concurrent THEN 'overwritten'
+             WHEN {T(sv)} < {E(sv)} AND {T(meta.generation)} IN ({gens}) THEN 'stale'
+             WHEN {T(sv)} = {E(sv)} AND NOT ({same(payload)}) THEN 'incorrectly_transformed'
+             ELSE 'unexplained'
+           END AS label,
+           list_filter([{differing}], lambda x: x IS NOT NULL) AS differing_columns
+    FROM __diff
+    LEFT JOIN (SELECT {key}, true AS __tomb FROM __tomb) tomb USING ({key})
+    LEFT JOIN (SELECT {key}, true AS __held FROM __held) h USING ({key})
+    LEFT JOIN (SELECT {key}, true AS __concurrent FROM __concurrent) c USING ({key})
+    LEFT JOIN __arrived a USING ({key})
+    QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {T(sv)}, {T(meta.generation)}) = 1
     """
 
 

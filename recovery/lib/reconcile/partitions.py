@@ -30,7 +30,7 @@ def partition_findings_sql(inputs: ReconcileInputs, start: datetime | None) -> s
                count(*) FILTER (WHERE {gen} IN ({gens})) AS failed_rows,
                count(*) FILTER (WHERE {gen} NOT IN ({gens}) AND {before}) AS older_rows,
                count(*) FILTER (WHERE {gen} IN ({gens}) AND {wat} > {fence}) AS written_after_fence
-        FROM __t GROUP BY 1),
+        FROM {spec.target.table_name.sql()} GROUP BY 1),
     ep AS (SELECT {p} AS p, count(*) AS expected_rows, {amount} AS expected_total FROM __e GROUP BY 1),
     lp AS (SELECT coalesce(actual_partition, expected_partition) AS p, count(*) AS damaged_keys FROM __recon GROUP BY 1)
     SELECT p AS partition,
