@@ -245,3 +245,41 @@ def test_consumers_refuse_to_materialize_from_a_fenced_generation(tmp_path):
 
     with pytest.raises(FencedGenerationError):
         materialize_consumer(writer.engine, spec, spec.downstream[0])
+
+
+def test_reconcile_cli_and_assess_job_run_through_dagster(example_copy, tmp_path, monkeypatch, failed_example):
+    """The CLI launches the partitioned reconciliation asset over every target partition in one run;
+    assess_incident materializes reconciliation, impact and decision from the launchpad config."""
+    import shutil
+
+    import dagster as dg
+
+    from recovery.cli import main
+    from recovery.defs.reconciliation.partitions import reconciliation_tags
+    from recovery.orchestration import run_job
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("RECOVERY_SPEC", str(example_copy))
+    incident_file = example_copy.with_name("incident.yaml")
+    assert main(["reconcile", "--incident", str(incident_file), "--out", str(tmp_path / "out")]) == 0
+    import json
+
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["labels"] == {k: v for k, v in failed_example.info["truth_labels"].items()}
+    with dg.DagsterInstance.get() as instance:
+        partitions = instance.get_materialized_partitions(dg.AssetKey(["incident", "reconciliation"]))
+        assert len(partitions) == len(summary["partitions"]) == 187
+        from recovery.definitions import defs
+
+        spec = load_spec(example_copy)
+        config = {"incident_file": str(incident_file)}
+        result = run_job(defs(), "assess_incident", instance, tags=reconciliation_tags(instance, spec), run_config={"ops": {
+            k: {"config": config} for k in ("incident__reconciliation", "incident__impact", "incident__decision")}})
+        decision = result.asset_materializations_for_node("incident__decision")[0].metadata
+        impact = result.asset_materializations_for_node("incident__impact")[0].metadata
+    assert decision["choice"].value == "repair"
+    assert impact["consumers_affected"].value == 5
+    assert sorted(impact["lineage_downstream_of_target"].value) == sorted(f"consumers/{c.name}" for c in spec.downstream)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -11,14 +12,16 @@ from rich.table import Table
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from recovery.definitions import defs
-    from recovery.defs.reconciliation.partitions import reconciliation_tags
     from recovery.lib.incident import check_incident, parse_incident
-    from recovery.orchestration import project_instance, run_job
 
     incident = parse_incident(args.incident)
     spec = check_incident(incident)  # validate before launching anything
+    os.environ["RECOVERY_SPEC"] = str(incident.spec)  # the code location serves the incident's dataset
     out = Path(args.out).resolve() if args.out else incident.reports_dir(spec)
+    from recovery.definitions import defs
+    from recovery.defs.reconciliation.partitions import reconciliation_tags
+    from recovery.orchestration import project_instance, run_job
+
     instance = project_instance()
     result = run_job(defs(), "reconcile_incident", instance, tags=reconciliation_tags(instance, spec), run_config={
         "ops": {"incident__reconciliation": {"config": {"incident_file": str(incident.incident_path), "out_dir": str(out)}}}})

@@ -2,11 +2,11 @@
 
 import dagster as dg
 
-from recovery.defs.incident_config import IncidentFileConfig
+from recovery.defs.containment.config import IncidentConfig, resolve_incident
+from recovery.defs.resources import WarehouseResource
 from recovery.lib.control_plane import record_event
 from recovery.lib.decision import decide
 from recovery.lib.engine import open_engine
-from recovery.lib.incident import check_incident, parse_incident
 from recovery.lib.writer import retrying
 
 
@@ -16,9 +16,8 @@ from recovery.lib.writer import retrying
     group_name="recovery",
     description="Rollback only where a complete prior generation exists and no valid write would be lost; otherwise repair.",
 )
-def decision(context: dg.AssetExecutionContext, config: IncidentFileConfig) -> dg.MaterializeResult:
-    incident = parse_incident(config.incident_file)
-    spec = check_incident(incident)
+def decision(context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    incident, spec = resolve_incident(config, warehouse.spec_path)
     engine = open_engine(spec.warehouse)
 
     def txn():

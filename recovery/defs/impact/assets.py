@@ -7,11 +7,11 @@ reported as reached (its magnitude needs its SQL in the spec).
 
 import dagster as dg
 
-from recovery.defs.incident_config import IncidentFileConfig
+from recovery.defs.containment.config import IncidentConfig, resolve_incident
+from recovery.defs.resources import WarehouseResource
 from recovery.lib.control_plane import record_event
 from recovery.lib.impact import assess_impact
 from recovery.lib.engine import open_engine
-from recovery.lib.incident import check_incident, parse_incident
 from recovery.lib.writer import retrying
 
 
@@ -38,9 +38,8 @@ def downstream_of_target(context: dg.AssetExecutionContext, target_table: str) -
     group_name="recovery",
     description="Downstream impact: rows changed, magnitude and materiality per consumer, and the decisions affected.",
 )
-def impact(context: dg.AssetExecutionContext, config: IncidentFileConfig) -> dg.MaterializeResult:
-    incident = parse_incident(config.incident_file)
-    spec = check_incident(incident)
+def impact(context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    incident, spec = resolve_incident(config, warehouse.spec_path)
     engine = open_engine(spec.warehouse)
     lineage = downstream_of_target(context, str(spec.target.table_name))
 

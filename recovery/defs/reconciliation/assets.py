@@ -10,13 +10,13 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from recovery.defs.incident_config import IncidentFileConfig
+from recovery.defs.containment.config import IncidentConfig, resolve_incident
 from recovery.defs.reconciliation.partitions import TARGET_PARTITIONS
-from recovery.lib.incident import check_incident, parse_incident
+from recovery.defs.resources import WarehouseResource
 from recovery.lib.reconcile.run import run_reconciliation
 
 
-class ReconcileConfig(IncidentFileConfig):
+class ReconcileConfig(IncidentConfig):
     out_dir: str | None = Field(None, description="Where to write reconciliation.parquet and summary.json (default: reports/<incident> beside the warehouse).")
 
 
@@ -28,9 +28,8 @@ class ReconcileConfig(IncidentFileConfig):
     group_name="recovery",
     description="Source-to-output reconciliation: one damage label per key, findings per partition.",
 )
-def reconciliation(context: dg.AssetExecutionContext, config: ReconcileConfig) -> dg.MaterializeResult:
-    incident = parse_incident(config.incident_file)
-    spec = check_incident(incident)
+def reconciliation(context: dg.AssetExecutionContext, config: ReconcileConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    incident, spec = resolve_incident(config, warehouse.spec_path)
     out = Path(config.out_dir) if config.out_dir else incident.reports_dir(spec)
     summary, files = run_reconciliation(spec, incident.failed_generations, incident_id=incident.incident_id,
                                         out_dir=out, actor="reconciliation", run_id=context.run_id)
