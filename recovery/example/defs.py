@@ -46,8 +46,8 @@ def ingest_changes(context: dg.OpExecutionContext, config: IngestConfig, warehou
     writer = warehouse.writer(actor="ingest_transactions")
     writer.ensure()
     generation = f"ingest-{day.isoformat()}"
-    writer.register_generation(generation, "ingest", started_at=at, run_id=context.run_id, code_version="ingest-1.4.2")
-    result = apply_changes(writer, generation, until=until, at=at, run_id=context.run_id)
+    writer.register_generation(generation, "ingest", started_at=at, run_id=context.run.run_id, code_version="ingest-1.4.2")
+    result = apply_changes(writer, generation, until=until, at=at, run_id=context.run.run_id)
     context.log.info(f"{generation}: upserted {result.upserted}, deleted {result.deleted} up to {until}")
     return dg.Output(None, metadata={"upserted": result.upserted, "deleted": result.deleted, "until": str(until)})
 
@@ -66,7 +66,7 @@ def _generation_for(context: dg.AssetExecutionContext) -> str:
         return tags[GENERATION_TAG]
     if "dagster/backfill" in tags:
         return f"backfill-{tags['dagster/backfill']}"
-    return f"recompute-{context.run_id[:8]}"
+    return f"recompute-{context.run.run_id[:8]}"
 
 
 @dg.asset(
@@ -85,7 +85,7 @@ def transactions_history(context: dg.AssetExecutionContext, warehouse: Warehouse
     generation = _generation_for(context)
     simulated = context.run.tags.get(SIMULATED_TAG) == "true"
     try:
-        writer.register_generation(generation, "backfill", run_id=context.run_id,
+        writer.register_generation(generation, "backfill", run_id=context.run.run_id,
                                    backfill_id=context.run.tags.get("dagster/backfill"), code_version="2.3.0")
     except FencedGenerationError as err:  # contained: retrying would only be refused again
         raise dg.Failure(description=str(err), allow_retries=False) from err
@@ -93,10 +93,10 @@ def transactions_history(context: dg.AssetExecutionContext, warehouse: Warehouse
         snapshot = s.scalar(f"SELECT coalesce(source_watermark, started_at) FROM {SCHEMA}.generations WHERE generation = ?", [generation])
         s.execute("CREATE SCHEMA IF NOT EXISTS example")
         s.execute("CREATE TABLE IF NOT EXISTS example.backfill_checkpoints (run_id VARCHAR, partition_key VARCHAR, state VARCHAR)")
-        checkpoint = dict(s.fetchall("SELECT partition_key, state FROM example.backfill_checkpoints WHERE run_id = ?", [context.run_id]))
+        checkpoint = dict(s.fetchall("SELECT partition_key, state FROM example.backfill_checkpoints WHERE run_id = ?", [context.run.run_id]))
     snapshot = snapshot or utcnow()
     todo = [date.fromisoformat(k) for k in context.partition_keys if checkpoint.get(k) != "done"]
-    stage = stage_table(context.run_id)
+    stage = stage_table(context.run.run_id)
     with writer.engine.transaction() as s:
         s.execute(f"CREATE OR REPLACE TABLE {stage} AS {stage_sql(todo, snapshot)}" if todo else "SELECT 1")
     done = 0
@@ -107,15 +107,15 @@ def transactions_history(context: dg.AssetExecutionContext, warehouse: Warehouse
         at = SCENARIO.backfill_writes + timedelta(seconds=10 * (partition - SCENARIO.first_day).days) if simulated else None
         try:
             state = recompute_partition(writer, generation, partition, stage=stage, checkpoint=checkpoint,
-                                        retry_number=context.retry_number, at=at, run_id=context.run_id)
+                                        retry_number=context.retry_number, at=at, run_id=context.run.run_id)
         except (WorkerLost, FencedGenerationError) as err:
             raise dg.Failure(description=str(err), allow_retries=False) from err
         except CatalogTimeout:
-            _save_checkpoint(writer, context.run_id, checkpoint)
+            _save_checkpoint(writer, context.run.run_id, checkpoint)
             raise
         checkpoint[key] = state
         done += 1
-        _save_checkpoint(writer, context.run_id, checkpoint)
+        _save_checkpoint(writer, context.run.run_id, checkpoint)
     with writer.engine.transaction() as s:
         s.execute(f"DROP TABLE IF EXISTS {stage}")
     return dg.MaterializeResult(metadata={"generation": generation, "partitions_written": done})

@@ -52,7 +52,7 @@ def stop_dagster_work(context: dg.OpExecutionContext, incident: Incident, fences
                                  f"no Dagster backfill or run of {outcome.record.generation} in this instance: nothing to cancel"))
         record_events(engine, events)
         results.append(result)
-    report = ContainmentReport(incident.incident_id, context.run_id, tuple(results))
+    report = ContainmentReport(incident.incident_id, context.run.run_id, tuple(results))
     for line in report.lines():
         context.log.info(line)
     return dg.Output(report, metadata={
@@ -92,4 +92,4 @@ def _event(context, incident: Incident, outcome: FenceOutcome, kind: str, run_id
            **details) -> TimelineEvent:
     return TimelineEvent(kind=kind, summary=summary, incident_id=incident.incident_id, dataset=outcome.record.dataset,
                          actor=ACTOR, run_id=run_id,
-                         details={"generation": outcome.record.generation, "containment_run_id": context.run_id, **details})
+                         details={"generation": outcome.record.generation, "containment_run_id": context.run.run_id, **details})

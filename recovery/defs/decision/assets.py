@@ -23,7 +23,7 @@ def decision(context: dg.AssetExecutionContext, config: IncidentConfig, warehous
     def txn():
         with engine.transaction() as s:
             d = decide(s, spec, incident.failed_generations)
-            record_event(s, kind="decision", dataset=spec.dataset, incident_id=incident.incident_id, run_id=context.run_id,
+            record_event(s, kind="decision", dataset=spec.dataset, incident_id=incident.incident_id, run_id=context.run.run_id,
                          actor="decision", summary=f"{d.choice}: " + "; ".join(d.reasons))
             return d
 

@@ -47,7 +47,7 @@ def impact(context: dg.AssetExecutionContext, config: IncidentConfig, warehouse:
         with engine.transaction() as s:
             impacts = assess_impact(s, spec, incident_id=incident.incident_id, watermark=None)
             affected = [i for i in impacts if i.affected]
-            record_event(s, kind="impact", dataset=spec.dataset, incident_id=incident.incident_id, run_id=context.run_id,
+            record_event(s, kind="impact", dataset=spec.dataset, incident_id=incident.incident_id, run_id=context.run.run_id,
                          actor="impact", summary=f"{len(affected)} of {len(impacts)} consumers affected: "
                          + "; ".join(f"{i.consumer} {i.material_rows:,} material" for i in affected))
             return impacts

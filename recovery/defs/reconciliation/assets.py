@@ -32,7 +32,7 @@ def reconciliation(context: dg.AssetExecutionContext, config: ReconcileConfig, w
     incident, spec = resolve_incident(config, warehouse.spec_path)
     out = Path(config.out_dir) if config.out_dir else incident.reports_dir(spec)
     summary, files = run_reconciliation(spec, incident.failed_generations, incident_id=incident.incident_id,
-                                        out_dir=out, actor="reconciliation", run_id=context.run_id)
+                                        out_dir=out, actor="reconciliation", run_id=context.run.run_id)
     _observe_partitions(context, files["summary"])
     table = "\n".join(["| label | keys |", "| --- | ---: |"] + [f"| {k} | {v:,} |" for k, v in summary.labels.items()])
     findings = ", ".join(f"{k}: {v}" for k, v in summary.partition_findings.items())
