@@ -57,7 +57,8 @@ def build(events: int, console: Console, memory_limit: str) -> Path:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m bench reconcile")
     p.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000])
-    p.add_argument("--memory-limit", default="3GB", help="DuckDB memory_limit for every step")
+    p.add_argument("--memory-limit", default="2GB", help="DuckDB memory_limit for every step")
+    p.add_argument("--repeat", type=int, default=3, help="measure each step this many times; report the median")
     p.add_argument("--json", type=Path, help="also write the figures here")
     args = p.parse_args(argv)
     console = Console()
@@ -65,15 +66,19 @@ def main(argv: list[str]) -> int:
     for events in args.events:
         console.rule(f"{events:,} events")
         spec_path = build(events, console, args.memory_limit)
-        with console.status(f"reconciliation at {events:,} events"):
-            recon = in_subprocess("bench.reconcile_worker", "recon", str(spec_path))
-        with console.status(f"bare FULL OUTER JOIN diff at {events:,} events"):
-            floor = in_subprocess("bench.reconcile_worker", "floor", str(spec_path))
+        recons, floors = [], []
+        for i in range(args.repeat):  # alternate, so both see the same machine conditions
+            with console.status(f"reconciliation at {events:,} events ({i + 1}/{args.repeat})"):
+                recons.append(in_subprocess("bench.reconcile_worker", "recon", str(spec_path)))
+            with console.status(f"bare FULL OUTER JOIN diff at {events:,} events ({i + 1}/{args.repeat})"):
+                floors.append(in_subprocess("bench.reconcile_worker", "floor", str(spec_path)))
+        recon = sorted(recons, key=lambda r: r["wall_s"])[len(recons) // 2]
+        floor = sorted(floors, key=lambda r: r["wall_s"])[len(floors) // 2]
         rows.append({"events": events, "recon_s": recon["wall_s"], "recon_peak_mb": recon["peak_rss_mb"],
                      "floor_s": floor["wall_s"], "floor_peak_mb": floor["peak_rss_mb"],
                      "ratio": recon["wall_s"] / floor["wall_s"], "damaged_keys": recon["damaged_keys"]})
         console.print(rows[-1])
-    t = Table(title=f"Reconciliation vs bare FULL OUTER JOIN (DuckDB memory_limit {args.memory_limit}, {os.cpu_count()} cores)")
+    t = Table(title=f"Reconciliation vs bare FULL OUTER JOIN, median of {args.repeat} (DuckDB memory_limit {args.memory_limit}, {os.cpu_count()} cores)")
     for col in ("events", "damaged keys", "recon s", "recon peak MB", "diff floor s", "ratio"):
         t.add_column(col, justify="right")
     for r in rows:

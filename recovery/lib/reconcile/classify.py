@@ -154,7 +154,7 @@ def classification_sql(inputs: ReconcileInputs, start: datetime | None, columns:
     differing = ", ".join(f"CASE WHEN {T(c)} IS DISTINCT FROM {E(c)} THEN '{c}' END" for c in payload)
     sv = meta.source_version
     after_start = f"a.__at > {ts_literal(start)}" if start else "false"
-    return f"""
+    select = f"""
     SELECT {key},
            {T(part)} AS actual_partition, {E(part)} AS expected_partition,
            {T(meta.generation)} AS generation, {T(sv)} AS actual_version, {E(sv)} AS expected_version,
@@ -176,8 +176,12 @@ def classification_sql(inputs: ReconcileInputs, start: datetime | None, columns:
     LEFT JOIN (SELECT {key}, true AS __held FROM __held) h USING ({key})
     LEFT JOIN (SELECT {key}, true AS __concurrent FROM __concurrent) c USING ({key})
     LEFT JOIN __arrived a USING ({key})
-    QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {T(sv)}, {T(meta.generation)}) = 1
     """
+    # a duplicated key has one __diff row per copy: keep one, without sorting the single-row keys
+    return (
+        f"{select} WHERE coalesce(__n, 1) = 1 UNION ALL "
+        f"SELECT * FROM ({select} WHERE __n > 1) QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY actual_version, generation) = 1"
+    )
 
 
 def reconcile(s: Session, inputs: ReconcileInputs) -> dict:
