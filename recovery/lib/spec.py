@@ -13,7 +13,7 @@ import hashlib
 import re
 from datetime import date
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -178,6 +178,28 @@ class DownstreamSpec(_Strict):
         return _idents(v)
 
 
+class ExpectationSpec(_Strict):
+    type: str = Field(description="A Great Expectations expectation, snake_case, e.g. expect_column_values_to_be_between.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Its arguments, e.g. {column: amount_usd, min_value: 0}.")
+
+    @field_validator("type")
+    @classmethod
+    def _type(cls, v: str) -> str:
+        if not re.fullmatch(r"expect_[a-z0-9_]+", v):
+            raise ValueError(f"{v!r} is not an expectation name (snake_case, starting with expect_)")
+        return v
+
+
+class SuiteSpec(_Strict):
+    name: str = Field(description="Suite name; becomes a blocking asset check on the repair generation.")
+    expectations: list[ExpectationSpec] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _ident(v)
+
+
 class DatasetSpec(_Strict):
     """A validated dataset spec, with its file paths resolved and its SQL loaded."""
 
@@ -186,6 +208,7 @@ class DatasetSpec(_Strict):
     source: SourceSpec
     target: TargetSpec
     downstream: list[DownstreamSpec] = []
+    suites: list[SuiteSpec] = Field(default_factory=list, description="Great Expectations suites every repair must pass.")
     spec_path: Path | None = Field(None, exclude=True)
     transform_sql: str = Field("", exclude=True)
     downstream_sql: dict[str, str] = Field(default_factory=dict, exclude=True)
@@ -200,6 +223,9 @@ class DatasetSpec(_Strict):
         names = [d.name for d in self.downstream]
         if len(set(names)) != len(names):
             raise ValueError("downstream: two consumers share a name")
+        suites = [x.name for x in self.suites]
+        if len(set(suites)) != len(suites):
+            raise ValueError("suites: two suites share a name")
         meta = set(self.target.metadata.columns)
         clash = meta & set(self.source.key + [self.target.partition])
         if clash:

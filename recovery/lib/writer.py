@@ -164,6 +164,7 @@ class Writer:
         run_id: str | None = None,
         note: str | None = None,
         params: list[Any] | None = None,
+        keep_stamps: bool = False,
     ) -> WriteResult:
         """Apply ``rows_sql`` (payload columns plus the source-version column) as ``generation``.
 
@@ -178,7 +179,8 @@ class Writer:
 
         def txn() -> WriteResult:
             with self.engine.transaction() as s:
-                return self._write_in(s, generation, rows_sql, mode, partitions, token, written_at, run_id, note, params)
+                return self._write_in(s, generation, rows_sql, mode, partitions, token, written_at, run_id, note, params,
+                                      keep_stamps=keep_stamps)
 
         try:
             return retrying(txn)
@@ -186,7 +188,8 @@ class Writer:
             self.record_fence_attempt(generation, f"write:{mode}", run_id=run_id, detail=str(err))
             raise
 
-    def _write_in(self, s: Session, generation, rows_sql, mode, partitions, token, written_at, run_id, note, params) -> WriteResult:
+    def _write_in(self, s: Session, generation, rows_sql, mode, partitions, token, written_at, run_id, note, params,
+                  *, keep_stamps: bool = False, log_delta: bool = True) -> WriteResult:
         seq = next_seq(s)
         token_clause = "AND token = ?" if token is not None else ""
         row = s.fetchone(
@@ -212,6 +215,8 @@ class Writer:
         s.execute(f"CREATE OR REPLACE TEMP TABLE __incoming AS SELECT * FROM ({rows_sql}) AS r", params or [])
         incoming = [c for c, _ in s.columns("__incoming")]
         needed = self.spec.key + [self.meta.source_version] if mode == "delete_keys" else payload
+        if keep_stamps and mode != "delete_keys":
+            needed = cols
         missing = [c for c in needed if c not in incoming]
         if missing:
             raise SchemaMismatchError(
@@ -227,6 +232,9 @@ class Writer:
         )
         stamp_params = [generation if c == self.meta.generation else written_at for c in cols
                         if c in (self.meta.generation, self.meta.written_at)]
+        removal_params = stamp_params
+        if keep_stamps:
+            stamped, stamp_params = ", ".join(f"i.{quote(c)}" for c in cols), []
 
         if mode == "replace_partitions":
             if partitions is None:
@@ -252,19 +260,21 @@ class Writer:
                 for c in cols
             )
 
-        if mode == "delete_keys":
+        if not log_delta:
+            pass
+        elif mode == "delete_keys":
             join = " AND ".join(f"t.{quote(k)} = i.{quote(k)}" for k in self.spec.key)
             s.execute(
                 f"INSERT INTO {delta} ({all_cols}, _delta_seq, _delta_op, _delta_namespace) "
                 f"SELECT {removed('i')}, ?, 'delete', ? FROM {ns_sql} AS t JOIN __incoming AS i ON {join}",
-                stamp_params + [seq, ns],
+                removal_params + [seq, ns],
             )
         elif mode != "append":
             s.execute(
                 f"INSERT INTO {delta} ({all_cols}, _delta_seq, _delta_op, _delta_namespace) "
                 f"SELECT {removed('t')}, ?, 'delete', ? FROM {ns_sql} AS t WHERE {in_scope} "
                 f"AND ({key}) NOT IN (SELECT ({key}) FROM __incoming)",
-                stamp_params + [seq, ns],
+                removal_params + [seq, ns],
             )
         deleted = int(s.scalar(f"SELECT count(*) FROM {ns_sql} WHERE {in_scope}") or 0)
         if mode != "append":
@@ -273,6 +283,7 @@ class Writer:
         if mode != "delete_keys":
             s.execute(f"INSERT INTO {ns_sql} ({all_cols}) SELECT {stamped} FROM __incoming AS i", stamp_params)
             inserted = int(s.scalar("SELECT count(*) FROM __incoming") or 0)
+        if mode != "delete_keys" and log_delta:
             s.execute(
                 f"INSERT INTO {delta} ({all_cols}, _delta_seq, _delta_op, _delta_namespace) "
                 f"SELECT {stamped}, ?, 'upsert', ? FROM __incoming AS i",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -30,6 +30,10 @@ class Session(ABC):
     def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         row = self.fetchone(sql, params)
         return None if row is None else row[0]
+
+    @abstractmethod
+    def arrow_batches(self, sql: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
+        """Stream a query's result in record batches of at most ``batch_rows`` rows (bounded memory)."""
 
     @abstractmethod
     def columns(self, table_sql: str) -> list[tuple[str, str]]:

@@ -49,6 +49,9 @@ class DuckDBSession(Session):
     def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         return self.conn.sql(sql, params=list(params) if params else None).to_arrow_table()
 
+    def arrow_batches(self, sql: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
+        yield from self.conn.sql(sql).to_arrow_reader(batch_rows)
+
     def columns(self, table_sql: str) -> list[tuple[str, str]]:
         try:
             rows = self.conn.execute(f"DESCRIBE SELECT * FROM {table_sql}").fetchall()

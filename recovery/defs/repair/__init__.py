@@ -1,0 +1,1 @@
+"""Versioned repair: plan, waves, gates, publish."""

@@ -1,0 +1,182 @@
+"""The repair in Dagster: plan → generation (partitioned, in waves) → candidate → publication.
+
+- ``repair/plan``: the affected range, qualified partitions, canary and waves; starts
+  the repair generation at the low watermark (carry-over and fixed snapshot).
+- ``repair/generation``: partitioned by the repair's partitions in wave order; a run
+  over one wave's range rebuilds it; its blocking checks gate the wave and stop the
+  expansion on an unexplained difference.
+- ``repair/candidate``: the delta replayed up to the high watermark; its blocking
+  checks run every gate over the whole generation in the same transaction.
+- ``repair/publication``: the atomic pointer move, after confirming every gate.
+"""
+
+import dagster as dg
+
+from recovery.config import spec_path
+from recovery.defs.containment.config import IncidentConfig, resolve_incident
+from recovery.defs.repair.checks import (
+    CANDIDATE_KEY, GENERATION_KEY, candidate_of, check_results, check_specs, wave_built_by,
+)
+from recovery.defs.repair.config import RepairPlanConfig
+from recovery.defs.repair.rollback import rollback_incident
+from recovery.defs.repair.partitions import REPAIR_PARTITIONS, register_repair_partitions, wave_ranges_md
+from recovery.defs.resources import WarehouseResource
+from recovery.lib.engine import open_engine
+from recovery.lib.repair.build import build_wave, start_repair
+from recovery.lib.repair.diffs import label_diffs
+from recovery.lib.repair.plan import load_plan, wave_name
+from recovery.lib.repair.publish import gate_candidate, publish, replay_to_now
+from recovery.lib.repair.waves import gate_wave
+from recovery.lib.spec import parse_spec
+from recovery.lib.writer import Writer
+
+PLAN_KEY = dg.AssetKey(["repair", "plan"])
+PUBLICATION_KEY = dg.AssetKey(["repair", "publication"])
+
+
+def _writer(spec, actor: str) -> Writer:
+    return Writer(open_engine(spec.warehouse), spec, actor=actor)
+
+
+def _plan_or_fail(spec, incident_id: str):
+    with open_engine(spec.warehouse).session(read_only=True) as s:
+        plan = load_plan(s, incident_id)
+    if plan is None:
+        raise dg.Failure(description=f"incident {incident_id} has no repair plan; materialize repair/plan (job plan_repair) first",
+                         allow_retries=False)
+    return plan
+
+
+@dg.asset(
+    key=PLAN_KEY,
+    deps=[dg.AssetKey(["incident", "decision"])],
+    group_name="repair",
+    kinds={"duckdb"},
+    description="Repair plan: affected partitions (beyond the nominal range if the damage is), qualified partitions, "
+                "canary and waves; starts the repair generation at the low watermark.",
+)
+def repair_plan(context: dg.AssetExecutionContext, config: RepairPlanConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    incident, spec = resolve_incident(config, warehouse.spec_path)
+    plan = start_repair(_writer(spec, "repair_plan"), incident, canary=config.canary_partitions or None,
+                        canary_max=config.canary_max, wave_size=config.wave_size, run_id=context.run.run_id)
+    register_repair_partitions(context.instance, plan)
+    qualified = "\n".join(f"- {p}: {why}" for p, why in plan.qualified.items()) or "none"
+    return dg.MaterializeResult(metadata={
+        "generation": plan.generation, "namespace": plan.namespace, "from_namespace": plan.from_namespace,
+        "low_watermark_seq": plan.low_seq, "source_watermark": str(plan.source_watermark),
+        "partitions_to_rebuild": len(plan.rebuild), "qualified_partitions": len(plan.qualified),
+        "waves": dg.MetadataValue.md(wave_ranges_md(plan)), "qualified": dg.MetadataValue.md(qualified),
+    })
+
+
+@dg.asset(
+    key=GENERATION_KEY,
+    deps=[PLAN_KEY],
+    partitions_def=REPAIR_PARTITIONS,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    group_name="repair",
+    kinds={"duckdb"},
+    description="The repair generation, rebuilt from the fixed source snapshot one wave (a partition range) per run; "
+                "re-running a wave replaces exactly its partitions.",
+)
+def repair_generation(context: dg.AssetExecutionContext, config: IncidentConfig,
+                      warehouse: WarehouseResource) -> dg.MaterializeResult:
+    incident, spec = resolve_incident(config, warehouse.spec_path)
+    plan = _plan_or_fail(spec, incident.incident_id)
+    wave = plan.wave_of(list(context.partition_keys))
+    if context.job_def.name == "repair_canary" and wave != 0:
+        raise dg.Failure(description=f"repair_canary builds the canary only; these partitions are {wave_name(wave)} "
+                                     f"(launch repair_waves)", allow_retries=False)
+    rows = build_wave(_writer(spec, "repair_generation"), plan, wave, run_id=context.run.run_id)
+    context.log.info(f"{wave_name(wave)}: {len(context.partition_keys)} partitions, {rows:,} rows from the snapshot")
+    return dg.MaterializeResult(metadata={"wave": wave_name(wave), "partitions": len(context.partition_keys),
+                                          "dagster/row_count": rows, "generation": plan.generation})
+
+
+@dg.asset(
+    key=CANDIDATE_KEY,
+    deps=[GENERATION_KEY],
+    group_name="repair",
+    kinds={"duckdb"},
+    description="Publish candidate: the delta of normal ingestion since the low watermark replayed by key and version "
+                "(newer wins, tombstones delete) up to the high watermark.",
+)
+def repair_candidate(context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    incident, spec = resolve_incident(config, warehouse.spec_path)
+    plan = _plan_or_fail(spec, incident.incident_id)
+    replayed = replay_to_now(_writer(spec, "repair_candidate"), plan, stage="candidate", run_id=context.run.run_id)
+    return dg.MaterializeResult(metadata={
+        "upserts_replayed": replayed.upserted, "deletes_replayed": replayed.deleted,
+        "older_than_repair": replayed.skipped_older, "window": f"({replayed.after_seq}, {replayed.through_seq}]",
+    })
+
+
+@dg.asset(
+    key=PUBLICATION_KEY,
+    deps=[CANDIDATE_KEY],
+    group_name="repair",
+    kinds={"duckdb"},
+    description="Atomic publish: every gate confirmed, late writes replayed and the public view moved, in one transaction.",
+)
+def repair_publication(context: dg.AssetExecutionContext, config: IncidentConfig,
+                       warehouse: WarehouseResource) -> dg.MaterializeResult:
+    incident, spec = resolve_incident(config, warehouse.spec_path)
+    result = publish(_writer(spec, "repair_publication"), incident.incident_id, run_id=context.run.run_id)
+    with open_engine(spec.warehouse).session(read_only=True) as s:
+        diffs = label_diffs(s, incident.incident_id)
+    table = "\n".join(["| label | keys before | keys after |", "| --- | ---: | ---: |"]
+                      + [f"| {k} | {b:,} | {a:,} |" for k, (b, a) in diffs.items()])
+    return dg.MaterializeResult(metadata={
+        "published_namespace": result["namespace"], "already_published": result["already"],
+        "previous_namespace": result.get("from_namespace") or "", "pointer_seq": result["seq"] or 0,
+        "before_after": dg.MetadataValue.md(table),
+    })
+
+
+def gate_checks(spec) -> list[dg.AssetChecksDefinition]:
+    @dg.multi_asset_check(specs=check_specs(spec, GENERATION_KEY), name="wave_gates",
+                          description="Gates of the wave this run built (GE suites on its partitions; reconciliation of all built).")
+    def wave_gates(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource):
+        found = wave_built_by(warehouse, context.run.run_id)
+        if found is None:
+            raise dg.Failure(description="this run built no wave of a repair; nothing to gate")
+        incident_id, wave = found
+        results = gate_wave(warehouse.writer("wave_gates"), incident_id, wave, run_id=context.run.run_id)
+        yield from check_results(results, GENERATION_KEY, warehouse.spec(), f"{incident_id} {wave_name(wave)}")
+
+    @dg.multi_asset_check(specs=check_specs(spec, CANDIDATE_KEY), name="candidate_gates",
+                          description="Every gate over the whole candidate, in the transaction that fixes the high watermark.")
+    def candidate_gates(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource):
+        incident_id = candidate_of(warehouse, context.run.run_id)
+        if incident_id is None:
+            raise dg.Failure(description="this run replayed no repair candidate; nothing to gate")
+        writer = warehouse.writer("candidate_gates")
+        with writer.engine.session(read_only=True) as s:
+            plan = load_plan(s, incident_id)
+        _, results, diffs = gate_candidate(writer, plan, run_id=context.run.run_id)
+        yield from check_results(results, CANDIDATE_KEY, warehouse.spec(), f"{incident_id} candidate")
+
+    return [wave_gates, candidate_gates]
+
+
+plan_repair = dg.define_asset_job("plan_repair", selection=dg.AssetSelection.assets(PLAN_KEY),
+                                  description="Plan the repair of an incident and start its generation (low watermark).")
+repair_canary = dg.define_asset_job(
+    "repair_canary", selection=dg.AssetSelection.assets(GENERATION_KEY),
+    description="Rebuild the canary partitions (select the canary range shown on repair/plan) and gate them.")
+repair_waves = dg.define_asset_job(
+    "repair_waves", selection=dg.AssetSelection.assets(GENERATION_KEY),
+    description="Rebuild one wave (select its range shown on repair/plan) and gate it; a failed gate stops the expansion.")
+publish_repair = dg.define_asset_job(
+    "publish_repair", selection=dg.AssetSelection.assets(CANDIDATE_KEY, PUBLICATION_KEY),
+    description="Replay the delta, run every gate over the candidate, and publish by one pointer move if all pass.")
+
+
+@dg.definitions
+def repair_definitions() -> dg.Definitions:
+    spec = parse_spec(spec_path())
+    return dg.Definitions(
+        assets=[repair_plan, repair_generation, repair_candidate, repair_publication],
+        asset_checks=gate_checks(spec),
+        jobs=[plan_repair, repair_canary, repair_waves, publish_repair, rollback_incident],
+    )

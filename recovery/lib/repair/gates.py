@@ -1,0 +1,212 @@
+"""The gates a repair passes before it may expand or publish.
+
+Each gate is evaluated over a *scope* of partitions of the repair generation (the
+partitions built so far after a wave; every rebuilt and carried partition for the
+publish candidate, qualified partitions excepted) against the *reference*: the
+fixed snapshot's expected rows, overlaid with the delta replayed so far, plus the
+published namespace's rows for carried partitions. Results go to
+``_recovery.gate_results``; publish reads them back (a Dagster blocking check only
+blocks within its own run).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from recovery.lib.control_plane import SCHEMA, utcnow
+from recovery.lib.engine.base import Session
+from recovery.lib.identifiers import quote, quote_all
+from recovery.lib.namespaces import namespace_sql
+from recovery.lib.repair.build import in_partitions
+from recovery.lib.repair.plan import RepairPlan
+from recovery.lib.repair.replay import committed_seq, latest_delta_sql
+from recovery.lib.repair.suites import BATCH_ROWS, Expectation, Suite, SuiteRunner, declared_suites
+from recovery.lib.repair.tables import GATES, snapshot_table
+from recovery.lib.snapshot import str_list
+from recovery.lib.sql_files import render
+from recovery.lib.spec import DatasetSpec
+from recovery.lib.writer import Writer
+
+BUILTIN = ("repair_keys", "repair_partitioning", "repair_fencing", "repair_tombstones", "repair_partition_totals",
+           "repair_reconciliation")
+DESCRIPTIONS = {
+    "repair_keys": "Keys are non-null and unique across the repair generation.",
+    "repair_partitioning": "Each row sits in the partition the transform derives from its source row.",
+    "repair_fencing": "No row of a fenced generation.",
+    "repair_tombstones": "No key whose latest source change (as of the snapshot) is a delete.",
+    "repair_partition_totals": "Row counts and amount totals per partition equal the source snapshot plus the replayed delta.",
+    "repair_reconciliation": "Every key equals the reference (snapshot plus replayed delta): no unexplained difference.",
+}
+
+
+@dataclass(frozen=True)
+class GateResult:
+    gate: str
+    passed: bool
+    observed: int
+    details: str
+
+
+def builtin_suites(spec: DatasetSpec) -> list[Suite]:
+    E = Expectation
+    keys = [E("expect_column_values_to_not_be_null", {"column": k}) for k in spec.key]
+    keys.append(E("expect_column_values_to_be_between", {"column": "__key_copies", "min_value": 1, "max_value": 1}))
+    keys.append(E("expect_compound_columns_to_be_unique", {"column_list": list(spec.key)}) if len(spec.key) > 1
+                else E("expect_column_values_to_be_unique", {"column": spec.key[0]}))
+    return [
+        Suite("repair_keys", tuple(keys)),
+        Suite("repair_partitioning", (E("expect_column_pair_values_to_be_equal",
+                                        {"column_A": "__partition", "column_B": "__derived_partition"}),)),
+        Suite("repair_fencing", (E("expect_column_values_to_be_in_set", {"column": "__fenced", "value_set": [False]}),)),
+        Suite("repair_tombstones", (E("expect_column_values_to_be_in_set", {"column": "__tombstoned", "value_set": [False]}),)),
+    ]
+
+
+def partition_suite() -> Suite:
+    E = Expectation
+    return Suite("repair_partition_totals", (
+        E("expect_column_pair_values_to_be_equal", {"column_A": "rows", "column_B": "reference_rows"}),
+        E("expect_column_pair_values_to_be_equal", {"column_A": "total", "column_B": "reference_total"}),
+    ))
+
+
+def payload_columns(s: Session, spec: DatasetSpec) -> list[str]:
+    """The columns the snapshot holds: the transform's output plus the source version."""
+    return [c for c, _ in s.columns(snapshot_table(spec))]
+
+
+def reference_sql(s: Session, spec: DatasetSpec, plan: RepairPlan, through_seq: int, writer: Writer) -> str:
+    """What the repair generation must hold after replaying the delta up to ``through_seq``."""
+    cols = payload_columns(s, spec)
+    sel = lambda alias: ", ".join(f"{alias}.{quote(c)}" for c in cols)  # noqa: E731
+    key = quote_all(spec.key)
+    sv = quote(spec.target.metadata.source_version)
+    snap = snapshot_table(spec)
+    rebuilt = plan.rebuild
+    delta = latest_delta_sql(writer, plan, plan.low_seq, through_seq)
+    return f"""
+        WITH d AS ({delta}),
+        overlaid AS (
+            SELECT {sel('x')} FROM {snap} x ANTI JOIN d USING ({key})
+            UNION ALL
+            SELECT {sel('x')} FROM {snap} x JOIN d USING ({key})
+            WHERE NOT (d._delta_op = 'upsert' AND d.{sv} > x.{sv}) AND NOT (d._delta_op = 'delete' AND d.{sv} >= x.{sv})
+            UNION ALL
+            SELECT {sel('d')} FROM d LEFT JOIN {snap} x USING ({key})
+            WHERE d._delta_op = 'upsert' AND (x.{sv} IS NULL OR d.{sv} > x.{sv}))
+        SELECT * FROM overlaid WHERE {in_partitions(spec, rebuilt)}
+        UNION ALL
+        SELECT {", ".join(quote(c) for c in cols)} FROM {namespace_sql(plan.from_namespace)}
+        WHERE NOT ({in_partitions(spec, rebuilt)}) AND NOT ({in_partitions(spec, list(plan.qualified))})
+    """
+
+
+def row_frame_sql(spec: DatasetSpec, plan: RepairPlan, scope: list[str]) -> str:
+    """Every row of the scope with the facts the row-level suites check."""
+    src = spec.source
+    meta = spec.target.metadata
+    key = quote_all(spec.key)
+    part, gen, sv = quote(spec.target.partition), quote(meta.generation), quote(meta.source_version)
+    ns = namespace_sql(plan.namespace)
+    versions = f"SELECT {key}, max({sv}) AS {quote(src.version)} FROM c GROUP BY ALL"
+    source_rows = f"SELECT src.* FROM {src.table_name.sql()} src SEMI JOIN ({versions}) v USING ({key}, {quote(src.version)})"
+    derived = f"SELECT {key}, CAST({part} AS VARCHAR) AS __derived_partition FROM ({render(spec.transform_sql, source=source_rows)})"
+    wm = plan.source_watermark.isoformat(sep=" ")
+    return f"""
+        WITH c AS (SELECT * FROM {ns} WHERE {in_partitions(spec, scope)}),
+        copies AS (SELECT {key}, count(*) AS __key_copies FROM {ns} GROUP BY ALL HAVING count(*) > 1),
+        der AS ({derived}),
+        tomb AS (SELECT {key}, max({quote(src.version)}) AS __tomb_version FROM {src.table_name.sql()}
+                 WHERE {quote(src.op)} IN ({str_list(src.delete_ops)}) AND {quote(src.ingested_at)} <= TIMESTAMP '{wm}'
+                 AND ({key}) IN (SELECT ({key}) FROM c) GROUP BY ALL)
+        SELECT c.*, CAST(c.{part} AS VARCHAR) AS __partition, der.__derived_partition,
+               coalesce(copies.__key_copies, 1) AS __key_copies,
+               coalesce(tomb.__tomb_version > c.{sv}, false) AS __tombstoned,
+               coalesce(c.{gen} IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL), false) AS __fenced
+        FROM c LEFT JOIN copies USING ({key}) LEFT JOIN der USING ({key}) LEFT JOIN tomb USING ({key})
+        ORDER BY __partition
+    """
+
+
+def _per_partition(spec: DatasetSpec, relation: str, scope: list[str]) -> str:
+    part = quote(spec.target.partition)
+    total = f"CAST(sum({quote(spec.target.amount)}) AS VARCHAR)" if spec.target.amount else "CAST(NULL AS VARCHAR)"
+    return (f"SELECT CAST({part} AS VARCHAR) AS partition, count(*) AS n, {total} AS t FROM ({relation}) "
+            f"WHERE {in_partitions(spec, scope)} GROUP BY 1")
+
+
+def reconciliation_gate(s: Session, spec: DatasetSpec, plan: RepairPlan, scope: list[str], reference: str) -> GateResult:
+    """Key-by-key comparison with the reference; any difference is unexplained."""
+    cols = [c for c in payload_columns(s, spec) if c not in spec.key]
+    key = quote_all(spec.key)
+    ns = namespace_sql(plan.namespace)
+    same = " AND ".join(f"a.{quote(c)} IS NOT DISTINCT FROM r.{quote(c)}" for c in cols)
+    s.execute(f"""CREATE OR REPLACE TEMP TABLE __gate_diff AS
+        WITH a AS (SELECT *, count(*) OVER (PARTITION BY {key}) AS __n FROM {ns} WHERE {in_partitions(spec, scope)}),
+             r AS (SELECT *, true AS __in_ref FROM ({reference}) WHERE {in_partitions(spec, scope)})
+        SELECT {key}, CASE WHEN a.__n IS NULL THEN 'missing' WHEN r.__in_ref IS NULL THEN 'extra'
+                           WHEN a.__n > 1 THEN 'duplicate' ELSE 'changed' END AS kind
+        FROM a FULL OUTER JOIN r USING ({key})
+        WHERE a.__n IS NULL OR r.__in_ref IS NULL OR a.__n > 1 OR NOT ({same})""")
+    counts = dict(s.fetchall("SELECT kind, count(DISTINCT (" + key + ")) FROM __gate_diff GROUP BY 1"))
+    sample = [list(r) for r in s.fetchall(f"SELECT {key}, kind FROM __gate_diff ORDER BY ALL LIMIT 5")]
+    n = sum(counts.values())
+    details = (f"{n:,} unexplained differences ({', '.join(f'{k} {v:,}' for k, v in sorted(counts.items()))}); "
+               f"e.g. {sample}") if n else f"every key of {len(scope)} partitions equals the reference"
+    return GateResult("repair_reconciliation", n == 0, n, details)
+
+
+def evaluate_gates(s: Session, writer: Writer, plan: RepairPlan, *, stage: str, scope: list[str], through_seq: int,
+                   suite_scope: list[str] | None = None, run_id: str | None = None,
+                   batch_rows: int = BATCH_ROWS) -> list[GateResult]:
+    """Run every gate and record the results; the caller owns the transaction.
+
+    The key-by-key reconciliation covers ``scope``; the row-level suites cover
+    ``suite_scope`` (default: ``scope``), so a wave validates its own rows while any
+    later change to an earlier wave's rows is still caught by the reconciliation."""
+    suite_scope = scope if suite_scope is None else suite_scope
+    spec = writer.spec
+    reference = reference_sql(s, spec, plan, through_seq, writer)
+    results = [reconciliation_gate(s, spec, plan, scope, reference)]
+    columns = [c for c, _ in s.columns(namespace_sql(plan.namespace))]
+    suites = builtin_suites(spec) + declared_suites(spec, columns)
+    runner = SuiteRunner(suites)
+    runner.run(s.arrow_batches(row_frame_sql(spec, plan, suite_scope), batch_rows))
+    for r in runner.results.values():
+        results.append(GateResult(r.name, r.passed, r.unexpected, r.describe()))
+    parts = SuiteRunner([partition_suite()])
+    frame = s.arrow(
+        f"SELECT partition, coalesce(a.n, 0) AS rows, coalesce(r.n, 0) AS reference_rows, a.t AS total, r.t AS reference_total "
+        f"FROM ({_per_partition(spec, f'SELECT * FROM {namespace_sql(plan.namespace)}', suite_scope)}) a "
+        f"FULL OUTER JOIN ({_per_partition(spec, reference, suite_scope)}) r USING (partition) ORDER BY partition"
+    ).to_pandas()
+    parts.validate(frame)
+    pr = parts.results["repair_partition_totals"]
+    results.append(GateResult(pr.name, pr.passed, pr.unexpected, pr.describe()))
+    seq = committed_seq(s)
+    for r in results:
+        s.execute(f"INSERT INTO {GATES} VALUES (?, ?, ?, ?, ?, true, ?, ?, ?, ?, ?)",
+                  [plan.incident_id, plan.generation, stage, r.gate, r.passed, r.observed, r.details, seq, utcnow(), run_id])
+    return results
+
+
+def latest_gates(s: Session, incident_id: str, stage: str | None = None) -> dict[str, dict]:
+    """The most recent result of each gate (of one stage, if given)."""
+    if s.object_kind(SCHEMA, "gate_results") is None:
+        return {}
+    where, params = "incident_id = ?", [incident_id]
+    if stage:
+        where += " AND stage = ?"
+        params.append(stage)
+    rows = s.fetchall(
+        f"SELECT gate, passed, observed, details, stage, evaluated_seq, run_id FROM {GATES} WHERE {where} "
+        f"QUALIFY row_number() OVER (PARTITION BY gate ORDER BY evaluated_at DESC, evaluated_seq DESC) = 1 ORDER BY gate",
+        params,
+    )
+    return {r[0]: {"passed": r[1], "observed": r[2], "details": r[3], "stage": r[4], "seq": r[5], "run_id": r[6]}
+            for r in rows}
+
+
+def gate_details_json(results: list[GateResult]) -> str:
+    return json.dumps([r.__dict__ for r in results])
