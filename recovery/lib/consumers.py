@@ -1,8 +1,10 @@
-"""Downstream consumers: SQL over the public target, materialized as tables.
+"""Downstream consumers: SQL over the public target, published as managed views.
 
 A consumer reads the dataset's public name, never a generation directly, so it sees
-exactly what was published. Before it reads, it refuses to propagate rows of a
-fenced generation (the check lives here, in the shared reader path, not in each
+exactly what was published. Its own output is published the same way, as a view
+over one of its namespaces, so that a restatement can keep the original output
+beside the correction. Before it reads, it refuses to propagate rows of a fenced
+generation (the check lives here, in the shared reader path, not in each
 consumer's code).
 """
 
@@ -12,10 +14,10 @@ from recovery.lib.control_plane import SCHEMA, control_plane_exists
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import FencedGenerationError
 from recovery.lib.identifiers import TableName, quote
+from recovery.lib.restatement.outputs import CONSUMER_SCHEMA, refresh_output
 from recovery.lib.spec import DatasetSpec, DownstreamSpec
 from recovery.lib.sql_files import render
-
-CONSUMER_SCHEMA = "consumers"
+from recovery.lib.writer import retrying
 
 
 def consumer_table(spec: DatasetSpec, consumer: DownstreamSpec) -> TableName:
@@ -40,15 +42,22 @@ def fenced_generations_in_target(s: Session, spec: DatasetSpec) -> list[str]:
 
 
 def materialize_consumer(engine: Engine, spec: DatasetSpec, consumer: DownstreamSpec) -> int:
-    """Rebuild one consumer table from the public target; refuses while fenced rows are exposed."""
-    table = consumer_table(spec, consumer)
-    with engine.transaction() as s:
-        fenced = fenced_generations_in_target(s, spec)
-        if fenced:
-            raise FencedGenerationError(
-                fenced[0],
-                f"{spec.target.table} exposes its rows; consumer {consumer.name} is paused until the repair is published",
-            )
-        s.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(table.schema)}")
-        s.execute(f"CREATE OR REPLACE TABLE {table.sql()} AS {consumer_sql(spec, consumer)}")
-        return int(s.scalar(f"SELECT count(*) FROM {table.sql()}"))
+    """Refresh one consumer's output from the public target; refuses while fenced rows are exposed.
+
+    The output is a managed namespace behind the view ``consumers.<name>``: a refresh
+    rewrites the current namespace, or publishes a new one when the current must be kept
+    (it carried a fenced generation's rows, or a restatement recorded it); see
+    ``recovery.lib.restatement.outputs``.
+    """
+
+    def txn() -> int:
+        with engine.transaction() as s:
+            fenced = fenced_generations_in_target(s, spec)
+            if fenced:
+                raise FencedGenerationError(
+                    fenced[0],
+                    f"{spec.target.table} exposes its rows; consumer {consumer.name} is paused until the repair is published",
+                )
+            return refresh_output(s, spec, consumer.name, consumer_sql(spec, consumer), actor="refresh").rows
+
+    return retrying(txn)

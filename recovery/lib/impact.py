@@ -52,15 +52,18 @@ def impact_table(spec: DatasetSpec) -> str:
     return f'{SCHEMA}."impact__{spec.dataset}"'
 
 
-def consumer_impact_sql(spec: DatasetSpec, c: DownstreamSpec, watermark: datetime | None, value_columns: list[str]) -> str:
+def consumer_impact_sql(spec: DatasetSpec, c: DownstreamSpec, watermark: datetime | None, value_columns: list[str],
+                        *, original_relation: str | None = None, corrected_sql: str | None = None) -> str:
     """Per consumer key: original (published) vs corrected (on E) value, difference, material.
 
     A damaged consumer can hold a key more than once (a duplicated source row reaches an
     extract twice): the published side is taken per key, its materiality column summed
     over the copies, and a key published more than once always counts as changed.
+    ``original_relation`` (a table) and ``corrected_sql`` (a SELECT) replace the two sides,
+    e.g. a consumer's preserved and restated namespaces.
     """
-    published = consumer_table(spec, c).sql()
-    corrected = consumer_sql(spec, c, expected_rows_sql(spec, watermark))
+    published = original_relation or consumer_table(spec, c).sql()
+    corrected = corrected_sql or consumer_sql(spec, c, expected_rows_sql(spec, watermark))
     key = ", ".join(quote(k) for k in c.key)
     key_text = " || '|' || ".join(f"coalesce(CAST({quote(k)} AS VARCHAR), '∅')" for k in c.key)
     m = c.materiality

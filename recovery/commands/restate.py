@@ -1,0 +1,57 @@
+"""``recovery restate --incident FILE``: launch ``restate_consumers`` for an incident file.
+
+The incident is validated first, and so is the moment: restating while the public
+target still exposes a fenced generation's rows would re-publish the damage, so
+it is refused (exit 2, nothing written) until the repair is published.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from recovery.lib.engine import open_engine
+    from recovery.lib.incident import check_incident, parse_incident
+    from recovery.lib.restatement.restate import check_request
+
+    path = Path(args.incident).resolve()
+    incident = parse_incident(path)
+    spec = check_incident(incident)
+    check_request(open_engine(spec.warehouse), spec, incident.incident_id, None)
+    os.environ["RECOVERY_SPEC"] = str(incident.spec)
+
+    from recovery.definitions import defs
+    from recovery.defs.restatement.assets import RESTATE_JOB, restate_run_config
+    from recovery.orchestration import project_instance, run_job
+
+    result = run_job(defs(), RESTATE_JOB, project_instance(), run_config=restate_run_config(str(path)))
+    from recovery.lib.restatement.summary import restatement_summary
+
+    with open_engine(spec.warehouse).session(read_only=True) as s:
+        rows = restatement_summary(s, spec, incident.incident_id)
+    console.print(restatement_table(rows, f"{incident.incident_id}: consumers restated (run {result.run_id[:8]})"))
+    return 0
+
+
+def restatement_table(rows: list, title: str) -> Table:
+    """Per consumer: totals before and after, keys changed, material changes, when the owner was told."""
+    t = Table(title=title)
+    for col in ("consumer", "owner", "original total", "corrected total", "keys changed", "material", "corrected output", "notified"):
+        t.add_column(col, justify="right" if col in ("original total", "corrected total", "keys changed", "material") else "left")
+    fmt = lambda v: "–" if v is None else f"{v:,.2f}"  # noqa: E731
+    for r in rows:
+        t.add_row(r.consumer, r.owner, fmt(r.original_total), fmt(r.corrected_total), f"{r.ledger_rows:,}",
+                  f"{r.material_rows:,}", r.corrected_namespace, str(r.notified_at or "–")[:19])
+    return t
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("restate", help="restate every downstream consumer after the repair is published (ledger + owner notices)")
+    p.add_argument("--incident", required=True, help="incident YAML file")
+    p.set_defaults(fn=run)

@@ -1,0 +1,76 @@
+"""Drift per partition: the public target vs the source's expected rows at the watermark, in SQL.
+
+For the partitions in scope, every key present on either side (in scope on either
+side, so a key that moved partition is seen from both) is compared by its full
+expected row (partition, payload and source version). A key is
+
+- ``missing``: expected, not in the target;
+- ``extra``: in the target, not expected (e.g. a tombstone never applied);
+- ``changed``: both, but the row differs (an update never applied);
+- ``duplicate``: more than one row in the target.
+
+Each key counts in the partitions it sits in on either side. Only per-partition
+counts and a few sample keys leave the engine.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from recovery.lib.engine.base import Session
+from recovery.lib.identifiers import quote, quote_all
+from recovery.lib.snapshot import expected_rows_sql
+from recovery.lib.spec import DatasetSpec
+
+SAMPLE_KEYS = 5
+
+
+def key_text(spec: DatasetSpec, alias: str = "") -> str:
+    prefix = f"{alias}." if alias else ""
+    return " || '|' || ".join(f"coalesce(CAST({prefix}{quote(k)} AS VARCHAR), '∅')" for k in spec.key)
+
+
+def stage_drift(s: Session, spec: DatasetSpec, watermark: datetime | None, scope: list[str]) -> None:
+    """Build temp table ``__cv_drift``: one row per partition in scope with its counts."""
+    key = quote_all(spec.key)
+    part = quote(spec.target.partition)
+    s.execute("CREATE OR REPLACE TEMP TABLE __cv_scope AS SELECT DISTINCT unnest(CAST(? AS VARCHAR[])) AS p", [scope])
+    s.execute(f"CREATE OR REPLACE TEMP TABLE __cv_e AS SELECT *, CAST({part} AS VARCHAR) AS __p FROM ({expected_rows_sql(spec, watermark)})")
+    s.execute(f"CREATE OR REPLACE TEMP VIEW __cv_t AS SELECT *, CAST({part} AS VARCHAR) AS __p FROM {spec.target.table_name.sql()}")
+    s.execute(
+        f"CREATE OR REPLACE TEMP TABLE __cv_keys AS "
+        f"SELECT {key} FROM __cv_e WHERE __p IN (SELECT p FROM __cv_scope) "
+        f"UNION SELECT {key} FROM __cv_t WHERE __p IN (SELECT p FROM __cv_scope)"
+    )
+    values = [c for c, _ in s.columns("__cv_e") if c not in spec.key and c != "__p"]
+    same = " AND ".join(f"t.{quote(c)} IS NOT DISTINCT FROM e.{quote(c)}" for c in values) or "true"
+    s.execute(
+        f"""CREATE OR REPLACE TEMP TABLE __cv_keydiff AS
+        WITH t AS (SELECT *, count(*) OVER (PARTITION BY {key}) AS __n, true AS __in_t FROM __cv_t SEMI JOIN __cv_keys USING ({key})),
+             e AS (SELECT *, true AS __in_e FROM __cv_e SEMI JOIN __cv_keys USING ({key})),
+             d AS (SELECT {key}, t.__p AS t_p, e.__p AS e_p,
+                          CASE WHEN t.__n > 1 THEN 'duplicate' WHEN e.__in_e IS NULL THEN 'extra'
+                               WHEN t.__in_t IS NULL THEN 'missing' WHEN NOT ({same}) THEN 'changed' END AS status
+                   FROM t FULL OUTER JOIN e USING ({key}))
+        SELECT DISTINCT {key}, p, status FROM (SELECT *, unnest(list_distinct([t_p, e_p])) AS p FROM d WHERE status IS NOT NULL)
+        WHERE p IN (SELECT p FROM __cv_scope)"""
+    )
+    s.execute(
+        f"""CREATE OR REPLACE TEMP TABLE __cv_drift AS
+        WITH ec AS (SELECT __p AS p, count(*) AS n FROM __cv_e WHERE __p IN (SELECT p FROM __cv_scope) GROUP BY 1),
+             tc AS (SELECT __p AS p, count(*) AS n FROM __cv_t WHERE __p IN (SELECT p FROM __cv_scope) GROUP BY 1),
+             kd AS (SELECT p, count(DISTINCT ({key})) FILTER (WHERE status = 'missing') AS missing,
+                           count(DISTINCT ({key})) FILTER (WHERE status = 'extra') AS extra,
+                           count(DISTINCT ({key})) FILTER (WHERE status = 'changed') AS changed,
+                           count(DISTINCT ({key})) FILTER (WHERE status = 'duplicate') AS duplicate,
+                           count(DISTINCT ({key})) AS drift_keys,
+                           list(DISTINCT {key_text(spec)} ORDER BY {key_text(spec)})[1:{SAMPLE_KEYS}] AS sample_keys
+                    FROM __cv_keydiff GROUP BY 1)
+        SELECT sc.p AS partition, coalesce(ec.n, 0) AS expected_rows, coalesce(tc.n, 0) AS actual_rows,
+               coalesce(kd.missing, 0) AS missing, coalesce(kd.extra, 0) AS extra, coalesce(kd.changed, 0) AS changed,
+               coalesce(kd.duplicate, 0) AS duplicate, coalesce(kd.drift_keys, 0) AS drift_keys,
+               coalesce(kd.sample_keys, CAST([] AS VARCHAR[])) AS sample_keys
+        FROM __cv_scope sc LEFT JOIN ec ON ec.p = sc.p LEFT JOIN tc ON tc.p = sc.p LEFT JOIN kd ON kd.p = sc.p"""
+    )
+    for t in ("__cv_keys", "__cv_keydiff"):
+        s.execute(f"DROP TABLE IF EXISTS {t}")

@@ -1,0 +1,186 @@
+"""Restate each downstream consumer against the repaired, published target.
+
+Per consumer, one transaction: find the output the incident's damage reached (the
+latest output built while the target exposed a failed generation's rows; kept as
+it is, see ``outputs``), publish a corrected output in a new namespace through the
+consumer's pointer, write the incident's ledger rows (original vs corrected per
+key) and record the restatement. Re-running the incident reuses its corrected
+namespace while that is still current and exact, so it changes nothing; after
+late arrivals moved the target, it publishes a fresh correction.
+
+Restating while the public target still exposes a fenced generation's rows would
+only re-publish the damage, so it is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from recovery.lib.consumers import consumer_sql, fenced_generations_in_target
+from recovery.lib.control_plane import control_plane_exists, next_seq, record_event, utcnow
+from recovery.lib.convergence.scope import applied_watermark
+from recovery.lib.engine.base import Engine, Session
+from recovery.lib.errors import FencedGenerationError, RecoveryError, SpecError
+from recovery.lib.identifiers import TableName
+from recovery.lib.impact import DECISIONS
+from recovery.lib.notify import Notifier
+from recovery.lib.restatement.ledger import ledger_counts, ledger_table, output_total, write_ledger
+from recovery.lib.restatement.outputs import RESTATEMENTS, damaged_output, ensure_tables, managed, publish_output
+from recovery.lib.restatement.pointer import adopt_if_plain
+from recovery.lib.snapshot import expected_rows_sql
+from recovery.lib.spec import DatasetSpec, DownstreamSpec
+from recovery.lib.writer import retrying
+
+
+class ConsumerRestatement(BaseModel):
+    """One consumer restated for one incident."""
+
+    model_config = ConfigDict(frozen=True)
+    incident_id: str
+    consumer: str
+    kind: str
+    owner: str
+    decision: str
+    original_namespace: str | None
+    corrected_namespace: str
+    reused: bool                 # the corrected namespace of an earlier run, still current and exact
+    rows_changed: int
+    rows_missing: int
+    rows_extra: int
+    material_rows: int
+    original_total: float | None
+    corrected_total: float | None
+    watermark: datetime | None
+    mismatches_vs_source: int    # rows where the corrected output differs from the consumer on the source's expected rows
+    notified_at: datetime | None = None
+
+    @property
+    def ledger_rows(self) -> int:
+        return self.rows_changed + self.rows_missing + self.rows_extra
+
+    @property
+    def affected(self) -> bool:
+        return self.ledger_rows > 0
+
+
+def check_request(engine: Engine, spec: DatasetSpec, incident_id: str, consumers: list[str] | None) -> list[DownstreamSpec]:
+    """Validate before writing (read-only): the incident id, the consumer names, and a target
+    that exposes no fenced generation's rows. Returns the consumers to restate."""
+    if not isinstance(incident_id, str) or not incident_id or len(incident_id) > 100 or incident_id.startswith(".") \
+            or not all(ch.isalnum() or ch in "-_." for ch in incident_id):
+        raise SpecError("incident_id", f"{incident_id!r} is not an incident id",
+                        "use letters, digits, '-', '_' and '.' only, e.g. INC-2024-031")
+    by_name = {c.name: c for c in spec.downstream}
+    for i, name in enumerate(consumers or []):
+        if name not in by_name:
+            raise SpecError(f"consumers[{i}]", f"{name!r} is not a downstream consumer of {spec.dataset!r} "
+                            f"(known: {', '.join(by_name) or 'none'})", "name consumers listed under downstream in the spec")
+    with engine.session(read_only=True) as s:
+        if not control_plane_exists(s):
+            raise RecoveryError(f"{spec.target.table} is not managed yet (no control plane). "
+                                f"Fix: ingest through the writer and publish the repair before restating")
+        fenced = fenced_generations_in_target(s, spec)
+    if fenced:
+        raise RecoveryError(f"{spec.target.table} still exposes rows of fenced generation {fenced[0]!r}; restating now "
+                            f"would re-publish the damage. Fix: publish the repair first, then restate")
+    return [by_name[n] for n in consumers] if consumers else list(spec.downstream)
+
+
+def _mismatches(s: Session, a_sql: str, b_sql: str) -> int:
+    """Rows in one relation and not the other (multiset difference, both ways); -1 when their columns differ."""
+    if [c for c, _ in s.relation_columns(a_sql)] != [c for c, _ in s.relation_columns(b_sql)]:
+        return -1
+    return int(s.scalar(f"SELECT (SELECT count(*) FROM (({a_sql}) EXCEPT ALL ({b_sql}))) "
+                        f"+ (SELECT count(*) FROM (({b_sql}) EXCEPT ALL ({a_sql})))") or 0)
+
+
+def _restate_one(s: Session, spec: DatasetSpec, c: DownstreamSpec, *, incident_id: str, failed_generations: list[str] | None,
+                 actor: str, run_id: str | None) -> ConsumerRestatement:
+    ensure_tables(s)
+    fenced = fenced_generations_in_target(s, spec)
+    if fenced:  # checked again inside the transaction that publishes
+        raise FencedGenerationError(fenced[0], f"{spec.target.table} still exposes its rows. Fix: publish the repair first")
+    m = managed(spec, c.name)
+    current = adopt_if_plain(s, m, actor=actor)
+    prior = s.fetchone(f"SELECT original_namespace, corrected_namespace FROM {RESTATEMENTS} "
+                       f"WHERE incident_id = ? AND dataset = ? AND consumer = ?", [incident_id, spec.dataset, c.name])
+    original = prior[0] if prior else (damaged_output(s, spec, c.name, failed_generations) or current)
+    select_sql = consumer_sql(spec, c)
+    reused = bool(prior and prior[1] == current and _mismatches(s, f"SELECT * FROM {TableName.parse(current).sql()}", select_sql) == 0)
+    corrected = current if reused else publish_output(s, spec, c.name, select_sql, actor=actor,
+                                                      reason=f"restatement of incident {incident_id}")
+    write_ledger(s, spec, c, incident_id=incident_id, original_namespace=original, corrected_namespace=corrected)
+    counts = ledger_counts(s, spec, incident_id=incident_id, consumer=c.name)
+    watermark = applied_watermark(s, spec)
+    corrected_rel = f"SELECT * FROM {TableName.parse(corrected).sql()}"
+    mismatches = _mismatches(s, corrected_rel, consumer_sql(spec, c, expected_rows_sql(spec, watermark)))
+    totals = output_total(s, original, c), output_total(s, corrected, c)
+    seq = next_seq(s)
+    s.execute(f"DELETE FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ? AND consumer = ?", [incident_id, spec.dataset, c.name])
+    s.execute(
+        f"INSERT INTO {RESTATEMENTS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        f"(SELECT max(notified_at) FROM {ledger_table(spec)} WHERE incident_id = ? AND consumer = ?))",
+        [incident_id, spec.dataset, c.name, c.kind, c.owner, original, corrected,
+         counts["changed"] + counts["missing"] + counts["extra"], counts["material"], totals[0], totals[1], watermark,
+         utcnow(), run_id, seq, incident_id, c.name],
+    )
+    notified = s.scalar(f"SELECT notified_at FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ? AND consumer = ?",
+                        [incident_id, spec.dataset, c.name])
+    result = ConsumerRestatement(
+        incident_id=incident_id, consumer=c.name, kind=c.kind, owner=c.owner, decision=DECISIONS[c.kind],
+        original_namespace=original, corrected_namespace=corrected, reused=reused, rows_changed=counts["changed"],
+        rows_missing=counts["missing"], rows_extra=counts["extra"], material_rows=counts["material"],
+        original_total=totals[0], corrected_total=totals[1], watermark=watermark, mismatches_vs_source=mismatches,
+        notified_at=notified)
+    record_event(s, kind="restatement", dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id,
+                 summary=f"{c.name} restated into {corrected}"
+                 + (f" (original kept in {original})" if original and original != corrected else "")
+                 + f": {result.ledger_rows:,} keys changed, {result.material_rows:,} material",
+                 details=json.dumps({"consumer": c.name, "original_namespace": original, "corrected_namespace": corrected,
+                                     "reused": reused, "material_rows": result.material_rows}))
+    return result
+
+
+def restate_consumers(engine: Engine, spec: DatasetSpec, incident_id: str, *, failed_generations: list[str] | None = None,
+                      consumers: list[str] | None = None, notifier: Notifier | None = None, actor: str = "restatement",
+                      run_id: str | None = None) -> list[ConsumerRestatement]:
+    """Restate every consumer (or those named) for ``incident_id``; with a ``notifier``, tell each
+    affected owner once (see ``notices.notify_owners``; a failed delivery raises after the others)."""
+    selected = check_request(engine, spec, incident_id, consumers)
+    results = []
+    for c in selected:
+        def txn(c: DownstreamSpec = c) -> ConsumerRestatement:
+            with engine.transaction() as s:
+                return _restate_one(s, spec, c, incident_id=incident_id, failed_generations=failed_generations,
+                                    actor=actor, run_id=run_id)
+
+        results.append(retrying(txn))
+    if notifier is not None:
+        from recovery.lib.notify import NotificationError
+        from recovery.lib.restatement.notices import notify_owners
+
+        failures = notify_owners(engine, spec, incident_id, notifier, consumers=[r.consumer for r in results])
+        results = refreshed(engine, spec, results)
+        if failures:
+            raise NotificationError("; ".join(failures))
+    return results
+
+
+def refreshed(engine: Engine, spec: DatasetSpec, results: list[ConsumerRestatement]) -> list[ConsumerRestatement]:
+    """The same results with ``notified_at`` as recorded now."""
+    if not results:
+        return results
+    with engine.session(read_only=True) as s:
+        stamps = dict(s.fetchall(f"SELECT consumer, notified_at FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ?",
+                                 [results[0].incident_id, spec.dataset]))
+    return [r.model_copy(update={"notified_at": stamps.get(r.consumer)}) for r in results]
+
+
+def notify_owners(*args, **kwargs):
+    """See ``recovery.lib.restatement.notices.notify_owners``."""
+    from recovery.lib.restatement.notices import notify_owners as _notify
+
+    return _notify(*args, **kwargs)
