@@ -64,13 +64,13 @@ class DuckDBSession(Session):
         return [(r[0], r[1]) for r in rows]
 
     def object_kind(self, schema: str, name: str) -> str | None:
-        row = self.conn.execute(
+        rows = self.conn.execute(  # fetchall: a half-read result would block the next arrow() call
             "SELECT table_type FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
             [schema, name],
-        ).fetchone()
-        if row is None:
+        ).fetchall()
+        if not rows:
             return None
-        return "view" if row[0] == "VIEW" else "table"
+        return "view" if rows[0][0] == "VIEW" else "table"
 
 
 class DuckDBEngine(Engine):

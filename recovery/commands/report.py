@@ -1,0 +1,36 @@
+"""``recovery report --incident FILE --out DIR``: the incident's three reports, for any incident."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from rich.console import Console
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from recovery.lib.incident import check_incident, parse_incident
+
+    incident = parse_incident(args.incident)
+    spec = check_incident(incident)  # validate before launching anything
+    os.environ["RECOVERY_SPEC"] = str(incident.spec)  # the code location serves the incident's dataset
+    out = Path(args.out).resolve() if args.out else incident.reports_dir(spec)
+    from recovery.definitions import defs
+    from recovery.orchestration import project_instance, run_job
+
+    result = run_job(defs(), "render_incident_reports", project_instance(), run_config={
+        "ops": {"incident__reports": {"config": {"incident_file": str(incident.incident_path), "out_dir": str(out)}}}})
+    (mat,) = [e.materialization for e in result.get_asset_materialization_events()]
+    console.print(mat.metadata["summary"].value, highlight=False, soft_wrap=True)
+    for name in ("timeline", "reconciliation", "recovery"):
+        console.print(f"{name}: {out / (name + '.html')}", highlight=False, soft_wrap=True)
+    console.print(f"(run {result.run_id[:8]}; Markdown beside each HTML file)", highlight=False)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="write an incident's timeline, reconciliation and recovery reports (HTML + Markdown)")
+    p.add_argument("--incident", required=True, help="incident YAML file")
+    p.add_argument("--out", help="output folder (default: reports/<incident id> beside the warehouse)")
+    p.set_defaults(fn=run)
