@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,12 @@ DEMO_EVENTS = 200_000
 
 @pytest.fixture(scope="session")
 def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory shared by every xdist worker of this session."""
+    """A directory shared by every xdist worker of this session (``RECOVERY_TEST_SHARED`` names a
+    lasting one, to reuse a built example across sessions while developing)."""
+    lasting = os.environ.get("RECOVERY_TEST_SHARED")
+    if lasting:
+        Path(lasting).mkdir(parents=True, exist_ok=True)
+        return Path(lasting)
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if base.name.startswith("popen-gw") else base
     path = shared / "shared"

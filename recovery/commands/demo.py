@@ -19,7 +19,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
                              seed=args.seed, console=console)
     console.rule("where things are")
     places = [("warehouse", result.warehouse), ("evidence", result.evidence / "manifest.json")]
-    places += [(name, result.reports / name) for name in ("timeline.md", "reconciliation.parquet", "summary.json")]
+    places += [(f"{name} report", result.reports / f"{name}.html") for name in ("timeline", "reconciliation", "recovery")]
+    places += [(name, result.reports / name) for name in ("reconciliation.parquet", "summary.json")]
     places.append(("Dagster UI", "make ui, then http://127.0.0.1:3000/runs"))
     for name, where in places:
         console.print(f"{name:<24} {where}", highlight=False, soft_wrap=True)

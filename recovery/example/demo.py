@@ -154,3 +154,22 @@ def print_damage(console: Console, summary: dict, impacts: list) -> None:
         c.add_row(i.consumer, i.kind, i.owner, f"{i.rows_changed:,}", f"{i.rows_missing:,}", f"{i.rows_extra:,}",
                   f"{i.material_rows:,}", i.decision)
     console.print(c)
+
+
+def print_before_after(console: Console, labels: dict, partitions: list[dict]) -> None:
+    """Keys per damage label and partition totals, in the damaged and in the repaired generation."""
+    from rich.table import Table
+
+    t = Table(title="Before and after the repair (keys per damage label)")
+    for col in ("label", "before", "after"):
+        t.add_column(col, justify="left" if col == "label" else "right")
+    for label, (before, after) in sorted(labels.items(), key=lambda kv: -kv[1][0]):
+        t.add_row(label, f"{before:,}", f"{after:,}")
+    console.print(t)
+    rebuilt = [p for p in partitions if p["action"] == "rebuild"]
+    fixed = sum(1 for p in rebuilt if p["rows_after"] == p["rows_expected"] and p["total_after"] == p["total_expected"])
+    before = sum(p["total_before"] or 0 for p in rebuilt)
+    after = sum(p["total_after"] or 0 for p in rebuilt)
+    console.print(f"rebuilt partitions: {len(rebuilt)} ({fixed} equal to the snapshot's rows and totals before the delta replay); "
+                  f"amount total over them {before:,.2f} before, {after:,.2f} after; "
+                  f"{sum(1 for p in partitions if p['qualified_reason'])} qualified partitions kept", highlight=False)

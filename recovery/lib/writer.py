@@ -253,20 +253,23 @@ class Writer:
 
         # delta log: rows removed and not re-inserted by this write (stamped with this write's
         # generation and time; a tombstone carries its own version), then rows inserted
-        def removed(version_from: str) -> str:
+        def removed(version_from: str, key_from: str = "t") -> str:
             return ", ".join(
                 "?" if c == self.meta.generation else "CAST(? AS TIMESTAMP)" if c == self.meta.written_at
-                else f"{version_from}.{quote(c)}" if c == self.meta.source_version else f"t.{quote(c)}"
+                else f"{version_from}.{quote(c)}" if c == self.meta.source_version
+                else f"{key_from}.{quote(c)}" if c in self.spec.key else f"t.{quote(c)}"
                 for c in cols
             )
 
         if not log_delta:
             pass
         elif mode == "delete_keys":
+            # every tombstone is logged, held here or not: a repair generation may hold the key
+            # even where this namespace lost it, and the replay must still delete it there
             join = " AND ".join(f"t.{quote(k)} = i.{quote(k)}" for k in self.spec.key)
             s.execute(
                 f"INSERT INTO {delta} ({all_cols}, _delta_seq, _delta_op, _delta_namespace) "
-                f"SELECT {removed('i')}, ?, 'delete', ? FROM {ns_sql} AS t JOIN __incoming AS i ON {join}",
+                f"SELECT {removed('i', key_from='i')}, ?, 'delete', ? FROM __incoming AS i LEFT JOIN {ns_sql} AS t ON {join}",
                 removal_params + [seq, ns],
             )
         elif mode != "append":

@@ -1,10 +1,11 @@
 """Start the repair generation at the low watermark, then rebuild its partitions wave by wave.
 
-Starting is one transaction: it takes the low watermark (the commit sequence of the
-carry-over write, so every write before it is in the carried state and every write
-after it is in the delta log), copies the partitions that need no repair from the
-published namespace with their original stamps, and fixes the source snapshot by
-materializing the expected rows of the partitions to rebuild. The snapshot is
+Starting is one transaction: it fixes the source snapshot by materializing the
+expected rows of the partitions to rebuild, copies the partitions that need no
+repair (and the rows of qualified partitions the source cannot speak for) from the
+published namespace with their original stamps, and takes the low watermark: the
+commit sequence of that copy, so every write before it is in the carried state and
+every write after it is in the delta log. The snapshot is
 physically fixed: a source purged or rewritten during the repair cannot change what
 the waves write.
 
@@ -19,7 +20,7 @@ import json
 
 from recovery.lib.control_plane import SCHEMA, record_event, utcnow
 from recovery.lib.errors import RecoveryError
-from recovery.lib.identifiers import quote
+from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.incident import Incident
 from recovery.lib.namespaces import current_namespace, namespace_sql
 from recovery.lib.repair.plan import (
@@ -64,7 +65,7 @@ def start_repair(writer: Writer, incident: Incident, *, canary: list[str] | None
             raise RecoveryError(f"a repair of {spec.dataset} for incident {busy} is in progress; publish or abandon it first")
         current = current_namespace(s, spec)
         damaged = damaged_partitions(s, spec, incident.incident_id, current, incident.failed_generations)
-        qualified = qualified_partitions(s, spec, list(damaged), current)
+        qualified = qualified_partitions(s, spec, incident.incident_id, list(damaged), current)
     rebuild = {p: labels for p, labels in damaged.items() if p not in qualified}
     chosen = choose_canary(rebuild, canary_max=canary_max, explicit=canary)
     waves = make_waves(list(rebuild), chosen, wave_size)
@@ -84,16 +85,19 @@ def start_repair(writer: Writer, incident: Incident, *, canary: list[str] | None
             watermark = s.scalar(f"SELECT max({quote(spec.source.ingested_at)}) FROM {spec.source.table_name.sql()}")
             stamped_at = utcnow()
             rebuilt = list(rebuild)
-            carry = writer._write_in(
-                s, generation, f"SELECT * FROM {namespace_sql(current)} WHERE NOT ({in_partitions(spec, rebuilt)})",
-                "append", None, None, stamped_at, run_id, "carry over partitions that need no repair", None,
-                keep_stamps=True, log_delta=False,
-            )
-            low_seq = carry.seq
             snap = snapshot_table(spec)
             part = quote(spec.target.partition)
             s.execute(f"CREATE OR REPLACE TABLE {snap} AS SELECT * FROM ({expected_rows_sql(spec, watermark)}) "
                       f"WHERE {in_partitions(spec, rebuilt)}")
+            # carried: every row outside the rebuilt partitions, except a key the snapshot rebuilds
+            # elsewhere (a stray copy of a duplicated or mispartitioned key)
+            carry = writer._write_in(
+                s, generation, f"SELECT t.* FROM {namespace_sql(current)} t ANTI JOIN {snap} USING ({quote_all(spec.key)}) "
+                f"WHERE NOT ({in_partitions(spec, rebuilt)})",
+                "append", None, None, stamped_at, run_id, "carry over partitions that need no repair", None,
+                keep_stamps=True, log_delta=False,
+            )
+            low_seq = carry.seq
             s.execute(
                 f"INSERT INTO {PLANS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 'building', ?, ?, ?, NULL)",
                 [incident.incident_id, spec.dataset, generation, namespace, current, incident.failed_generations, low_seq,

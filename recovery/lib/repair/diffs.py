@@ -10,23 +10,33 @@ published namespace at the low watermark) and after are kept beside it.
 from __future__ import annotations
 
 from recovery.lib.engine.base import Session
-from recovery.lib.identifiers import quote
+from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.reconcile.classify import ReconcileInputs, recon_table, reconcile
 from recovery.lib.repair.plan import RepairPlan
+from recovery.lib.repair.replay import latest_delta_sql
 from recovery.lib.repair.tables import DIFFS, PARTITIONS
 from recovery.lib.spec import DatasetSpec
+from recovery.lib.writer import Writer
 
 
 def after_id(incident_id: str) -> str:
     return f"{incident_id}~after"
 
 
-def record_diffs(s: Session, spec: DatasetSpec, plan: RepairPlan) -> dict[str, tuple[int, int]]:
-    """Classify the repair generation and store per-partition, per-label counts. Returns label -> (before, after)."""
+def record_diffs(s: Session, spec: DatasetSpec, plan: RepairPlan, writer: Writer) -> dict[str, tuple[int, int]]:
+    """Classify the repair generation and store per-partition, per-label counts. Returns label -> (before, after).
+
+    "After" is judged against the fixed snapshot; keys that concurrent writes changed since
+    the low watermark (replayed from the delta, counted there) are left out, so ingestion
+    that lags the source is not mistaken for damage."""
     ns_spec = spec.model_copy(update={"target": spec.target.model_copy(update={"table": plan.namespace})})
-    reconcile(s, ReconcileInputs(ns_spec, tuple(plan.failed_generations), incident_id=after_id(plan.incident_id)))
+    after = after_id(plan.incident_id)
+    reconcile(s, ReconcileInputs(ns_spec, tuple(plan.failed_generations), watermark=plan.source_watermark, incident_id=after))
     recon = recon_table(spec)
+    key = quote_all(spec.key)
+    s.execute(f"DELETE FROM {recon} WHERE incident_id = ? AND ({key}) IN (SELECT ({key}) FROM "
+              f"({latest_delta_sql(writer, plan, plan.low_seq, plan.high_seq or plan.low_seq)}))", [after])
     s.execute(f"DELETE FROM {DIFFS} WHERE incident_id = ?", [plan.incident_id])
     s.execute(
         f"""INSERT INTO {DIFFS}

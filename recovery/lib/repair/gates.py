@@ -33,7 +33,7 @@ BUILTIN = ("repair_keys", "repair_partitioning", "repair_fencing", "repair_tombs
 DESCRIPTIONS = {
     "repair_keys": "Keys are non-null and unique across the repair generation.",
     "repair_partitioning": "Each row sits in the partition the transform derives from its source row.",
-    "repair_fencing": "No row of a fenced generation.",
+    "repair_fencing": "No row of a fenced generation (or of the incident's failed generations).",
     "repair_tombstones": "No key whose latest source change (as of the snapshot) is a delete.",
     "repair_partition_totals": "Row counts and amount totals per partition equal the source snapshot plus the replayed delta.",
     "repair_reconciliation": "Every key equals the reference (snapshot plus replayed delta): no unexplained difference.",
@@ -123,7 +123,8 @@ def row_frame_sql(spec: DatasetSpec, plan: RepairPlan, scope: list[str]) -> str:
         SELECT c.*, CAST(c.{part} AS VARCHAR) AS __partition, der.__derived_partition,
                coalesce(copies.__key_copies, 1) AS __key_copies,
                coalesce(tomb.__tomb_version > c.{sv}, false) AS __tombstoned,
-               coalesce(c.{gen} IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL), false) AS __fenced
+               coalesce(c.{gen} IN ({str_list(plan.failed_generations)})
+                        OR c.{gen} IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL), false) AS __fenced
         FROM c LEFT JOIN copies USING ({key}) LEFT JOIN der USING ({key}) LEFT JOIN tomb USING ({key})
         ORDER BY __partition
     """

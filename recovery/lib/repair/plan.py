@@ -129,8 +129,11 @@ def damaged_partitions(s: Session, spec: DatasetSpec, incident_id: str, current_
     return {p: list(labels or []) for p, labels in rows}
 
 
-def qualified_partitions(s: Session, spec: DatasetSpec, partitions: list[str], current_ns: str) -> dict[str, str]:
-    """Partitions whose source is not authoritative, with the reason."""
+def qualified_partitions(s: Session, spec: DatasetSpec, incident_id: str, partitions: list[str],
+                         current_ns: str) -> dict[str, str]:
+    """Partitions whose source is not authoritative, with the reason: before ``source.available_from``,
+    or holding rows whose keys the source does not know at all while the source yields no
+    expected row for the partition (its history was purged, or the change log has a gap)."""
     if not partitions:
         return {}
     src = spec.source
@@ -150,12 +153,19 @@ def qualified_partitions(s: Session, spec: DatasetSpec, partitions: list[str], c
             WITH t AS (SELECT CAST({part} AS VARCHAR) AS p, {key} FROM {namespace_sql(current_ns)}
                        WHERE CAST({part} AS VARCHAR) IN ({str_list(rest)})),
                  k AS (SELECT DISTINCT {key}, true AS __known FROM {src.table_name.sql()}
-                       WHERE ({key}) IN (SELECT ({key}) FROM t))
-            SELECT p, count(*) FROM t LEFT JOIN k USING ({key}) GROUP BY p HAVING count(k.__known) = 0 ORDER BY p
-            """
+                       WHERE ({key}) IN (SELECT ({key}) FROM t)),
+                 e AS (SELECT CAST("partition" AS VARCHAR) AS p, expected_rows FROM {partition_table(spec)}
+                       WHERE incident_id = ?)
+            SELECT t.p, count(*), count(*) FILTER (WHERE k.__known IS NULL) FROM t LEFT JOIN k USING ({key})
+            LEFT JOIN e ON e.p = t.p
+            GROUP BY t.p HAVING coalesce(max(e.expected_rows), 0) = 0 AND count(*) FILTER (WHERE k.__known IS NULL) > 0
+            ORDER BY t.p
+            """,
+            [incident_id],
         )
-        for p, n in rows:
-            out[p] = f"the source holds no event for any of the partition's {n:,} rows (purged or a gap in the change log)"
+        for p, n, unknown in rows:
+            out[p] = (f"the source yields no row for this partition and holds no event for {unknown:,} of its {n:,} rows "
+                      f"(purged, or a gap in the change log)")
     return out
 
 

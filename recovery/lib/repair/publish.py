@@ -77,7 +77,7 @@ def gate_candidate(writer: Writer, plan: RepairPlan, *, run_id: str | None = Non
             replayed, fresh = _replay_now(s, writer, plan.incident_id, "high watermark", run_id)
             scope = fresh.rebuild + _carried(s, writer.spec, fresh)
             results = evaluate_gates(s, writer, fresh, stage=CANDIDATE, scope=scope, through_seq=fresh.high_seq, run_id=run_id)
-            diffs = record_diffs(s, writer.spec, fresh) if with_diffs else {}
+            diffs = record_diffs(s, writer.spec, fresh, writer) if with_diffs else {}
             failed = [r for r in results if not r.passed]
             record_event(
                 s, kind="repair_gates", dataset=writer.spec.dataset, incident_id=plan.incident_id, actor="repair", run_id=run_id,
@@ -142,7 +142,9 @@ def publish(writer: Writer, incident_id: str, *, actor: str = "publish", run_id:
             return {"already": False, "namespace": plan.namespace, "seq": seq, "replayed": replayed.__dict__,
                     "from_namespace": plan.from_namespace}
 
-    return retrying(txn)
+    result = retrying(txn)
+    faults.checkpoint("publish:committed")   # committed, not yet acknowledged
+    return result
 
 
 def rollback(writer: Writer, incident_id: str, decision: Decision, *, actor: str = "publish", run_id: str | None = None) -> dict:

@@ -1,0 +1,52 @@
+"""``recovery recover --incident FILE``: every phase in order, timed (contain → reports).
+
+Prints each phase's wall time, peak memory and the share spent inside the engine;
+``--figures FILE`` writes them as JSON (the end-to-end benchmark reads it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from recovery.lib.incident import check_incident, parse_incident
+
+    path = Path(args.incident).resolve()
+    incident = parse_incident(path)
+    spec = check_incident(incident)
+    os.environ["RECOVERY_SPEC"] = str(incident.spec)
+    from recovery.definitions import defs
+    from recovery.orchestration import project_instance
+    from recovery.recover import run_recovery
+
+    done = run_recovery(incident, spec, instance=project_instance(), defs=defs(), console=console, wave_size=args.wave_size)
+    t = Table(title=f"{incident.incident_id}: time and memory per phase")
+    for col in ("phase", "wall s", "engine s", "engine share", "peak RSS MB", "runs"):
+        t.add_column(col, justify="left" if col == "phase" else "right")
+    total = sum(p.seconds for p in done.phases)
+    for p in done.phases:
+        t.add_row(p.phase, f"{p.seconds:.1f}", f"{p.engine_seconds:.1f}", f"{p.engine_seconds / max(p.seconds, 1e-9):.0%}",
+                  f"{p.peak_rss_mb:,.0f}", str(len(p.run_ids)))
+    engine = sum(p.engine_seconds for p in done.phases)
+    t.add_row("total", f"{total:.1f}", f"{engine:.1f}", f"{engine / max(total, 1e-9):.0%}",
+              f"{max(p.peak_rss_mb for p in done.phases):,.0f}", str(sum(len(p.run_ids) for p in done.phases)))
+    console.print(t)
+    if args.figures:
+        Path(args.figures).write_text(json.dumps([p.__dict__ for p in done.phases], indent=2))
+    console.print(f"reports: {incident.reports_dir(spec)}/{{timeline,reconciliation,recovery}}.html", highlight=False)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("recover", help="run every phase of the recovery in order (contain … reports), timed per phase")
+    p.add_argument("--incident", required=True, help="incident YAML file")
+    p.add_argument("--wave-size", type=int, default=30, help="partitions per repair wave after the canary")
+    p.add_argument("--figures", help="write per-phase time and memory as JSON to this file")
+    p.set_defaults(fn=run)

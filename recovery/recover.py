@@ -1,0 +1,165 @@
+"""Every phase of a recovery, in order, as the Dagster jobs a person launches from the UI.
+
+``recovery recover --incident FILE`` and ``make run`` both go through here:
+contain → preserve evidence → assess (reconcile, impact, decide) → repair (plan,
+canary, waves) → publish (or roll back) → restate consumers → verify convergence →
+timeline and reports. Each phase is timed: wall time, peak memory of this process
+(the engine runs in it) and the seconds spent inside the engine, so a benchmark can
+say where the time goes.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import dagster as dg
+from rich.console import Console
+
+from recovery.defs.containment.jobs import CONTAIN_JOB, contain_run_config
+from recovery.defs.convergence.assets import VERIFY_JOB, verify_run_config
+from recovery.defs.reconciliation.partitions import reconciliation_tags
+from recovery.defs.repair.runs import incident_ops_config, run_publish, run_repair
+from recovery.defs.restatement.assets import RESTATE_JOB, restate_run_config
+from recovery.lib.engine import duckdb_engine
+from recovery.lib.errors import RecoveryError
+from recovery.lib.incident import Incident
+from recovery.lib.repair.plan import wave_name
+from recovery.lib.spec import DatasetSpec
+from recovery.orchestration import run_job
+
+
+@dataclass
+class PhaseFigures:
+    phase: str
+    seconds: float
+    engine_seconds: float
+    peak_rss_mb: float
+    run_ids: list[str]
+    note: str = ""
+
+
+@dataclass
+class RecoveryRun:
+    incident: Incident
+    spec: DatasetSpec
+    phases: list[PhaseFigures] = field(default_factory=list)
+    report_summary: str = ""
+    decision: str = ""
+
+    @property
+    def run_ids(self) -> dict[str, list[str]]:
+        return {p.phase: p.run_ids for p in self.phases}
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _reset_peak() -> None:
+    """Reset this process's high-water mark of resident memory (Linux), so each phase reports its own."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def _vm_hwm_mb() -> float:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return _peak_rss_mb()
+
+
+def incident_config(incident_file: str, *assets: str) -> dict:
+    return {"ops": {a: {"config": {"incident_file": incident_file}} for a in assets}}
+
+
+def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterInstance, defs: dg.Definitions,
+                 console: Console, wave_size: int = 30,
+                 on_phase: Callable[[PhaseFigures], None] | None = None) -> RecoveryRun:
+    path = str(incident.incident_path)
+    out = RecoveryRun(incident, spec)
+
+    def phase(name: str, fn: Callable[[], tuple[list[str], str]]) -> None:
+        _reset_peak()
+        engine_before, t0 = duckdb_engine.ENGINE_SECONDS.total, time.perf_counter()
+        with console.status(f"{name} …"):
+            run_ids, note = fn()
+        figures = PhaseFigures(name, time.perf_counter() - t0, duckdb_engine.ENGINE_SECONDS.total - engine_before,
+                               _vm_hwm_mb(), run_ids, note)
+        out.phases.append(figures)
+        console.print(f"[bold]{name:<9}[/] {note}  [dim]({figures.seconds:.1f} s; runs "
+                      f"{', '.join(r[:8] for r in run_ids)})[/]", highlight=False, soft_wrap=True)
+        if on_phase:
+            on_phase(figures)
+
+    def contain():
+        r = run_job(defs, CONTAIN_JOB, instance, run_config=contain_run_config(path))
+        lines = r.output_for_node("stop_dagster_work").lines()
+        return [r.run_id], "; ".join(lines[:2])
+
+    def evidence():
+        r = run_job(defs, "preserve_evidence", instance, run_config=incident_config(path, "incident__evidence_bundle"))
+        return [r.run_id], f"bundle {incident.evidence_dir(spec)} with sha256 manifest"
+
+    def assess():
+        assets = ("incident__reconciliation", "incident__impact", "incident__decision")
+        r = run_job(defs, "assess_incident", instance, tags=reconciliation_tags(instance, spec),
+                    run_config=incident_config(path, *assets))
+        recon = r.asset_materializations_for_node("incident__reconciliation")[0].metadata
+        out.decision = r.asset_materializations_for_node("incident__decision")[0].metadata["choice"].value
+        return [r.run_id], (f"{recon['damaged_keys'].value:,} damaged keys in {recon['damaged_partitions'].value} "
+                            f"partitions; decision: {out.decision}")
+
+    def repair():
+        def wave(w, plan) -> None:
+            ok = w.gates and all(g["passed"] for g in w.gates.values())
+            console.print(f"      {wave_name(w.wave):>8}: {w.partitions:>4} partitions, run {w.run_id[:8]}, "
+                          + ("gates passed" if ok else "GATES FAILED"), highlight=False)
+
+        rep = run_repair(defs, instance, spec, path, incident.incident_id, wave_size=wave_size, on_wave=wave)
+        if rep.stopped:
+            raise RecoveryError(f"the repair stopped: {rep.stopped}")
+        plan = rep.plan
+        return [rep.plan_run_id] + [w.run_id for w in rep.waves], (
+            f"generation {plan.generation} in {plan.namespace}: {len(plan.rebuild)} partitions rebuilt from the source "
+            f"as of {plan.source_watermark} in {len(plan.waves)} runs, {len(plan.qualified)} qualified")
+
+    def publish():
+        if out.decision == "rollback":
+            r = run_job(defs, "rollback_incident", instance, run_config=incident_ops_config(path, "roll_back"))
+            return [r.run_id], "rolled back to the prior generation"
+        r = run_publish(defs, instance, path)
+        meta = r.asset_materializations_for_node("repair__publication")[0].metadata
+        return [r.run_id], (f"{spec.target.table} -> {meta['published_namespace'].value} "
+                            f"(was {meta['previous_namespace'].value}, kept)")
+
+    def restate():
+        r = run_job(defs, RESTATE_JOB, instance, run_config=restate_run_config(path))
+        return [r.run_id], "every consumer restated against the repaired table; originals kept; owners notified"
+
+    def verify():
+        r = run_job(defs, VERIFY_JOB, instance, run_config=verify_run_config(path))
+        checks = [e for e in r.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+        passed = sum(1 for e in checks if e.event_specific_data.passed)
+        return [r.run_id], f"convergence: {passed} of {len(checks)} checks passed"
+
+    def reports():
+        t = run_job(defs, "render_incident_timeline", instance, run_config=incident_config(path, "incident__timeline"))
+        r = run_job(defs, "render_incident_reports", instance, run_config=incident_config(path, "incident__reports"))
+        out.report_summary = r.asset_materializations_for_node("incident__reports")[0].metadata["summary"].value
+        return [t.run_id, r.run_id], f"timeline, reconciliation and recovery reports in {incident.reports_dir(spec)}"
+
+    for name, fn in [("contain", contain), ("evidence", evidence), ("assess", assess), ("repair", repair),
+                     ("publish", publish), ("restate", restate), ("verify", verify), ("reports", reports)]:
+        if name == "repair" and out.decision == "rollback":
+            continue
+        phase(name, fn)
+    return out
