@@ -109,3 +109,20 @@ def test_schedule_requests_the_previous_days_partition(definitions: dg.Definitio
     requests = result.run_requests or []
     assert len(requests) == 1, result
     assert requests[0].partition_key == day
+
+
+def test_the_repair_is_launchable_and_its_gates_are_blocking_checks(definitions: dg.Definitions):
+    jobs = {j.name for j in definitions.resolve_all_job_defs()}
+    assert {"plan_repair", "repair_canary", "repair_waves", "publish_repair", "rollback_incident"} <= jobs
+    graph = definitions.resolve_asset_graph()
+    generation = graph.get(dg.AssetKey(["repair", "generation"]))
+    assert generation.partitions_def.name == "repair_partitions"
+    checks = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
+    spec_suites = [s.name for s in parse_spec(spec_path()).suites]
+    assert spec_suites == ["transaction_values"]
+    for asset in ("repair/generation", "repair/candidate"):
+        for gate in ("repair_keys", "repair_partitioning", "repair_fencing", "repair_tombstones",
+                     "repair_partition_totals", "repair_reconciliation", *spec_suites):
+            assert (asset, gate) in checks
+    blocking = [graph.get_check_spec(k).blocking for k in graph.asset_check_keys if k.asset_key.path[0] == "repair"]
+    assert blocking and all(blocking)

@@ -180,12 +180,14 @@ def test_reports_state_the_figures_the_control_plane_holds(reported, failed_exam
     assert set(failed_example.info["run_ids"]["backfill"]) <= run_ids
     assert any(row[4] == "reconciliation" for row in timeline.tables["events"][1:])
 
-    # recovery: every section present; none has run on the failed example
+    # recovery: every section present; none has run on the failed example, and the recurrence
+    # gates of the spec's policy are listed as in force
     recovery = html["recovery"]
     for sid, title, _ in SECTIONS:
         section = recovery[recovery.index(f'<section id="{sid}">'):]
         section = section[:section.index("</section>")]
-        assert title in section and "not run yet" in section, sid
+        expected = "in force" if sid == "recurrence_gates" else "not run yet"
+        assert title in section and expected in section, sid
 
     # the asset's metadata carries the Markdown the UI shows
     with dg.DagsterInstance.get() as instance:
@@ -241,7 +243,9 @@ def test_the_recovery_report_shows_what_the_repair_recorded(tmp_path):
     status = {s["id"]: s["status"] for s in reports.contexts["recovery"]["sections"]}
     assert status == {"isolated_repair": "published", "idempotency": "passed", "concurrent_writes": "recorded",
                       "waves": "blocked", "totals": "recorded", "downstream_corrections": "recorded",
-                      "convergence": "converged", "recurrence_gates": "not run yet"}
+                      "convergence": "converged", "recurrence_gates": "in force"}
+    gates = {r["gate"] for r in {s["id"]: s for s in reports.contexts["recovery"]["sections"]}["recurrence_gates"]["rows"]}
+    assert {"approval", "scope", "capacity", "manifest", "fencing", "invariants", "anomaly", "rollback_readiness"} == gates
     sections = {s["id"]: s for s in reports.contexts["recovery"]["sections"]}
     assert sections["concurrent_writes"]["totals"] == {"upserted": 46, "deleted": 3, "skipped_older": 2}
     assert [(w["wave"], w["partitions"]) for w in sections["waves"]["waves"]] == [(0, 1), (1, 2)]
@@ -254,7 +258,7 @@ def test_the_recovery_report_shows_what_the_repair_recorded(tmp_path):
     assert "1 blocking gate(s) failed" in html and "mart.orders__g0002" in html and "totals_match_snapshot" in html
     assert html.count('src="data:image/png;base64,') == 1  # before/after totals
     md = (tmp_path / "out" / "recovery.md").read_text()
-    assert "| Recurrence gates in force | not run yet |" in md and "| order_totals | ops | 2 | 1 | not yet |" in md
+    assert "| Recurrence gates in force | in force |" in md and "| order_totals | ops | 2 | 1 | not yet |" in md
     assert "upserted 46, deleted 3, skipped_older 2" in md
     # no reconciliation in this warehouse: that report says so instead of failing
     assert reports.contexts["reconciliation"]["labels"]["status"] == "not run yet"

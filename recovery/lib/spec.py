@@ -200,6 +200,75 @@ class SuiteSpec(_Strict):
         return _ident(v)
 
 
+_INVARIANT_PLACEHOLDERS = ("rows", "generation", "source_latest")
+
+
+class InvariantSpec(_Strict):
+    name: str = Field(description="Invariant name; reported in the backfill's invariants gate.")
+    sql: str = Field(description="One SELECT returning the violating rows of {{ rows }} (the backfilled partitions of the "
+                                 "new generation); it may also read {{ generation }} (all its rows) and {{ source_latest }} "
+                                 "(each key's latest source change as of the backfill's watermark, tombstones included).")
+    description: str = Field("", description="What the invariant promises, for the gate's report.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _ident(v)
+
+    @field_validator("sql")
+    @classmethod
+    def _sql(cls, v: str) -> str:
+        probe = re.sub(r"\{\{\s*(generation|source_latest)\s*\}\}", "{{ rows }}", v)
+        check_single_select(probe, "rows")
+        return v
+
+
+class ApprovalRule(_Strict):
+    required: int = Field(ge=1, description="Approvals this rule requires when it applies.")
+    rows_over: int | None = Field(None, ge=0, description="Applies when the scope's estimated rows exceed this.")
+    partitions_over: int | None = Field(None, ge=0, description="Applies when the scope has more partitions than this.")
+    consumer_kinds: list[ConsumerKind] = Field([], description="Applies when a consumer of one of these kinds reads the scope.")
+
+
+class ApprovalPolicy(_Strict):
+    approvers: list[str] = Field([], description="Who may approve a backfill of this dataset; empty: anyone named.")
+    rules: list[ApprovalRule] = Field(default_factory=lambda: [ApprovalRule(required=1)],
+                                      description="The required approvals are the largest `required` of the rules that apply.")
+
+
+class CapacityLimits(_Strict):
+    max_rows: int | None = Field(None, ge=1, description="Refuse a backfill estimated to write more rows than this.")
+    max_bytes: int | None = Field(None, ge=1, description="Refuse a backfill whose new generation is estimated larger.")
+    max_partitions: int | None = Field(None, ge=1, description="Refuse a backfill over more partitions than this.")
+    free_disk_factor: float = Field(2.0, ge=1, description="Free disk must hold this many times the estimated bytes.")
+    rows_per_second: float = Field(200_000, gt=0, description="Throughput assumed for the run-time estimate without history.")
+
+
+class AnomalyThresholds(_Strict):
+    max_row_change: float = Field(0.05, ge=0, description="Largest relative change of a partition's row count vs published.")
+    max_total_change: float = Field(0.05, ge=0, description="Largest relative change of a partition's amount total vs published.")
+    history_factor: float = Field(3.0, gt=1, description="A partition's rows or total beyond this factor of the median of "
+                                                         "the published partitions (history) is an anomaly.")
+
+
+class RecurrenceSpec(_Strict):
+    """The guarded backfill's policy for this dataset (every field optional)."""
+
+    approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
+    capacity: CapacityLimits = Field(default_factory=CapacityLimits)
+    anomaly: AnomalyThresholds = Field(default_factory=AnomalyThresholds)
+    invariants: list[InvariantSpec] = Field([], description="SQL assertions every backfilled partition must satisfy.")
+    current_partitions: int = Field(2, ge=1, description="The latest partitions normal ingestion writes count as current: "
+                                                         "a backfill reaching them is flagged and refused unless acknowledged.")
+
+    @model_validator(mode="after")
+    def _unique(self):
+        names = [i.name for i in self.invariants]
+        if len(set(names)) != len(names):
+            raise ValueError("recurrence.invariants: two invariants share a name")
+        return self
+
+
 class DatasetSpec(_Strict):
     """A validated dataset spec, with its file paths resolved and its SQL loaded."""
 
@@ -209,6 +278,8 @@ class DatasetSpec(_Strict):
     target: TargetSpec
     downstream: list[DownstreamSpec] = []
     suites: list[SuiteSpec] = Field(default_factory=list, description="Great Expectations suites every repair must pass.")
+    recurrence: RecurrenceSpec | None = Field(None, description="Guarded-backfill policy: approvals, capacity, anomaly "
+                                                                "thresholds, invariants (defaults apply when absent).")
     spec_path: Path | None = Field(None, exclude=True)
     transform_sql: str = Field("", exclude=True)
     downstream_sql: dict[str, str] = Field(default_factory=dict, exclude=True)
@@ -237,9 +308,14 @@ class DatasetSpec(_Strict):
         return list(self.source.key)
 
     @property
+    def recurrence_policy(self) -> RecurrenceSpec:
+        return self.recurrence or RecurrenceSpec()
+
+    @property
     def fingerprint(self) -> str:
         """Hash of the spec and its SQL: recorded as a generation's config hash."""
-        h = hashlib.sha256(self.model_dump_json(exclude={"spec_path"}).encode())
+        exclude = {"spec_path"} | ({"recurrence"} if self.recurrence is None else set())  # unchanged for older specs
+        h = hashlib.sha256(self.model_dump_json(exclude=exclude).encode())
         h.update(self.transform_sql.encode())
         for name in sorted(self.downstream_sql):
             h.update(self.downstream_sql[name].encode())
@@ -258,6 +334,7 @@ _FIXES = {
     "date_parsing": "give a date as YYYY-MM-DD",
     "model_type": "give a mapping of fields",
     "greater_than_equal": "give a non-negative value",
+    "greater_than": "give a larger value",
 }
 
 

@@ -175,13 +175,17 @@ def convergence(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
 
 
 def recurrence_gates(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
-    """The gates in force for the dataset's next backfill, as the guarded launcher recorded them."""
-    if not exists(s, RECURRENCE):
-        return _not_run(RECURRENCE)
-    columns, rows, total = incident_rows(s, RECURRENCE, incident.incident_id)
-    if not total:
-        return _not_run(RECURRENCE)
-    return {"status": "recorded", "columns": columns, "rows": rows, "total": total, "source": f"{SCHEMA}.{RECURRENCE}"}
+    """The gates every future backfill of the dataset passes (the guarded launcher's policy, from the spec),
+    with how often each stopped a guarded backfill so far."""
+    from recovery.lib.recurrence.policy import active_gates
+
+    gates = active_gates(spec)
+    stops: dict[str, int] = {}
+    if exists(s, "backfill_gates"):
+        stops = dict(s.fetchall(f"SELECT gate, count(*) FILTER (WHERE NOT passed) FROM {SCHEMA}.backfill_gates GROUP BY 1"))
+    rows = [{"gate": g["gate"], "applies": g["applies"], "guarded backfills stopped": stops.get(g["gate"], 0)} for g in gates]
+    return {"status": "in force", "columns": ["gate", "applies", "guarded backfills stopped"], "rows": rows,
+            "total": len(rows), "source": "spec recurrence policy; _recovery.backfill_gates"}
 
 
 SECTIONS = (

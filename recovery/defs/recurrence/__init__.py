@@ -1,0 +1,1 @@
+"""Recurrence gates: the guarded backfill launcher."""

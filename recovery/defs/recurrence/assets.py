@@ -1,0 +1,152 @@
+"""The guarded backfill in Dagster: a dry-run job, and backfill → blocking gates → publication.
+
+- ``preview_backfill`` (job): the scope preview and the pre-write gates, read-only;
+  the warehouse is unchanged.
+- ``recurrence/backfill``: refuses (no write) without approvals, past capacity or
+  over current partitions; otherwise records the manifest, then builds the range in
+  the backfill's own generation.
+- ``backfill_gates``: every gate as a blocking asset check on ``recurrence/backfill``
+  (approval, scope, capacity, manifest, fencing, invariants, anomaly, rollback
+  readiness); a failed gate stops the backfill and blocks publication.
+- ``recurrence/publication``: the atomic pointer move, after confirming every gate
+  from the control plane (a blocking check only blocks within its own run).
+"""
+
+import dagster as dg
+
+from recovery.defs.recurrence.config import BackfillConfig, resolve_request
+from recovery.defs.resources import WarehouseResource
+from recovery.lib.errors import RecoveryError
+from recovery.lib.recurrence.launch import build_backfill, preflight, start_backfill
+from recovery.lib.recurrence.policy import GATES
+from recovery.lib.recurrence.publish import gate_backfill, publish_backfill, stop_backfill
+from recovery.lib.recurrence.recompute import resolve_recompute
+from recovery.lib.recurrence.record import latest_gates
+from recovery.lib.recurrence.tables import GATES as GATE_TABLE, tables_exist
+
+BACKFILL_KEY = dg.AssetKey(["recurrence", "backfill"])
+PUBLICATION_KEY = dg.AssetKey(["recurrence", "publication"])
+DESCRIPTIONS = {
+    "approval": "Named approvers recorded; as many as the spec's policy requires for the scope's size and consumers.",
+    "scope": "Dry-run scope preview; a range reaching the partitions ingestion writes is refused unless acknowledged.",
+    "capacity": "Estimated rows, bytes and partitions within the spec's limits and the free disk.",
+    "manifest": "Inputs with their watermark, code version and config hash recorded before the first write.",
+    "fencing": "Own generation, namespace and token; the pointer has not moved and no write landed in the range since.",
+    "invariants": "The spec's SQL invariants and GE suites, plus key/version/tombstone invariants, on every backfilled partition.",
+    "anomaly": "Per-partition rows and totals within the thresholds of the published generation and of history.",
+    "rollback_readiness": "The prior generation is complete and retained until convergence verification passes.",
+}
+
+
+def _preview_md(pf) -> str:
+    p = pf.preview
+    rows = ["| gate | passed | details |", "| --- | --- | --- |"]
+    rows += [f"| {g.gate} | {'yes' if g.passed else '**no**'} | {g.details[:300]} |" for g in pf.gates]
+    return "\n".join(rows) + f"\n\n{p.summary()}"
+
+
+def _metadata(pf) -> dict:
+    p = pf.preview
+    return {
+        "partitions": len(p.partitions), "range": f"{p.range_start}..{p.range_end}", "published_rows": p.published_rows,
+        "expected_rows": p.expected_rows, "keys": p.keys, "estimated_bytes": p.estimated_bytes,
+        "estimated_seconds": round(p.estimated_seconds, 2), "current_partitions_touched": ", ".join(p.current_touched) or "none",
+        "consumers": ", ".join(c.name for c in p.consumers) or "none", "gates": dg.MetadataValue.md(_preview_md(pf)),
+    }
+
+
+def _fail(err: Exception) -> dg.Failure:
+    return dg.Failure(description=str(err), allow_retries=False)
+
+
+@dg.op(description="Dry run: the backfill's scope preview and pre-write gates, computed without writing.")
+def preview_backfill_scope(context: dg.OpExecutionContext, config: BackfillConfig, warehouse: WarehouseResource) -> dg.Output[dict]:
+    try:
+        pf = preflight(warehouse.writer("preview_backfill"), resolve_request(config))
+    except RecoveryError as err:
+        raise _fail(err) from err
+    summary = {"passed": pf.passed, "preview": pf.preview.model_dump(mode="json"),
+               "gates": [{"gate": g.gate, "passed": g.passed, "details": g.details} for g in pf.gates]}
+    return dg.Output(summary, metadata={**_metadata(pf), "would_launch": pf.passed})
+
+
+@dg.job(description="Dry run of a guarded backfill: partitions, keys, rows, bytes, run time, current partitions, "
+                    "consumers and the pre-write gates. Writes nothing.")
+def preview_backfill():
+    preview_backfill_scope()
+
+
+@dg.asset(key=BACKFILL_KEY, group_name="recurrence", kinds={"duckdb"},
+          description="A guarded backfill's new generation: refused without approvals or capacity, manifest recorded "
+                      "before the first write, built in its own namespace.")
+def guarded_backfill_generation(context: dg.AssetExecutionContext, config: BackfillConfig,
+                                warehouse: WarehouseResource) -> dg.MaterializeResult:
+    writer = warehouse.writer("guarded_backfill")
+    try:
+        request = resolve_request(config)
+        pf = preflight(writer, request)
+        rec = start_backfill(writer, pf, run_id=context.run.run_id)
+        if rec.status == "refused":
+            raise RecoveryError(f"backfill {rec.backfill_id} refused before any write: {rec.reason}")
+        if rec.status == "building":
+            rec = build_backfill(writer, rec, resolve_recompute(request.recompute), run_id=context.run.run_id)
+    except RecoveryError as err:
+        raise _fail(err) from err
+    return dg.MaterializeResult(metadata={**_metadata(pf), "backfill_id": rec.backfill_id, "generation": rec.generation,
+                                          "namespace": rec.namespace or "", "status": rec.status,
+                                          "dagster/row_count": int(rec.manifest.get("build", {}).get("rows_written", 0))})
+
+
+def _backfill_of_run(warehouse: WarehouseResource, run_id: str) -> str | None:
+    with warehouse.engine().session(read_only=True) as s:
+        if not tables_exist(s):
+            return None
+        return s.scalar(f"SELECT max(backfill_id) FROM {GATE_TABLE} WHERE run_id = ? AND stage = 'preflight'", [run_id])
+
+
+@dg.multi_asset_check(
+    specs=[dg.AssetCheckSpec(name=g, asset=BACKFILL_KEY, blocking=True, description=DESCRIPTIONS[g]) for g in GATES],
+    name="backfill_gates", description="Every recurrence gate of the backfill this run built; a failure stops it.")
+def backfill_gates(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource):
+    backfill_id = _backfill_of_run(warehouse, context.run.run_id)
+    if backfill_id is None:
+        raise dg.Failure(description="this run started no guarded backfill; nothing to gate", allow_retries=False)
+    writer = warehouse.writer("backfill_gates")
+    gate_backfill(writer, backfill_id, run_id=context.run.run_id)
+    with writer.engine.session(read_only=True) as s:
+        gates = latest_gates(s, backfill_id)
+    failed = [g for g in GATES if g not in gates or not gates[g].passed]
+    if failed:
+        stop_backfill(writer, backfill_id, "; ".join(f"gate {g} failed: {gates[g].details if g in gates else 'not evaluated'}"
+                                                     for g in failed), run_id=context.run.run_id)
+    for g in GATES:
+        r = gates.get(g)
+        yield dg.AssetCheckResult(
+            asset_key=BACKFILL_KEY, check_name=g, passed=bool(r and r.passed), severity=dg.AssetCheckSeverity.ERROR,
+            metadata={"backfill_id": backfill_id, "observed": r.observed if r else 0,
+                      "details": (r.details if r else "not evaluated")[:2000]})
+
+
+@dg.asset(key=PUBLICATION_KEY, deps=[BACKFILL_KEY], group_name="recurrence", kinds={"duckdb"},
+          description="Atomic publish of the guarded backfill: every gate confirmed, then one pointer move.")
+def guarded_backfill_publication(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    backfill_id = _backfill_of_run(warehouse, context.run.run_id)
+    if backfill_id is None:
+        raise dg.Failure(description="this run started no guarded backfill; nothing to publish", allow_retries=False)
+    result = publish_backfill(warehouse.writer("guarded_backfill_publication"), backfill_id, run_id=context.run.run_id)
+    if not result["published"]:
+        raise dg.Failure(description=f"publish refused: {result['reason']}", allow_retries=False)
+    return dg.MaterializeResult(metadata={"backfill_id": backfill_id, "published_namespace": result["namespace"],
+                                          "previous_namespace": result.get("from_namespace") or "",
+                                          "already_published": result["already"], "pointer_seq": result["seq"] or 0})
+
+
+guarded_backfill = dg.define_asset_job(
+    "guarded_backfill", selection=dg.AssetSelection.assets(BACKFILL_KEY, PUBLICATION_KEY),
+    description="Run a backfill through every recurrence gate; publish by one pointer move only if all pass.")
+
+
+@dg.definitions
+def recurrence_definitions() -> dg.Definitions:
+    return dg.Definitions(assets=[guarded_backfill_generation, guarded_backfill_publication], asset_checks=[backfill_gates],
+                          jobs=[preview_backfill, guarded_backfill])

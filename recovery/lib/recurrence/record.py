@@ -1,0 +1,80 @@
+"""Reading and writing a guarded backfill's row and its gate results (the caller owns the transaction)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from recovery.lib.control_plane import SCHEMA, next_seq, record_event, utcnow
+from recovery.lib.engine.base import Session
+from recovery.lib.recurrence.tables import BACKFILLS, GATES, tables_exist
+from recovery.lib.repair.gates import GateResult
+
+
+class BackfillRecord(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    backfill_id: str
+    dataset: str
+    generation: str
+    namespace: str | None
+    from_namespace: str
+    partitions: list[str]
+    status: str
+    manifest: dict
+    source_watermark: datetime | None
+    seed_seq: int | None
+    published_seq: int | None
+    converged_seq: int | None
+    reason: str | None
+
+
+_COLS = ("backfill_id, dataset, generation, namespace, from_namespace, partitions, status, manifest, source_watermark, "
+         "seed_seq, published_seq, converged_seq, reason")
+
+
+def load_backfill(s: Session, backfill_id: str) -> BackfillRecord | None:
+    if not tables_exist(s):
+        return None
+    row = s.fetchone(f"SELECT {_COLS} FROM {BACKFILLS} WHERE backfill_id = ?", [backfill_id])
+    if row is None:
+        return None
+    fields = dict(zip([c.strip() for c in _COLS.split(",")], row))
+    fields["manifest"] = json.loads(fields["manifest"]) if fields["manifest"] else {}
+    fields["partitions"] = list(fields["partitions"] or [])
+    return BackfillRecord(**fields)
+
+
+def set_status(s: Session, backfill_id: str, status: str, reason: str | None = None) -> None:
+    s.execute(f"UPDATE {BACKFILLS} SET status = ?, reason = coalesce(?, reason) WHERE backfill_id = ?",
+              [status, reason, backfill_id])
+
+
+def record_gates(s: Session, backfill_id: str, generation: str, dataset: str, stage: str, results: list[GateResult],
+                 *, run_id: str | None = None, actor: str = "guarded_backfill") -> int:
+    """Append each gate's result and put it on the timeline; returns the evaluation's sequence number."""
+    seq = next_seq(s)
+    for r in results:
+        s.execute(f"INSERT INTO {GATES} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  [backfill_id, generation, stage, r.gate, r.passed, r.observed, r.details, seq, utcnow(), run_id])
+        record_event(s, kind="backfill_gate", dataset=dataset, actor=actor, run_id=run_id,
+                     summary=f"backfill {backfill_id} gate {r.gate} {'passed' if r.passed else 'FAILED'} ({stage}): "
+                             f"{r.details[:300]}",
+                     details=json.dumps({"backfill_id": backfill_id, "gate": r.gate, "stage": stage, "passed": r.passed,
+                                         "observed": r.observed}))
+    return seq
+
+
+def latest_gates(s: Session, backfill_id: str) -> dict[str, GateResult]:
+    """The most recent result of each gate of a backfill."""
+    if not tables_exist(s):
+        return {}
+    rows = s.fetchall(
+        f"SELECT gate, passed, observed, details FROM {GATES} WHERE backfill_id = ? "
+        f"QUALIFY row_number() OVER (PARTITION BY gate ORDER BY evaluated_seq DESC) = 1", [backfill_id])
+    return {r[0]: GateResult(r[0], r[1], r[2], r[3]) for r in rows}
+
+
+def pointer_seq(s: Session, public_name: str) -> int | None:
+    return s.scalar(f"SELECT seq FROM {SCHEMA}.pointers WHERE public_name = ?", [public_name])
