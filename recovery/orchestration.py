@@ -143,9 +143,22 @@ class Daemon:
             time.sleep(1.0)
 
 
+def forget_dead_defs_state_storage() -> None:
+    """Dagster keeps the state storage of the last entered instance in a context variable; once
+    that instance is closed and collected (a long-lived process that opens and closes
+    instances: a test session, a notebook), resolving definitions fails on its dead weakref.
+    This code location keeps no definitions state, so a dead storage is dropped."""
+    from dagster._core.storage.defs_state.base import DefsStateStorage, _current_storage
+
+    storage = DefsStateStorage.get()
+    if storage is not None and storage.has_instance and storage._instance_weakref() is None:
+        _current_storage.set(None)
+
+
 def run_job(defs: dg.Definitions, job_name: str, instance: dg.DagsterInstance, *, partition_key: str | None = None,
             run_config: dict | None = None, tags: dict[str, str] | None = None) -> dg.ExecuteInProcessResult:
     """Run one of the code location's jobs in this process, recorded in the project's instance."""
+    forget_dead_defs_state_storage()
     job = defs.resolve_job_def(job_name)
     config = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}, **(run_config or {})}
     result = job.execute_in_process(instance=instance, partition_key=partition_key, run_config=config,

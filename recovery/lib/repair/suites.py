@@ -118,31 +118,31 @@ class SuiteRunner:
             pass
         source = self.context.data_sources.add_pandas("recovery")
         self.batch_definition = source.add_dataframe_asset("frame").add_batch_definition_whole_dataframe("batch")
-        self.gx_suites = {}
+        # one Great Expectations suite holding every expectation, each tagged with its suite:
+        # a batch is validated once, whatever the number of suites
+        combined = gx.ExpectationSuite(name="recovery_gates")
         for suite in suites:
-            gs = gx.ExpectationSuite(name=suite.name)
             for e in suite.expectations:
-                gs.add_expectation(expectation_class(e.type)(**e.kwargs))
-            self.gx_suites[suite.name] = self.context.suites.add(gs)
+                combined.add_expectation(expectation_class(e.type)(**e.kwargs, meta={"suite": suite.name}))
+        self.combined = self.context.suites.add(combined)
         self.results = {s.name: SuiteResult(s.name) for s in suites}
 
     def validate(self, frame) -> None:
         if len(frame) == 0:
             return
         batch = self.batch_definition.get_batch(batch_parameters={"dataframe": frame})
-        for name, gs in self.gx_suites.items():
-            res = batch.validate(gs)
-            r = self.results[name]
+        res = batch.validate(self.combined)
+        for r in self.results.values():
             r.rows += len(frame)
             r.batches += 1
-            for er in res.results:
-                if er.success:
-                    continue
-                label = er.expectation_config.type + _args(er.expectation_config.kwargs)
-                info = er.result or {}
-                r.failures[label] = r.failures.get(label, 0) + int(info.get("unexpected_count") or 1)
-                r.samples.setdefault(label, [])
-                r.samples[label] = (r.samples[label] + [_plain(x) for x in (info.get("partial_unexpected_list") or [])])[:5]
+        for er in res.results:
+            if er.success:
+                continue
+            r = self.results[er.expectation_config.meta["suite"]]
+            label = er.expectation_config.type + _args(er.expectation_config.kwargs)
+            info = er.result or {}
+            r.failures[label] = r.failures.get(label, 0) + int(info.get("unexpected_count") or 1)
+            r.samples[label] = (r.samples.get(label, []) + [_plain(x) for x in (info.get("partial_unexpected_list") or [])])[:5]
 
     def run(self, batches: Iterable[pa.RecordBatch]) -> dict[str, SuiteResult]:
         for b in batches:

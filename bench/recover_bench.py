@@ -1,0 +1,92 @@
+"""End to end: ``recovery recover`` on the worked example at several sizes, timed per phase.
+
+For each size the failed example is built once (real Dagster backfill; cached under
+``bench/.cache``), copied, and recovered by ``recovery recover --incident ...`` in a
+fresh process with its own Dagster instance: every phase (contain, evidence,
+reconcile+impact+decide, repair in canary and waves with their gates, publish,
+restate, verify, reports) as Dagster runs. The command reports wall time, peak
+memory and the share spent inside DuckDB per phase; DuckDB runs under
+``--memory-limit`` and spills past it.
+
+    python -m bench recover --events 1000000 10000000
+    python -m bench recover --from DIR      # any dataset folder holding spec.yaml + incident.yaml (tests use this)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from bench.reconcile_bench import build
+
+
+def recover_once(dataset: Path, console: Console, *, memory_limit: str | None, wave_size: int) -> dict:
+    """Copy ``dataset`` (a folder with spec.yaml, incident.yaml and the warehouse) and run
+    ``recovery recover`` on it in a fresh process; returns its figures."""
+    from recovery.config import PROJECT_ROOT
+
+    with tempfile.TemporaryDirectory(prefix="bench-recover-") as tmp:
+        work = Path(tmp) / "dataset"
+        shutil.copytree(dataset, work, ignore=shutil.ignore_patterns("dagster_home", "evidence", "reports", "built.json"))
+        if memory_limit:
+            doc = yaml.safe_load((work / "spec.yaml").read_text())
+            doc["warehouse"]["memory_limit"] = memory_limit
+            (work / "spec.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        home = Path(tmp) / "dagster_home"
+        home.mkdir()
+        shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
+        figures = Path(tmp) / "figures.json"
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            [str(Path(sys.executable).with_name("recovery")), "recover", "--incident", str(work / "incident.yaml"),
+             "--figures", str(figures), "--wave-size", str(wave_size)],
+            env={**os.environ, "DAGSTER_HOME": str(home), "RECOVERY_SPEC": str(work / "spec.yaml")},
+            capture_output=True, text=True, cwd=PROJECT_ROOT,
+        )
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise RuntimeError(f"recovery recover failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        phases = json.loads(figures.read_text())
+        incident_id = yaml.safe_load((work / "incident.yaml").read_text())["incident_id"]
+        reports = sorted(p.name for p in (work / "reports" / incident_id).glob("*.html"))
+        return {"wall_s": wall, "phases": phases, "reports": reports, "stdout": proc.stdout}
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench recover")
+    p.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    p.add_argument("--from", dest="dataset", type=Path, help="recover this built example folder instead of building")
+    p.add_argument("--memory-limit", default="4GB", help="DuckDB memory_limit")
+    p.add_argument("--wave-size", type=int, default=30)
+    p.add_argument("--json", type=Path, help="also write the figures here")
+    args = p.parse_args(argv)
+    console = Console(width=150) if not Console().is_terminal else Console()
+    datasets = [(None, args.dataset)] if args.dataset else [(n, build(n, console, args.memory_limit).parent) for n in args.events]
+    results = []
+    for events, dataset in datasets:
+        label = f"{events:,} events" if events else str(dataset)
+        console.rule(f"recovery of {label}")
+        with console.status(f"recovery recover on {label}"):
+            r = recover_once(dataset, console, memory_limit=args.memory_limit, wave_size=args.wave_size)
+        t = Table(title=f"{label}: {r['wall_s']:.1f} s end to end (process start to exit)")
+        for col in ("phase", "wall s", "engine s", "engine share", "peak RSS MB", "Dagster runs"):
+            t.add_column(col, justify="left" if col == "phase" else "right")
+        for ph in r["phases"]:
+            t.add_row(ph["phase"], f"{ph['seconds']:.1f}", f"{ph['engine_seconds']:.1f}",
+                      f"{ph['engine_seconds'] / max(ph['seconds'], 1e-9):.0%}", f"{ph['peak_rss_mb']:,.0f}", str(len(ph["run_ids"])))
+        console.print(t)
+        results.append({"events": events, "dataset": str(dataset), **{k: v for k, v in r.items() if k != "stdout"}})
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
