@@ -334,6 +334,19 @@ def test_a_partition_whose_source_rows_were_purged_is_kept_and_marked_qualified_
                           "GROUP BY 1 HAVING count(*) > 1", [[t for (t,) in strays]]) == []
         assert s.fetchone("SELECT action, qualified_reason IS NOT NULL, status FROM _recovery.repair_partitions "
                           "WHERE incident_id = ? AND partition = ?", [INCIDENT, purged]) == ("keep (qualified)", True, "kept")
+    # the recovery report and each consumer owner's notice say so
+    from recovery.lib.notify import FileChannel, Notifier
+    from recovery.lib.reports import build_reports
+    from recovery.lib.restatement import restate_consumers
+
+    engine = open_engine(spec.warehouse)
+    html = build_reports(incident, spec, engine, None).html["recovery"]
+    assert "Qualified partitions" in html and purged in html
+    alerts = example_copy.parent / "alerts.jsonl"
+    restate_consumers(engine, spec, INCIDENT, failed_generations=incident.failed_generations,
+                      notifier=Notifier(FileChannel(alerts), engine))
+    notices = [json.loads(line) for line in alerts.read_text().splitlines()]
+    assert notices and all("Qualified" in n["body"] and purged in n["body"] for n in notices)
 
 
 def test_partitions_before_source_available_from_are_qualified(example_copy):

@@ -12,14 +12,13 @@ from __future__ import annotations
 from datetime import date
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from recovery.lib.control_plane import SCHEMA, control_plane_exists
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import check_identifier, quote
-from recovery.lib.spec import DatasetSpec, _shape_error, load_spec
+from recovery.lib.spec import DatasetSpec, _shape_error, load_spec, load_yaml_model
 
 
 class PartitionRange(BaseModel):
@@ -78,19 +77,7 @@ class Incident(BaseModel):
 
 def parse_incident(path: str | Path) -> Incident:
     path = Path(path)
-    src = str(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise SpecError("incident", f"cannot read the file ({e.strerror})", "pass the path of an incident YAML")
-    except yaml.YAMLError as e:
-        raise SpecError("incident", f"not valid YAML ({e})", "fix the YAML syntax", source=src)
-    if not isinstance(raw, dict):
-        raise SpecError("incident", "the file is not a mapping of fields", "start from sample_data/transactions/incident.yaml", source=src)
-    try:
-        inc = Incident.model_validate(raw)
-    except ValidationError as e:
-        raise _shape_error(e, src) from None
+    inc = load_yaml_model(path, Incident, what="incident", example="sample_data/transactions/incident.yaml")
     base = path.resolve().parent
     spec = (base / inc.spec).resolve()
     evidence = (base / inc.evidence_root).resolve() if inc.evidence_root else None

@@ -358,24 +358,32 @@ def _shape_error(err: ValidationError, source: str) -> SpecError:
     return SpecError(field, msg, fix, source=source)
 
 
-def parse_spec(path: str | Path) -> DatasetSpec:
-    """Load and validate a spec's shape and files; touches no warehouse."""
+def load_yaml_model(path: str | Path, model: type[BaseModel], *, what: str, example: str) -> BaseModel:
+    """Read a YAML file and validate it as ``model``; every failure is one ``SpecError`` naming
+    the field (``what`` when the whole file is at fault) and the fix."""
     path = Path(path)
     source = str(path)
     try:
         text = path.read_text()
     except OSError as e:
-        raise SpecError("spec", f"cannot read the file ({e.strerror})", "pass the path of an existing spec YAML")
+        raise SpecError(what, f"cannot read the file ({e.strerror})", f"pass the path of an existing {what} YAML")
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise SpecError("spec", f"not valid YAML ({e})", "fix the YAML syntax", source=source)
+        raise SpecError(what, f"not valid YAML ({e})", "fix the YAML syntax", source=source)
     if not isinstance(raw, dict):
-        raise SpecError("spec", "the file is not a mapping of fields", "start from sample_data/transactions/spec.yaml", source=source)
+        raise SpecError(what, "the file is not a mapping of fields", f"start from {example}", source=source)
     try:
-        spec = DatasetSpec.model_validate(raw)
+        return model.model_validate(raw)
     except ValidationError as e:
         raise _shape_error(e, source) from None
+
+
+def parse_spec(path: str | Path) -> DatasetSpec:
+    """Load and validate a spec's shape and files; touches no warehouse."""
+    path = Path(path)
+    source = str(path)
+    spec = load_yaml_model(path, DatasetSpec, what="spec", example="sample_data/transactions/spec.yaml")
     base = path.resolve().parent
     warehouse = spec.warehouse.model_copy(update={"path": (base / spec.warehouse.path).resolve()})
     transform = (base / spec.target.transform).resolve()

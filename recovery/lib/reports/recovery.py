@@ -63,7 +63,11 @@ def isolated_repair(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
             f"WHERE public_name = ? AND to_namespace = ? ORDER BY seq DESC LIMIT 1", [str(spec.target.table_name), plan["namespace"]])
     facts = [(k, plan.get(k)) for k in ("generation", "namespace", "from_namespace", "source_watermark", "low_seq", "high_seq",
                                         "published_seq", "status", "stopped_reason") if k in plan]
-    return {"status": plan.get("status") or "recorded", "facts": facts, "actions": actions,
+    kept = []
+    if exists(s, PARTITIONS):
+        kept = rows_as_dicts(s, f"SELECT partition, qualified_reason FROM {qualified(PARTITIONS)} WHERE incident_id = ? "
+                                f"AND qualified_reason IS NOT NULL ORDER BY partition", [incident.incident_id])
+    return {"status": plan.get("status") or "recorded", "facts": facts, "actions": actions, "qualified": kept,
             "published": None if published is None else dict(zip(("from", "to", "seq", "at", "actor"), published))}
 
 

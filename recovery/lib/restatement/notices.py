@@ -49,6 +49,14 @@ def compose(spec: DatasetSpec, row: tuple, items: list[tuple]) -> tuple[str, str
     return subject, "\n".join(lines), ("warning" if material else "info")
 
 
+def qualified_partitions(s, incident_id: str) -> list[tuple[str, str]]:
+    """Partitions the incident's repair kept as they were because the source cannot speak for them."""
+    if s.object_kind("_recovery", "repair_partitions") is None:
+        return []
+    return s.fetchall("SELECT partition, qualified_reason FROM _recovery.repair_partitions "
+                      "WHERE incident_id = ? AND qualified_reason IS NOT NULL ORDER BY partition", [incident_id])
+
+
 def notify_owners(engine: Engine, spec: DatasetSpec, incident_id: str, notifier: Notifier, *,
                   consumers: list[str] | None = None) -> list[str]:
     """Deliver each affected consumer's notice once; returns the deliveries that failed (retried next run)."""
@@ -61,12 +69,17 @@ def notify_owners(engine: Engine, spec: DatasetSpec, incident_id: str, notifier:
         )
         rows = [r for r in rows if consumers is None or r[1] in consumers]
         items = {r[1]: ledger_items(s, spec, incident_id=incident_id, consumer=r[1], limit=ITEMS_IN_NOTICE) for r in rows}
+        qualified = qualified_partitions(s, incident_id)
     failures = []
     for row in rows:
         consumer, owner = row[1], row[3]
         key = notice_key(spec, incident_id, consumer)
         if not notifier.already_delivered(key):
             subject, body, severity = compose(spec, row, items[consumer])
+            if qualified:
+                body += ("\nQualified (the source holds no authoritative rows; kept as published, not corrected): "
+                         + "; ".join(f"{p}: {why}" for p, why in qualified[:10])
+                         + (f"; and {len(qualified) - 10} more" if len(qualified) > 10 else ""))
             try:
                 notifier.notify(owner, subject, body, severity, key, incident_id=incident_id, dataset=spec.dataset)
             except NotificationError as err:
