@@ -38,15 +38,3 @@ def example_copy(failed_example: BuiltExample, tmp_path: Path) -> Path:
     """A private copy of the failed example's dataset folder; returns its spec path."""
     return copy_dataset(failed_example.root, tmp_path / "transactions")
 
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Start both example builds at once on the two workers, then the tests that read them, and the
-    tests that need no example last, so no worker sits waiting on a build lock."""
-
-    def rank(item: pytest.Item) -> int:
-        if item.name == "test_reconciliation_is_exact_at_a_second_size":
-            return 0
-        uses_example = {"failed_example", "example_copy"} & set(getattr(item, "fixturenames", ()))
-        return 1 if uses_example else 2
-
-    items.sort(key=rank)

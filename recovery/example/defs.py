@@ -163,4 +163,7 @@ def example_definitions() -> dg.Definitions:
         assets=[transactions_history, *consumers],
         jobs=[ingest_transactions, refresh],
         schedules=[ingest_schedule],
+        # each run executes its steps in its own run process: one subprocess per step would only
+        # add start-up time to the backfill's runs (the worked example's steps are DuckDB-bound)
+        executor=dg.in_process_executor,
     )
