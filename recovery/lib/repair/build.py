@@ -35,7 +35,8 @@ def repair_generation_id(incident_id: str) -> str:
     return f"repair-{incident_id}"
 
 
-def _total(spec) -> str:
+def partition_total_sql(spec) -> str:
+    """The amount total of a group of rows, as DOUBLE (NULL when the spec declares no amount)."""
     return f"CAST(sum({quote(spec.target.amount)}) AS DOUBLE)" if spec.target.amount else "CAST(NULL AS DOUBLE)"
 
 
@@ -115,9 +116,9 @@ def start_repair(writer: Writer, incident: Incident, *, canary: list[str] | None
                        pl.reason, pl.labels, coalesce(b.n, 0), b.t, coalesce(e.n, 0), e.t, NULL, NULL, NULL, NULL,
                        CASE WHEN pl.reason IS NULL THEN 'planned' ELSE 'kept' END
                 FROM __plan pl
-                LEFT JOIN (SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {_total(spec)} AS t
+                LEFT JOIN (SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {partition_total_sql(spec)} AS t
                            FROM {namespace_sql(current)} GROUP BY 1) b ON b.p = pl.partition
-                LEFT JOIN (SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {_total(spec)} AS t
+                LEFT JOIN (SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {partition_total_sql(spec)} AS t
                            FROM {snap} GROUP BY 1) e ON e.p = pl.partition""",
                 [incident.incident_id],
             )
@@ -159,7 +160,7 @@ def build_wave(writer: Writer, plan: RepairPlan, wave: int, *, run_id: str | Non
                 f"""UPDATE {PARTITIONS} SET status = 'built', built_seq = ?, built_run_id = ?, rows_after = coalesce(a.n, 0),
                        total_after = a.t
                 FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS p) w
-                LEFT JOIN (SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {_total(spec)} AS t
+                LEFT JOIN (SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {partition_total_sql(spec)} AS t
                            FROM {namespace_sql(plan.namespace)} WHERE {in_partitions(spec, partitions)} GROUP BY 1) a ON a.p = w.p
                 WHERE incident_id = ? AND partition = w.p""",
                 [result.seq, run_id, partitions, plan.incident_id],

@@ -13,6 +13,7 @@ from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.reconcile.classify import ReconcileInputs, recon_table, reconcile
+from recovery.lib.repair.build import partition_total_sql
 from recovery.lib.repair.plan import RepairPlan
 from recovery.lib.repair.replay import latest_delta_sql
 from recovery.lib.repair.tables import DIFFS, PARTITIONS
@@ -48,7 +49,7 @@ def record_diffs(s: Session, spec: DatasetSpec, plan: RepairPlan, writer: Writer
         [plan.incident_id, plan.incident_id, plan.incident_id, after_id(plan.incident_id)],
     )
     part = quote(spec.target.partition)
-    total = f"CAST(sum({quote(spec.target.amount)}) AS DOUBLE)" if spec.target.amount else "CAST(NULL AS DOUBLE)"
+    total = partition_total_sql(spec)
     s.execute(
         f"""UPDATE {PARTITIONS} SET rows_after = coalesce(a.n, 0), total_after = a.t
         FROM (SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {total} AS t FROM {namespace_sql(plan.namespace)} GROUP BY 1) a

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recovery.lib.control_plane import SCHEMA, delta_table
+from recovery.lib.control_plane import SCHEMA, delta_table, utcnow
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.repair.plan import RepairPlan
 from recovery.lib.repair.tables import REPLAYS
-from recovery.lib.control_plane import utcnow
+from recovery.lib.snapshot import str_list
 from recovery.lib.writer import Writer
 
 
@@ -41,7 +41,7 @@ def latest_delta_sql(writer: Writer, plan: RepairPlan, after_seq: int, through_s
     return (
         f"SELECT * FROM {delta_table(spec.dataset)} "
         f"WHERE _delta_seq > {int(after_seq)} AND _delta_seq <= {int(through_seq)} "
-        f"AND _delta_namespace = '{plan.from_namespace.replace(chr(39), chr(39) * 2)}' "
+        f"AND _delta_namespace = {str_list([plan.from_namespace])} "
         f"AND {gen} NOT IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL) "
         f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY _delta_seq DESC, _delta_op DESC) = 1"
     )
