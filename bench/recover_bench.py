@@ -31,9 +31,20 @@ from rich.table import Table
 from bench.reconcile_bench import build
 
 
-def recover_once(dataset: Path, console: Console, *, memory_limit: str | None, wave_size: int) -> dict:
+def summarize_trace(path: Path, top: int = 12) -> dict:
+    """Seconds per kind (engine statements, Great Expectations batches) and the slowest statements."""
+    lines = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    per_kind: dict[str, float] = {}
+    for x in lines:
+        per_kind[x["kind"]] = per_kind.get(x["kind"], 0.0) + x["s"]
+    return {"seconds_per_kind": {k: round(v, 1) for k, v in per_kind.items()},
+            "slowest": sorted(lines, key=lambda x: -x["s"])[:top]}
+
+
+def recover_once(dataset: Path, console: Console, *, memory_limit: str | None, wave_size: int, trace: bool = False) -> dict:
     """Copy ``dataset`` (a folder with spec.yaml, incident.yaml and the warehouse) and run
-    ``recovery recover`` on it in a fresh process; returns its figures."""
+    ``recovery recover`` on it in a fresh process; returns its figures (with ``trace``, also
+    where the engine and Great Expectations spent it: steps over 0.5 s)."""
     from recovery.config import PROJECT_ROOT
 
     with tempfile.TemporaryDirectory(prefix="bench-recover-") as tmp:
@@ -47,12 +58,15 @@ def recover_once(dataset: Path, console: Console, *, memory_limit: str | None, w
         home.mkdir()
         shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
         figures = Path(tmp) / "figures.json"
+        trace_file = Path(tmp) / "trace.jsonl"
+        env = {**os.environ, "DAGSTER_HOME": str(home), "RECOVERY_SPEC": str(work / "spec.yaml")}
+        if trace:
+            env["RECOVERY_TRACE"] = str(trace_file)
         t0 = time.perf_counter()
         proc = subprocess.run(
             [str(Path(sys.executable).with_name("recovery")), "recover", "--incident", str(work / "incident.yaml"),
              "--figures", str(figures), "--wave-size", str(wave_size)],
-            env={**os.environ, "DAGSTER_HOME": str(home), "RECOVERY_SPEC": str(work / "spec.yaml")},
-            capture_output=True, text=True, cwd=PROJECT_ROOT,
+            env=env, capture_output=True, text=True, cwd=PROJECT_ROOT,
         )
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
@@ -60,7 +74,10 @@ def recover_once(dataset: Path, console: Console, *, memory_limit: str | None, w
         phases = json.loads(figures.read_text())
         incident_id = yaml.safe_load((work / "incident.yaml").read_text())["incident_id"]
         reports = sorted(p.name for p in (work / "reports" / incident_id).glob("*.html"))
-        return {"wall_s": wall, "phases": phases, "reports": reports, "stdout": proc.stdout}
+        out = {"wall_s": wall, "phases": phases, "reports": reports, "stdout": proc.stdout}
+        if trace:
+            out["trace"] = summarize_trace(trace_file)
+        return out
 
 
 def main(argv: list[str]) -> int:
@@ -70,6 +87,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--memory-limit", default="4GB", help="DuckDB memory_limit")
     p.add_argument("--wave-size", type=int, default=30)
     p.add_argument("--json", type=Path, help="also write the figures here")
+    p.add_argument("--trace", action="store_true", help="also report the slowest engine statements and GE batches")
     args = p.parse_args(argv)
     console = Console(width=150) if not Console().is_terminal else Console()
     datasets = [(None, args.dataset)] if args.dataset else [(n, build(n, console, args.memory_limit).parent) for n in args.events]
@@ -78,7 +96,7 @@ def main(argv: list[str]) -> int:
         label = f"{events:,} events" if events else str(dataset)
         console.rule(f"recovery of {label}")
         with console.status(f"recovery recover on {label}"):
-            r = recover_once(dataset, console, memory_limit=args.memory_limit, wave_size=args.wave_size)
+            r = recover_once(dataset, console, memory_limit=args.memory_limit, wave_size=args.wave_size, trace=args.trace)
         t = Table(title=f"{label}: {r['wall_s']:.1f} s end to end (process start to exit)")
         for col in ("phase", "wall s", "engine s", "engine share", "peak RSS MB", "Dagster runs"):
             t.add_column(col, justify="left" if col == "phase" else "right")
@@ -86,6 +104,10 @@ def main(argv: list[str]) -> int:
             t.add_row(ph["phase"], f"{ph['seconds']:.1f}", f"{ph['engine_seconds']:.1f}",
                       f"{ph['engine_seconds'] / max(ph['seconds'], 1e-9):.0%}", f"{ph['peak_rss_mb']:,.0f}", str(len(ph["run_ids"])))
         console.print(t)
+        if "trace" in r:
+            console.print(f"traced seconds per kind: {r['trace']['seconds_per_kind']}")
+            for x in r["trace"]["slowest"]:
+                console.print(f"  {x['s']:7.1f} s  {x['kind']:<18} {x['what'][:110]}", highlight=False)
         results.append({"events": events, "dataset": str(dataset), **{k: v for k, v in r.items() if k != "stdout"}})
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

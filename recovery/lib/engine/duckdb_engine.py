@@ -22,6 +22,7 @@ import pyarrow as pa
 from recovery.lib.engine.base import Engine, RetryableConflict, Session
 from recovery.lib.errors import WarehouseBusyError
 from recovery.lib.identifiers import quote
+from recovery.lib.trace import trace
 
 
 def _is_lock_error(err: BaseException) -> bool:
@@ -41,12 +42,14 @@ class _EngineClock:
         self.total = 0.0
 
     @contextmanager
-    def timing(self) -> Iterator[None]:
+    def timing(self, sql: str = "") -> Iterator[None]:
         t0 = time.perf_counter()
         try:
             yield
         finally:
-            self.total += time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            self.total += took
+            trace("sql", took, sql)
 
 
 ENGINE_SECONDS = _EngineClock()
@@ -59,22 +62,22 @@ class DuckDBSession(Session):
         self.conn = conn
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
-        with ENGINE_SECONDS.timing():
+        with ENGINE_SECONDS.timing(sql):
             self.conn.execute(sql, params or [])
 
     def fetchall(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
-        with ENGINE_SECONDS.timing():
+        with ENGINE_SECONDS.timing(sql):
             return self.conn.execute(sql, params or []).fetchall()
 
     def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
-        with ENGINE_SECONDS.timing():
+        with ENGINE_SECONDS.timing(sql):
             return self.conn.sql(sql, params=list(params) if params else None).to_arrow_table()
 
     def arrow_batches(self, sql: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
-        with ENGINE_SECONDS.timing():
+        with ENGINE_SECONDS.timing(sql):
             reader = self.conn.sql(sql).to_arrow_reader(batch_rows)
         while True:
-            with ENGINE_SECONDS.timing():
+            with ENGINE_SECONDS.timing("-- next batch of: " + sql):
                 try:
                     batch = reader.read_next_batch()
                 except StopIteration:

@@ -11,6 +11,7 @@ summed over batches. Nothing loads the whole table into pandas.
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -20,6 +21,7 @@ import pyarrow as pa
 
 from recovery.lib.errors import SpecError
 from recovery.lib.spec import DatasetSpec
+from recovery.lib.trace import trace
 
 BATCH_ROWS = 500_000
 
@@ -130,8 +132,10 @@ class SuiteRunner:
     def validate(self, frame) -> None:
         if len(frame) == 0:
             return
+        t0 = time.perf_counter()
         batch = self.batch_definition.get_batch(batch_parameters={"dataframe": frame})
         res = batch.validate(self.combined)
+        trace("great_expectations", time.perf_counter() - t0, f"{len(frame):,} rows x {len(self.suites)} suites")
         for r in self.results.values():
             r.rows += len(frame)
             r.batches += 1
