@@ -30,13 +30,13 @@ def build(events: int, console: Console, memory_limit: str) -> Path:
     """The failed example at ``events`` events (cached); returns the spec path of a bench copy."""
     import dagster as dg
 
-    from recovery.config import EXAMPLE_SPEC, PROJECT_ROOT
+    from recovery.config import EXAMPLE_OUTPUTS, EXAMPLE_SPEC, PROJECT_ROOT
 
     root = CACHE / f"example-{events}"
     spec_path = root / "spec.yaml"
     if not (root / "built.json").exists():
         shutil.rmtree(root, ignore_errors=True)
-        shutil.copytree(EXAMPLE_SPEC.parent, root, ignore=shutil.ignore_patterns("*.duckdb*", "evidence", "reports"))
+        shutil.copytree(EXAMPLE_SPEC.parent, root, ignore=shutil.ignore_patterns(*EXAMPLE_OUTPUTS))
         doc = yaml.safe_load(spec_path.read_text())
         doc["warehouse"]["memory_limit"] = memory_limit
         spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -83,7 +83,10 @@ def incident_config(incident_file: str, *assets: str) -> dict:
 
 def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterInstance, defs: dg.Definitions,
                  console: Console, wave_size: int = 30,
-                 on_phase: Callable[[PhaseFigures], None] | None = None) -> RecoveryRun:
+                 on_phase: Callable[[PhaseFigures], None] | None = None,
+                 after_canary: Callable[[], str] | None = None) -> RecoveryRun:
+    """Run every phase; ``after_canary`` (the worked example's ongoing ingestion) runs once the
+    canary passed, before the waves, and returns a line to print."""
     path = str(incident.incident_path)
     out = RecoveryRun(incident, spec)
 
@@ -123,6 +126,8 @@ def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterI
             ok = w.gates and all(g["passed"] for g in w.gates.values())
             console.print(f"      {wave_name(w.wave):>8}: {w.partitions:>4} partitions, run {w.run_id[:8]}, "
                           + ("gates passed" if ok else "GATES FAILED"), highlight=False)
+            if w.wave == 0 and ok and after_canary:
+                console.print(f"      {after_canary()}", highlight=False)
 
         rep = run_repair(defs, instance, spec, path, incident.incident_id, wave_size=wave_size, on_wave=wave)
         if rep.stopped:
@@ -138,8 +143,10 @@ def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterI
             return [r.run_id], "rolled back to the prior generation"
         r = run_publish(defs, instance, path)
         meta = r.asset_materializations_for_node("repair__publication")[0].metadata
+        cand = r.asset_materializations_for_node("repair__candidate")[0].metadata
         return [r.run_id], (f"{spec.target.table} -> {meta['published_namespace'].value} "
-                            f"(was {meta['previous_namespace'].value}, kept)")
+                            f"(was {meta['previous_namespace'].value}, kept); concurrent ingestion replayed: "
+                            f"{cand['upserts_replayed'].value:,} upserts, {cand['deletes_replayed'].value:,} deletes")
 
     def restate():
         r = run_job(defs, RESTATE_JOB, instance, run_config=restate_run_config(path))

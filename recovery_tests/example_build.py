@@ -18,7 +18,7 @@ from pathlib import Path
 import dagster as dg
 from filelock import FileLock
 
-from recovery.config import EXAMPLE_SPEC
+from recovery.config import EXAMPLE_OUTPUTS, EXAMPLE_SPEC
 
 EXAMPLE_DIR = EXAMPLE_SPEC.parent
 
@@ -39,9 +39,9 @@ class BuiltExample:
         return self.root / "warehouse.duckdb"
 
 
-def copy_dataset(src_root: Path, dest: Path) -> Path:
-    """Copy a dataset folder (spec, SQL, warehouse) to ``dest``; returns the new spec path."""
-    shutil.copytree(src_root, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("evidence", "out"))
+def copy_dataset(src_root: Path, dest: Path, *, outputs: tuple[str, ...] = ("evidence", "out")) -> Path:
+    """Copy a dataset folder (spec, SQL, warehouse) to ``dest``, leaving out ``outputs``; returns the new spec path."""
+    shutil.copytree(src_root, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*outputs))
     return dest / "spec.yaml"
 
 
@@ -70,8 +70,7 @@ def build_example(shared: Path, *, events: int) -> BuiltExample:
             shutil.rmtree(home, ignore_errors=True)
             home.mkdir(parents=True)
             shutil.copy(EXAMPLE_SPEC.parents[2] / "dagster.yaml", home / "dagster.yaml")
-            spec_path = copy_dataset(EXAMPLE_DIR, root)
-            (root / "warehouse.duckdb").unlink(missing_ok=True)
+            spec_path = copy_dataset(EXAMPLE_DIR, root, outputs=EXAMPLE_OUTPUTS)  # whatever make run left there
             with env(DAGSTER_HOME=str(home), RECOVERY_SPEC=str(spec_path)):
                 from recovery.definitions import defs
                 from recovery.example.demo import build_failed_backfill

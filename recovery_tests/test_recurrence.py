@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from recovery.config import EXAMPLE_SPEC
+from recovery.config import EXAMPLE_OUTPUTS, EXAMPLE_SPEC
 from recovery.example.relaunch import RECOMPUTE as FAULTY, faulty_2_3_0
 from recovery.example.scenario import SCENARIO
 from recovery.lib.control_plane import SCHEMA
@@ -317,7 +317,7 @@ def test_bad_requests_name_the_field_and_change_nothing(dataset: Path):
 
 def test_spec_invariants_are_validated_with_the_field_named(tmp_path: Path):
     folder = tmp_path / "transactions"
-    shutil.copytree(EXAMPLE_SPEC.parent, folder)
+    shutil.copytree(EXAMPLE_SPEC.parent, folder, ignore=shutil.ignore_patterns(*EXAMPLE_OUTPUTS))
     raw = yaml.safe_load(EXAMPLE_SPEC.read_text())
     raw["recurrence"]["invariants"][0]["sql"] = "DELETE FROM {{ rows }}"
     (folder / "spec.yaml").write_text(yaml.safe_dump(raw))

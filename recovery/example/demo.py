@@ -18,6 +18,7 @@ import duckdb
 from rich.console import Console
 
 from recovery.example.defs import GENERATION_TAG, SIMULATED_TAG, TARGET_KEY
+from recovery.example.during_repair import release_repair_window_events
 from recovery.example.generator import generate, release_live_events
 from recovery.example.scenario import SCENARIO
 from recovery.example.truth import build_truth
@@ -39,14 +40,29 @@ class DemoResult:
     truth_labels: dict = field(default_factory=dict)
 
 
-def _release(spec, until) -> int:
+def _release(spec, until, producer=release_live_events) -> int:
     engine = open_engine(spec.warehouse)
 
     def txn() -> int:
         with engine.transaction() as s:
-            return release_live_events(s.conn, until)
+            return producer(s.conn, until)
 
     return retrying(txn)
+
+
+def run_ingestion(defs: dg.Definitions, instance: dg.DagsterInstance, day: str, until) -> str:
+    """One run of the example's normal ingestion job: apply the source's changes up to ``until``."""
+    res = run_job(defs, "ingest_transactions", instance, partition_key=day, run_config={
+        "ops": {"ingest_changes": {"config": {"until": until.isoformat(), "written_at": until.isoformat()}}}})
+    return res.run_id
+
+
+def ingest_during_repair(spec, *, defs: dg.Definitions, instance: dg.DagsterInstance) -> str:
+    """The producer's changes of the repair window, applied by normal ingestion to the published table."""
+    sc = SCENARIO
+    released = _release(spec, sc.repair_ingest, lambda con, _until: release_repair_window_events(con, scenario=sc))
+    run_id = run_ingestion(defs, instance, sc.last_day.isoformat(), sc.repair_ingest)
+    return f"ingestion run {run_id[:8]} (during the repair) applied {released:,} changes up to {sc.repair_ingest}"
 
 
 def build_failed_backfill(
@@ -75,10 +91,9 @@ def build_failed_backfill(
     runs: dict[str, list[str]] = {"ingest": [], "backfill": [], "consumers": []}
 
     def ingest(day: str, until, label: str) -> None:
-        res = run_job(defs, "ingest_transactions", instance, partition_key=day, run_config={
-            "ops": {"ingest_changes": {"config": {"until": until.isoformat(), "written_at": until.isoformat()}}}})
-        runs["ingest"].append(res.run_id)
-        console.print(f"      ingestion run {res.run_id[:8]} ({label}) applied changes up to {until}")
+        run_id = run_ingestion(defs, instance, day, until)
+        runs["ingest"].append(run_id)
+        console.print(f"      ingestion run {run_id[:8]} ({label}) applied changes up to {until}")
 
     with console.status("normal ingestion of history"):
         ingest((sc.t0.date().fromordinal(sc.t0.date().toordinal() - 1)).isoformat(), sc.t0, "history")
@@ -170,6 +185,7 @@ def print_before_after(console: Console, labels: dict, partitions: list[dict]) -
     fixed = sum(1 for p in rebuilt if p["rows_after"] == p["rows_expected"] and p["total_after"] == p["total_expected"])
     before = sum(p["total_before"] or 0 for p in rebuilt)
     after = sum(p["total_after"] or 0 for p in rebuilt)
-    console.print(f"rebuilt partitions: {len(rebuilt)} ({fixed} equal to the snapshot's rows and totals before the delta replay); "
+    console.print(f"rebuilt partitions: {len(rebuilt)} ({fixed} equal the fixed snapshot's rows and totals, "
+                  f"{len(rebuilt) - fixed} also hold concurrent ingestion's writes replayed from the delta); "
                   f"amount total over them {before:,.2f} before, {after:,.2f} after; "
                   f"{sum(1 for p in partitions if p['qualified_reason'])} qualified partitions kept", highlight=False)

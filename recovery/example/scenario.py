@@ -24,6 +24,7 @@ class Scenario:
     ingest_during: datetime = datetime(2024, 7, 5, 3, 0)
     backfill_writes: datetime = datetime(2024, 7, 5, 4, 0)
     ingest_after: datetime = datetime(2024, 7, 5, 6, 0)
+    repair_ingest: datetime = datetime(2024, 7, 5, 7, 0)  # changes in (end, here] arrive during the repair
     backfill_generation: str = "backfill-0042"
     intended_range: tuple[date, date] = (date(2024, 1, 1), date(2024, 6, 30))
     # the range bug: the launcher computed the end as "today", reaching current partitions

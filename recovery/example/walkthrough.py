@@ -9,6 +9,7 @@ damage per label and per consumer, before/after counts, corrected consumer total
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,10 +17,11 @@ import dagster as dg
 from rich.console import Console
 
 from recovery.commands.restate import restatement_table
-from recovery.example.demo import build_failed_backfill, print_before_after, print_damage
+from recovery.example.demo import build_failed_backfill, ingest_during_repair, print_before_after, print_damage
 from recovery.lib.engine import open_engine
 from recovery.lib.impact import impact_summary
 from recovery.lib.incident import check_incident, parse_incident
+from recovery.lib.spec import parse_spec
 from recovery.lib.repair.diffs import label_diffs, partition_diffs
 from recovery.lib.restatement.summary import restatement_summary
 from recovery.recover import run_recovery
@@ -33,13 +35,25 @@ class Walkthrough:
     run_ids: dict[str, list[str]]
 
 
+def _forget_previous_run(incident, spec, console: Console) -> None:
+    """The example's warehouse is generated anew, so an earlier ``make run``'s evidence bundle and
+    reports describe an incident that no longer exists here: they go with it (evidence preservation
+    refuses to overwrite a bundle, and would keep the stale one)."""
+    for folder in (incident.evidence_dir(spec), incident.reports_dir(spec)):
+        if folder.exists():
+            shutil.rmtree(folder)
+            console.print(f"[dim]removed {folder} of an earlier run of the example[/]")
+
+
 def run_walkthrough(spec_path: Path, *, instance: dg.DagsterInstance, defs: dg.Definitions, events: int, seed: int,
                     console: Console) -> Walkthrough:
-    result = build_failed_backfill(spec_path, instance=instance, defs=defs, events=events, seed=seed, console=console)
     incident = parse_incident(spec_path.with_name("incident.yaml"))
+    _forget_previous_run(incident, parse_spec(spec_path), console)
+    result = build_failed_backfill(spec_path, instance=instance, defs=defs, events=events, seed=seed, console=console)
     spec = check_incident(incident)
     console.rule(f"recovery of {incident.incident_id}")
-    recovered = run_recovery(incident, spec, instance=instance, defs=defs, console=console)
+    recovered = run_recovery(incident, spec, instance=instance, defs=defs, console=console,
+                             after_canary=lambda: ingest_during_repair(spec, defs=defs, instance=instance))
 
     reports = incident.reports_dir(spec)
     summary = json.loads((reports / "summary.json").read_text())
