@@ -46,11 +46,15 @@ def _forget_previous_run(incident, spec, console: Console) -> None:
 
 
 def run_walkthrough(spec_path: Path, *, instance: dg.DagsterInstance, defs: dg.Definitions, events: int, seed: int,
-                    console: Console) -> Walkthrough:
+                    console: Console, recover: bool = True) -> Walkthrough:
+    """Build the failed backfill, then (unless ``recover`` is False: the incident is left for a
+    person to work through, from the CLI or the UI) run every phase of its recovery."""
     incident = parse_incident(spec_path.with_name("incident.yaml"))
     _forget_previous_run(incident, parse_spec(spec_path), console)
     result = build_failed_backfill(spec_path, instance=instance, defs=defs, events=events, seed=seed, console=console)
     spec = check_incident(incident)
+    if not recover:
+        return Walkthrough(result.warehouse, incident.evidence_dir(spec), incident.reports_dir(spec), result.run_ids)
     console.rule(f"recovery of {incident.incident_id}")
     recovered = run_recovery(incident, spec, instance=instance, defs=defs, console=console,
                              after_canary=lambda: ingest_during_repair(spec, defs=defs, instance=instance))
