@@ -17,10 +17,7 @@ transactions of the current day, each one version above the key's latest, with
 from __future__ import annotations
 
 from recovery.example.scenario import SCENARIO, Scenario
-
-
-def _ts(value) -> str:
-    return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
+from recovery.lib.snapshot import ts_literal as _ts
 
 
 def release_repair_window_events(con, *, scenario: Scenario = SCENARIO, per_million: int = 400) -> int:

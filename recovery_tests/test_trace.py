@@ -1,0 +1,38 @@
+"""``RECOVERY_TRACE``: where a long phase spends its engine time, one JSON line per slow step."""
+
+from __future__ import annotations
+
+import json
+
+from bench.recover_bench import summarize_trace
+from recovery.lib.engine import DuckDBEngine
+
+
+def test_statements_over_the_threshold_are_traced_and_nothing_is_written_when_off(tmp_path, monkeypatch):
+    engine = DuckDBEngine(str(tmp_path / "w.duckdb"))
+    trace = tmp_path / "trace.jsonl"
+    monkeypatch.delenv("RECOVERY_TRACE", raising=False)
+    with engine.session() as s:
+        s.execute("CREATE TABLE t AS SELECT range AS i FROM range(1000)")
+    assert not trace.exists()
+
+    monkeypatch.setenv("RECOVERY_TRACE", str(trace))
+    monkeypatch.setenv("RECOVERY_TRACE_MIN_S", "0")
+    with engine.session() as s:
+        assert s.scalar("SELECT   sum(i)\n FROM t") == 499500
+        list(s.arrow_batches("SELECT i FROM t", 100))
+    lines = [json.loads(x) for x in trace.read_text().splitlines()]
+    assert {x["kind"] for x in lines} == {"sql"}
+    assert "SELECT sum(i) FROM t" in [x["what"] for x in lines]          # white space folded
+    assert any(x["what"].startswith("-- next batch of: SELECT i FROM t") for x in lines)
+    assert all(x["s"] >= 0 for x in lines)
+
+    monkeypatch.setenv("RECOVERY_TRACE_MIN_S", "3600")                  # nothing is that slow
+    before = trace.read_text()
+    with engine.session() as s:
+        s.scalar("SELECT count(*) FROM t")
+    assert trace.read_text() == before
+
+    summary = summarize_trace(trace, top=2)
+    assert set(summary["seconds_per_kind"]) == {"sql"} and len(summary["slowest"]) == 2
+    assert summary["slowest"][0]["s"] >= summary["slowest"][1]["s"]
