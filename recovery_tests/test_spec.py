@@ -350,3 +350,22 @@ def test_fuzzed_specs_load_or_raise_spec_error_and_never_touch_the_warehouse(dat
     assert not unexpected, f"{len(unexpected)} of 200 mutations raised something else:\n" + "\n".join(unexpected[:5])
     assert catalog(db) == before_catalog
     assert outcomes["spec_error"] > 100, outcomes
+
+
+def test_the_change_log_is_scanned_once_per_process_until_it_grows(dataset, tmp_path, monkeypatch):
+    """Every phase's run loads the spec; the two full scans of the change log (key + version
+    unique, ops known) run again only when the log has grown, and then still catch a duplicate."""
+    trace = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("RECOVERY_TRACE", str(trace))
+    monkeypatch.setenv("RECOVERY_TRACE_MIN_S", "0")
+
+    def scans() -> int:
+        return sum("HAVING count(*) > 1" in line for line in trace.read_text().splitlines()) if trace.exists() else 0
+
+    load_spec(dataset / "spec.yaml")
+    load_spec(dataset / "spec.yaml")
+    assert scans() == 1
+    _duplicate_change({}, dataset)   # the log grows by one row, a duplicate of (key, version)
+    with pytest.raises(SpecError) as err:
+        load_spec(dataset / "spec.yaml")
+    assert err.value.field == "source.key" and scans() == 2
