@@ -89,6 +89,15 @@ def test_ingestion_during_the_repair_is_replayed_into_the_published_table_and_re
         gone = s.scalar(f"SELECT count(*) FROM {public} p JOIN {spec.source.table_name.sql()} e USING (txn_id) "
                         f"WHERE e.ingested_at > ? AND e.op = 'delete'", [SCENARIO.end])
         assert gone == 0
+        # each wave reconciled its own partitions key by key; the earlier waves' were checked by fingerprint
+        built_before = 0
+        for wave in sorted(plan.waves):
+            summary = s.scalar("SELECT summary FROM _recovery.timeline WHERE kind = 'repair_wave' AND incident_id = ? "
+                               "AND summary LIKE ? ORDER BY event_id DESC LIMIT 1",
+                               [incident.incident_id, ("canary" if wave == 0 else f"wave {wave}") + " of %"])
+            assert f"{len(plan.waves[wave])} partitions rebuilt and gated; {built_before} earlier partitions unchanged " \
+                   f"since their gate, 0 changed: passed" in summary, summary
+            built_before += len(plan.waves[wave])
         totals = {k: s.scalar(f"SELECT sum({k}) FROM _recovery.delta_replays WHERE incident_id = ?", [incident.incident_id])
                   for k in ("upserted", "deleted", "skipped_older")}
 

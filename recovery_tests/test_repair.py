@@ -219,6 +219,8 @@ def test_an_unexplained_difference_in_a_wave_stops_the_expansion_and_keeps_both_
     build_wave(writer, current_plan(spec, INCIDENT), 1)
     results = {r.gate: r for r in gate_wave(writer, INCIDENT, 1)}
     assert not results["repair_reconciliation"].passed and "changed 1" in results["repair_reconciliation"].details
+    # found by the canary partitions' fingerprints, then named key by key
+    assert f"1 earlier partition(s) changed since their gate: ['{victim}']" in results["repair_reconciliation"].details
     stopped = current_plan(spec, INCIDENT)
     assert stopped.status == "stopped" and "wave 1" in stopped.stopped_reason
     with pytest.raises(RecoveryError, match="stopped"):

@@ -11,6 +11,7 @@ PARTITIONS = f"{SCHEMA}.repair_partitions"
 GATES = f"{SCHEMA}.gate_results"
 DIFFS = f"{SCHEMA}.repair_diffs"
 REPLAYS = f"{SCHEMA}.delta_replays"
+FINGERPRINTS = f"{SCHEMA}.repair_fingerprints"
 
 DDL = [
     f"""CREATE TABLE IF NOT EXISTS {PLANS} (
@@ -30,6 +31,8 @@ DDL = [
     f"""CREATE TABLE IF NOT EXISTS {REPLAYS} (
         incident_id VARCHAR, stage VARCHAR, after_seq BIGINT, through_seq BIGINT, upserted BIGINT, deleted BIGINT,
         skipped_older BIGINT, replayed_at TIMESTAMP, run_id VARCHAR)""",
+    f"""CREATE TABLE IF NOT EXISTS {FINGERPRINTS} (
+        incident_id VARCHAR, partition VARCHAR, rows BIGINT, fingerprint HUGEINT, gated_seq BIGINT, stage VARCHAR)""",
 ]
 
 

@@ -1,9 +1,12 @@
 """Gating a wave: an unexplained difference stops the expansion and keeps both generations.
 
-After each wave, the key-by-key reconciliation runs over all partitions built so
-far (a difference that appeared in an earlier wave's partitions is caught too) and
-the suites over the wave's own partitions, against the fixed snapshot, before any
-delta is replayed.
+After each wave, the suites and the key-by-key reconciliation run over the wave's own
+partitions, against the fixed snapshot, before any delta is replayed. An earlier
+wave's partitions are not reconciled again key by key (that would make the waves
+quadratic in the generation's size): each partition's content fingerprint (row count
+and the sum of its rows' hashes) is recorded when its gate passes and compared now;
+a partition whose rows changed since is reconciled key by key with the wave, so the
+difference is named. The publish candidate is still reconciled key by key in full.
 """
 
 from __future__ import annotations
@@ -11,24 +14,38 @@ from __future__ import annotations
 import json
 
 from recovery.lib.control_plane import record_event
-from recovery.lib.repair.build import stop_expansion
+from recovery.lib.engine.base import Session
+from recovery.lib.identifiers import quote
+from recovery.lib.namespaces import namespace_sql
+from recovery.lib.repair.build import in_partitions, stop_expansion
 from recovery.lib.repair.gates import GateResult, evaluate_gates
 from recovery.lib.repair.plan import RepairPlan, load_plan, wave_name
+from recovery.lib.repair.replay import committed_seq
+from recovery.lib.repair.tables import FINGERPRINTS, ensure_repair_tables
+from recovery.lib.spec import DatasetSpec
 from recovery.lib.writer import Writer, retrying
 
 
 def gate_wave(writer: Writer, incident_id: str, wave: int, *, run_id: str | None = None) -> list[GateResult]:
     def txn() -> tuple[RepairPlan, list[GateResult]]:
         with writer.engine.transaction() as s:
+            ensure_repair_tables(s)   # a repair started by an earlier version has no fingerprints yet: all count as changed
             plan = load_plan(s, incident_id)
-            scope = [p for p in plan.rebuild if p in plan.built]
-            results = evaluate_gates(s, writer, plan, stage=wave_name(wave), scope=scope, suite_scope=plan.waves[wave],
+            own = plan.waves[wave]
+            earlier = [p for p in plan.rebuild if p in plan.built and p not in own]
+            changed = changed_since_gated(s, writer.spec, plan, earlier)
+            results = evaluate_gates(s, writer, plan, stage=wave_name(wave), scope=own + changed, suite_scope=own,
                                      through_seq=plan.low_seq, run_id=run_id)
+            if changed:
+                results = [_name_changed(r, changed) for r in results]
             failed = [r for r in results if not r.passed]
+            if not failed:
+                record_fingerprints(s, writer.spec, plan, own, stage=wave_name(wave))
             record_event(
                 s, kind="repair_wave", dataset=writer.spec.dataset, incident_id=incident_id, actor="repair", run_id=run_id,
-                summary=f"{wave_name(wave)} of {plan.generation}: {len(plan.waves[wave])} partitions rebuilt; gates over "
-                f"{len(scope)} built partitions " + ("passed" if not failed else "FAILED " + ", ".join(r.gate for r in failed)),
+                summary=f"{wave_name(wave)} of {plan.generation}: {len(own)} partitions rebuilt and gated; "
+                f"{len(earlier) - len(changed)} earlier partitions unchanged since their gate, {len(changed)} changed: "
+                + ("passed" if not failed else "FAILED " + ", ".join(r.gate for r in failed)),
                 details=json.dumps([r.__dict__ for r in results]),
             )
             return plan, results
@@ -38,3 +55,38 @@ def gate_wave(writer: Writer, incident_id: str, wave: int, *, run_id: str | None
     if failed:
         stop_expansion(writer, plan, f"{wave_name(wave)}: " + "; ".join(r.details for r in failed), run_id=run_id)
     return results
+
+
+def _fingerprints_sql(spec: DatasetSpec, plan: RepairPlan, partitions: list[str]) -> str:
+    return (f"SELECT CAST({quote(spec.target.partition)} AS VARCHAR) AS partition, count(*) AS rows, "
+            f"sum(hash(t)) AS fingerprint FROM {namespace_sql(plan.namespace)} t "
+            f"WHERE {in_partitions(spec, partitions)} GROUP BY 1")
+
+
+def record_fingerprints(s: Session, spec: DatasetSpec, plan: RepairPlan, partitions: list[str], *, stage: str) -> None:
+    """Remember what the gated partitions hold, to tell later whether anything changed them."""
+    s.execute(f"DELETE FROM {FINGERPRINTS} WHERE incident_id = ? AND partition IN (SELECT unnest(CAST(? AS VARCHAR[])))",
+              [plan.incident_id, partitions])
+    s.execute(f"INSERT INTO {FINGERPRINTS} SELECT ?, partition, rows, fingerprint, ?, ? "
+              f"FROM ({_fingerprints_sql(spec, plan, partitions)})", [plan.incident_id, committed_seq(s), stage])
+
+
+def changed_since_gated(s: Session, spec: DatasetSpec, plan: RepairPlan, partitions: list[str]) -> list[str]:
+    """Partitions whose rows differ from what they held when their gate passed (or never passed)."""
+    if not partitions:
+        return []
+    rows = s.fetchall(
+        f"SELECT partition FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS partition) p "
+        f"LEFT JOIN ({_fingerprints_sql(spec, plan, partitions)}) now USING (partition) "
+        f"LEFT JOIN (SELECT partition, rows, fingerprint FROM {FINGERPRINTS} WHERE incident_id = ?) gated USING (partition) "
+        f"WHERE gated.rows IS NULL OR now.rows IS DISTINCT FROM gated.rows "
+        f"OR now.fingerprint IS DISTINCT FROM gated.fingerprint ORDER BY partition",
+        [partitions, plan.incident_id])
+    return [r[0] for r in rows]
+
+
+def _name_changed(result: GateResult, changed: list[str]) -> GateResult:
+    if result.gate != "repair_reconciliation":
+        return result
+    return GateResult(result.gate, result.passed, result.observed,
+                      f"{result.details}; {len(changed)} earlier partition(s) changed since their gate: {changed[:5]}")
