@@ -67,8 +67,10 @@ def record_fingerprints(s: Session, spec: DatasetSpec, plan: RepairPlan, partiti
     """Remember what the gated partitions hold, to tell later whether anything changed them."""
     s.execute(f"DELETE FROM {FINGERPRINTS} WHERE incident_id = ? AND partition IN (SELECT unnest(CAST(? AS VARCHAR[])))",
               [plan.incident_id, partitions])
-    s.execute(f"INSERT INTO {FINGERPRINTS} SELECT ?, partition, rows, fingerprint, ?, ? "
-              f"FROM ({_fingerprints_sql(spec, plan, partitions)})", [plan.incident_id, committed_seq(s), stage])
+    s.execute(f"INSERT INTO {FINGERPRINTS} SELECT ?, partition, coalesce(rows, 0), coalesce(fingerprint, 0), ?, ? "
+              f"FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS partition) p "   # an emptied partition is recorded too
+              f"LEFT JOIN ({_fingerprints_sql(spec, plan, partitions)}) USING (partition)",
+              [plan.incident_id, committed_seq(s), stage, partitions])
 
 
 def changed_since_gated(s: Session, spec: DatasetSpec, plan: RepairPlan, partitions: list[str]) -> list[str]:
@@ -79,8 +81,8 @@ def changed_since_gated(s: Session, spec: DatasetSpec, plan: RepairPlan, partiti
         f"SELECT partition FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS partition) p "
         f"LEFT JOIN ({_fingerprints_sql(spec, plan, partitions)}) now USING (partition) "
         f"LEFT JOIN (SELECT partition, rows, fingerprint FROM {FINGERPRINTS} WHERE incident_id = ?) gated USING (partition) "
-        f"WHERE gated.rows IS NULL OR now.rows IS DISTINCT FROM gated.rows "
-        f"OR now.fingerprint IS DISTINCT FROM gated.fingerprint ORDER BY partition",
+        f"WHERE gated.rows IS NULL OR coalesce(now.rows, 0) <> gated.rows "
+        f"OR coalesce(now.fingerprint, 0) <> gated.fingerprint ORDER BY partition",
         [partitions, plan.incident_id])
     return [r[0] for r in rows]
 
