@@ -103,8 +103,14 @@ def test_no_row_of_a_fenced_generation_lands_while_its_real_backfill_is_in_fligh
         with Daemon() as daemon:
             while len(figures) < len(gens):
                 started = time.monotonic()
-                daemon.wait_until(lambda: in_flight() is not None, timeout_s=300)
-                g, waited = in_flight(), time.monotonic() - started
+                found: list[str | None] = [None]   # the generation the predicate saw: asking again could miss it
+
+                def seen() -> bool:
+                    found[0] = in_flight()
+                    return found[0] is not None
+
+                daemon.wait_until(seen, timeout_s=300)
+                g, waited = found[0], time.monotonic() - started
                 incident = f"INC-RACE-{len(figures)}"
                 result = run_job(code_location, CONTAIN_JOB, instance, run_config={"ops": {"validate_incident": {"config": {
                     "incident_id": incident, "failed_generations": [g], "requested_by": "race-test"}}}})
