@@ -2,8 +2,8 @@
 
 Normal ingestion is change-data-capture: the keys whose latest version as of
 ``until`` arrived in ``(since, until]`` are upserted with it, and those whose latest
-change is a tombstone are deleted (a late, older version of a key changes nothing). Both writes are idempotent, so a
-crashed run is simply re-run. The ingest generation's ``source_watermark`` records
+change is a tombstone are deleted (a late, older version of a key changes nothing).
+Both writes are idempotent, so a crashed run is simply re-run. The ingest generation's ``source_watermark`` records
 how far it got; the next run starts there.
 """
 
