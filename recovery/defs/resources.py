@@ -8,7 +8,7 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field, PrivateAttr
 
 from recovery.config import spec_path
-from recovery.lib.engine import DuckDBEngine, Engine
+from recovery.lib.engine import DuckDBEngine, Engine, open_engine
 from recovery.lib.spec import DatasetSpec, parse_spec
 from recovery.lib.writer import Writer
 
@@ -27,6 +27,8 @@ class WarehouseResource(dg.ConfigurableResource):
 
     def engine(self) -> Engine:
         spec = self.spec()
+        if spec.warehouse.engine != "duckdb":  # the DuckDB file holds only the control plane
+            return open_engine(spec.warehouse)
         extra = dict(self.duckdb.connection_config)
 
         def connect(database: str, read_only: bool, config: dict) -> duckdb.DuckDBPyConnection:

@@ -41,12 +41,33 @@ def _idents(v: list[str]) -> list[str]:
     return [check_identifier(x, "column") for x in v]
 
 
+class SparkSpec(_Strict):
+    """Where the Spark data plane lives and how to reach the cluster."""
+
+    data_path: Path = Field(description="Directory (local, or a cluster file system path) holding the "
+                                        "Parquet directories of every data relation, relative to the spec file.")
+    master: str = Field("local[2]", description="Spark master URL: local[N] for one machine, "
+                                                "spark://host:7077, yarn or k8s://... on a cluster.")
+    conf: dict[str, str] = Field({}, description="Extra Spark settings (spark.executor.memory, ...).")
+
+
 class WarehouseSpec(_Strict):
     engine: Literal["duckdb", "spark"] = Field("duckdb", description="Warehouse engine.")
-    path: Path = Field(description="DuckDB database file, relative to the spec file.")
+    path: Path = Field(description="DuckDB database file, relative to the spec file; with engine spark it "
+                                   "holds only the control plane (generations, fences, pointers, catalog).")
+    spark: SparkSpec | None = Field(None, description="Required when engine is spark.")
     memory_limit: str | None = Field(None, description="DuckDB memory_limit, e.g. '4GB'; spills past it.")
     threads: int | None = Field(None, ge=1, description="DuckDB worker threads.")
     busy_timeout_s: float = Field(300.0, gt=0, description="How long to retry a locked warehouse file.")
+
+    @model_validator(mode="after")
+    def _spark_section(self) -> "WarehouseSpec":
+        if self.engine == "spark" and self.spark is None:
+            raise ValueError("engine is 'spark' but the spark section is missing; add "
+                             "spark: {data_path: <dir for Parquet data>, master: local[2]}")
+        if self.engine == "duckdb" and self.spark is not None:
+            raise ValueError("a spark section is given but engine is 'duckdb'; set engine: spark or remove it")
+        return self
 
 
 class SourceSpec(_Strict):
@@ -386,6 +407,9 @@ def parse_spec(path: str | Path) -> DatasetSpec:
     spec = load_yaml_model(path, DatasetSpec, what="spec", example="sample_data/transactions/spec.yaml")
     base = path.resolve().parent
     warehouse = spec.warehouse.model_copy(update={"path": (base / spec.warehouse.path).resolve()})
+    if warehouse.spark is not None and "://" not in str(warehouse.spark.data_path):
+        warehouse = warehouse.model_copy(update={"spark": warehouse.spark.model_copy(
+            update={"data_path": (base / warehouse.spark.data_path).resolve()})})
     transform = (base / spec.target.transform).resolve()
     transform_sql = _read_sql(transform, "target.transform", "source", source)
     downstream, downstream_sql = [], {}

@@ -64,7 +64,7 @@ def stage_drift(s: Session, spec: DatasetSpec, watermark: datetime | None, scope
                            count(DISTINCT ({key})) FILTER (WHERE status = 'changed') AS changed,
                            count(DISTINCT ({key})) FILTER (WHERE status = 'duplicate') AS duplicate,
                            count(DISTINCT ({key})) AS drift_keys,
-                           list(DISTINCT {key_text(spec)} ORDER BY {key_text(spec)})[1:{SAMPLE_KEYS}] AS sample_keys
+                           array_slice(list_sort(list(DISTINCT {key_text(spec)})), 1, {SAMPLE_KEYS}) AS sample_keys
                     FROM __cv_keydiff GROUP BY 1)
         SELECT sc.p AS partition, coalesce(ec.n, 0) AS expected_rows, coalesce(tc.n, 0) AS actual_rows,
                coalesce(kd.missing, 0) AS missing, coalesce(kd.extra, 0) AS extra, coalesce(kd.changed, 0) AS changed,

@@ -134,11 +134,15 @@ def _check(s: Session, spec: DatasetSpec, recent: int, watermark: datetime | Non
     rows = s.fetchall(
         f"""SELECT h.partition, h.recent, h.repaired, h.expected_rows, h.actual_rows, h.missing, h.extra, h.changed,
                    h.duplicate, h.drift_keys, h.sample_keys,
-                   CASE WHEN h.drift_keys > 0 OR h.expected_rows <> h.actual_rows THEN
-                     (SELECT min(o.checked_at) FROM {table} o WHERE o.partition = h.partition AND o.check_id > coalesce(
-                        (SELECT max(c.check_id) FROM {table} c WHERE c.partition = h.partition
-                         AND c.drift_keys = 0 AND c.expected_rows = c.actual_rows), -1)) END
-            FROM {table} h WHERE h.check_id = ? ORDER BY h.partition""",
+                   CASE WHEN h.drift_keys > 0 OR h.expected_rows <> h.actual_rows THEN d.since END
+            FROM {table} h
+            LEFT JOIN (SELECT o.partition, min(o.checked_at) AS since   -- first check after the last clean one
+                       FROM {table} o
+                       LEFT JOIN (SELECT partition, max(check_id) AS clean_id FROM {table}
+                                  WHERE drift_keys = 0 AND expected_rows = actual_rows GROUP BY partition) c
+                              ON c.partition = o.partition
+                       WHERE o.check_id > coalesce(c.clean_id, -1) GROUP BY o.partition) d ON d.partition = h.partition
+            WHERE h.check_id = ? ORDER BY h.partition""",
         [check_id],
     )
     parts = [PartitionDrift(partition=r[0], recent=r[1], repaired=r[2], expected_rows=r[3], actual_rows=r[4], missing=r[5],

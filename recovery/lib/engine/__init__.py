@@ -18,7 +18,17 @@ def open_engine(warehouse) -> Engine:
             threads=warehouse.threads,
             busy_timeout_s=warehouse.busy_timeout_s,
         )
-    raise NotImplementedError(f"warehouse.engine {warehouse.engine!r} is not available yet")
+    if warehouse.engine == "spark":
+        from recovery.lib.engine.spark_engine import SparkEngine
+
+        return SparkEngine(
+            str(warehouse.path),
+            str(warehouse.spark.data_path),
+            master=warehouse.spark.master,
+            conf=warehouse.spark.conf,
+            busy_timeout_s=warehouse.busy_timeout_s,
+        )
+    raise NotImplementedError(f"warehouse.engine {warehouse.engine!r} is not available")
 
 
 __all__ = ["Engine", "Session", "DuckDBEngine", "open_engine"]

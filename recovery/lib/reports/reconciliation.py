@@ -34,7 +34,7 @@ def scope(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
     row = s.fetchone(
         f"SELECT count(*), sum(expected_rows), sum(actual_rows), CAST(sum(expected_total) AS DOUBLE), "
         f"CAST(sum(actual_total) AS DOUBLE), count(*) FILTER (WHERE damaged_keys > 0 OR partially_updated OR count_mismatch "
-        f"OR total_mismatch OR written_after_fence), CAST(min(partition) AS VARCHAR), CAST(max(partition) AS VARCHAR) "
+        f"OR total_mismatch OR written_after_fence > 0), CAST(min(partition) AS VARCHAR), CAST(max(partition) AS VARCHAR) "
         f"FROM {qualified(ptable)} WHERE incident_id = ?", [incident.incident_id])
     if not row or not row[0]:
         return {"status": NOT_RUN}

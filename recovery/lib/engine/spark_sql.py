@@ -1,0 +1,236 @@
+"""Reading the phases' SQL for the Spark engine: what a statement touches, and its Spark text.
+
+The phases write one canonical dialect (DuckDB's). The Spark engine needs three things
+from each statement, all done on sqlglot's syntax tree rather than by string surgery:
+which relations it reads and writes (to route it), the statement with its ``?``
+parameters bound as literals (Spark's own parameters cannot be re-ordered when an
+``UPDATE`` is rewritten), and the Spark SQL of a query with every relation renamed to
+the temporary view the engine registered for it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import sqlglot
+import sqlglot.expressions as exp
+from sqlglot.dialects.duckdb import DuckDB
+from sqlglot.tokens import TokenType
+
+CONTROL_SCHEMA = "_recovery"
+_FLAT = re.compile(r"[^A-Za-z0-9_]")
+
+
+def is_data_relation(schema: str, name: str) -> bool:
+    """Datasets, namespaces, consumers, and the per-dataset logs that grow with the data
+    (``_recovery.<kind>__<dataset>``) live in Spark; the small transactional control
+    plane stays in the store that gives it transactions."""
+    if not schema or schema.lower() in ("information_schema", "pg_catalog", "main", "temp"):
+        return False
+    return schema != CONTROL_SCHEMA or "__" in name
+
+
+def full_name(schema: str, name: str) -> str:
+    return f"{schema}.{name}" if schema else name
+
+
+def flat_name(prefix: str, schema: str, name: str) -> str:
+    return _FLAT.sub("_", f"{prefix}__{schema}__{name}")
+
+
+def literal_sql(value: Any) -> str:
+    """A Python parameter as a DuckDB-dialect literal (transpiled to Spark with the rest)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, (int, float, decimal.Decimal)):
+        return repr(value) if isinstance(value, float) else str(value)
+    if isinstance(value, dt.datetime):
+        return f"TIMESTAMP '{value.replace(tzinfo=None).isoformat(sep=' ')}'"
+    if isinstance(value, dt.date):
+        return f"DATE '{value.isoformat()}'"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(literal_sql(v) for v in value) + "]"
+    text = str(value).replace("'", "''")
+    return f"'{text}'"
+
+
+def bind(sql: str, params: Sequence[Any] | None) -> str:
+    """Replace each ``?`` (a placeholder token, not one inside a string) by its literal."""
+    params = list(params or [])
+    holes = [t for t in DuckDB().tokenize(sql) if t.token_type == TokenType.PLACEHOLDER and t.text == "?"]
+    if len(holes) != len(params):
+        raise ValueError(f"statement has {len(holes)} parameters but {len(params)} values were given")
+    out, last = [], 0
+    for tok, value in zip(holes, params):
+        out.append(sql[last:tok.start])
+        out.append(literal_sql(value))
+        last = tok.end + 1
+    out.append(sql[last:])
+    return "".join(out)
+
+
+def parse(sql: str) -> exp.Expression:
+    return sqlglot.parse_one(sql, read="duckdb")
+
+
+def cte_names(tree: exp.Expression) -> set[str]:
+    return {c.alias_or_name for c in tree.find_all(exp.CTE)}
+
+
+def relations(tree: exp.Expression) -> list[exp.Table]:
+    """Relations a statement names (not CTEs, not table functions such as ``range``)."""
+    ctes = cte_names(tree)
+    out = []
+    for t in tree.find_all(exp.Table):
+        if not t.name or isinstance(t.this, exp.Func):
+            continue
+        if not t.db and t.name in ctes:
+            continue
+        out.append(t)
+    return out
+
+
+@dataclass
+class Statement:
+    """One parsed statement: its kind, its target relation (if it writes) and its query part."""
+
+    tree: exp.Expression
+    kind: str  # select, insert, delete, update, create_table, create_view, drop, copy, describe, other
+    target: exp.Table | None
+    query: exp.Expression | None
+
+    @property
+    def target_key(self) -> tuple[str, str] | None:
+        if self.target is None:
+            return None
+        return self.target.db, self.target.name
+
+
+def statement(sql: str) -> Statement:
+    tree = parse(sql)
+    if isinstance(tree, (exp.Select, exp.Union, exp.Intersect, exp.Except)) or (
+            isinstance(tree, exp.Subquery)):
+        return Statement(tree, "select", None, tree)
+    if isinstance(tree, exp.Insert):
+        target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+        return Statement(tree, "insert", target, tree.expression)
+    if isinstance(tree, exp.Delete):
+        return Statement(tree, "delete", tree.this, None)
+    if isinstance(tree, exp.Update):
+        return Statement(tree, "update", tree.this, None)
+    if isinstance(tree, exp.Create):
+        kind = (tree.args.get("kind") or "").upper()
+        target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+        if kind == "TABLE":
+            return Statement(tree, "create_table", target, tree.expression)
+        if kind == "VIEW":
+            return Statement(tree, "create_view", target, tree.expression)
+        return Statement(tree, "other", None, None)
+    if isinstance(tree, exp.Drop):
+        tables = tree.args.get("tables") or ([tree.this] if isinstance(tree.this, exp.Table) else [])
+        if len(tables) > 1:
+            raise NotImplementedError("DROP of several relations in one statement")
+        return Statement(tree, "drop", tables[0] if tables else None, None)
+    if isinstance(tree, exp.Copy):
+        return Statement(tree, "copy", None, tree.this.this if isinstance(tree.this, exp.Subquery) else tree.this)
+    if isinstance(tree, exp.Describe):
+        return Statement(tree, "describe", None, tree.this)
+    return Statement(tree, "other", None, None)
+
+
+def is_temp(create: exp.Expression) -> bool:
+    props = create.args.get("properties")
+    return bool(props and any(isinstance(p, exp.TemporaryProperty) for p in props.expressions))
+
+
+def unqualify(select: exp.Select, star_columns: Callable[[exp.Expression], list[str]]) -> None:
+    """``QUALIFY`` as a filter over a subquery that computes the condition as a column.
+
+    sqlglot's own rewrite keeps its helper column in ``SELECT *``; here the outer query
+    names exactly the columns the query had, as the engine resolves them.
+    """
+    cond = select.args["qualify"].this.copy()
+    order, limit = select.args.get("order"), select.args.get("limit")
+    inner = select.copy()
+    for arg in ("qualify", "order", "limit"):
+        inner.set(arg, None)
+    names = star_columns(exp.Subquery(this=inner.copy()))
+    inner = inner.select(exp.alias_(exp.paren(cond), "__qualify", quoted=True))
+    outer = exp.select(*[exp.column(n, quoted=True) for n in names]).from_(
+        exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("__qualified"))))
+    outer = outer.where(exp.column("__qualify", quoted=True))
+    if order is not None:
+        order = order.copy()
+        for c in order.find_all(exp.Column):
+            c.set("table", None)
+        outer.set("order", order)
+    if limit is not None:
+        outer.set("limit", limit.copy())
+    select.replace(outer) if select.parent is not None else None
+    if select.parent is None:  # the statement itself: mutate in place
+        for k, v in outer.args.items():
+            select.set(k, v)
+        select.set("qualify", None)
+
+
+def to_spark(query: exp.Expression, rename: Callable[[exp.Table], str | None],
+             star_columns: Callable[[exp.Expression], list[str]]) -> str:
+    """Spark SQL of a (bound) query, every relation replaced by the view ``rename`` gives.
+
+    ``SELECT * EXCLUDE (...)`` is expanded to the remaining columns (Spark has no
+    ``* EXCEPT``); a relation without an alias keeps its name as the alias, so columns
+    qualified by the table name still resolve.
+    """
+    tree = query.copy()
+    ctes = cte_names(tree)
+    for select in reversed(list(tree.find_all(exp.Select))):
+        if select.args.get("qualify") is not None:
+            unqualify(select, star_columns)
+    for star in list(tree.find_all(exp.Star)):
+        excluded, replaced = star.args.get("except"), star.args.get("replace")
+        if not excluded and not replaced:
+            continue
+        select = star.find_ancestor(exp.Select)
+        source = select.args.get("from_") if select else None
+        relation = source.this if source is not None else None
+        if select is None or select.args.get("joins") or not isinstance(relation, (exp.Table, exp.Subquery)):
+            raise NotImplementedError("SELECT * EXCLUDE/REPLACE over more than one relation")
+        drop = {e.name.lower() for e in excluded or []}
+        swap = {a.alias.lower(): a for a in replaced or []}
+        keep = [swap[c.lower()].copy() if c.lower() in swap else exp.column(c, quoted=True)
+                for c in star_columns(relation) if c.lower() not in drop]
+        i = select.expressions.index(star)
+        select.set("expressions", select.expressions[:i] + keep + select.expressions[i + 1:])
+    # a relation's alias passed to a function is the row as a struct in DuckDB (hash(t),
+    # to_json(t)); Spark spells that struct(t.a, t.b, ...)
+    for select in tree.find_all(exp.Select):
+        sources = [select.args.get("from_")] + list(select.args.get("joins") or [])
+        aliases = {src.this.alias_or_name: src.this for src in sources if src is not None and src.this is not None}
+        for c in list(select.find_all(exp.Column)):
+            if (not c.table and c.name in aliases and isinstance(c.parent, exp.Func)
+                    and c.find_ancestor(exp.Select) is select):
+                cols = [exp.column(n, table=c.name, quoted=True) for n in star_columns(aliases[c.name])]
+                c.replace(exp.Anonymous(this="STRUCT", expressions=cols))
+    for t in list(tree.find_all(exp.Table)):
+        if not t.name or isinstance(t.this, exp.Func) or (not t.db and t.name in ctes):
+            continue
+        view = rename(t)
+        if view is None:
+            continue
+        alias = t.alias or t.name
+        t.set("this", exp.to_identifier(view, quoted=True))
+        t.set("db", None)
+        t.set("catalog", None)
+        t.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+    # a column qualified as schema.table.column keeps only its table part
+    for c in tree.find_all(exp.Column):
+        if c.args.get("db") is not None:
+            c.set("db", None)
+            c.set("catalog", None)
+    return tree.sql("spark")
