@@ -103,6 +103,14 @@ def _set(path: str, value) -> Mutation:
     return mutate
 
 
+def _both(*mutations: Mutation) -> Mutation:
+    def mutate(d: dict, directory: Path) -> None:
+        for m in mutations:
+            m(d, directory)
+
+    return mutate
+
+
 def _drop(path: str) -> Mutation:
     def mutate(d: dict, _dir: Path) -> None:
         *parents, last = path.split(".")
@@ -164,7 +172,8 @@ BAD_SPECS = [
     BadSpec("warehouse_file_not_a_database", _set("warehouse.path", "orders.sql"), "warehouse.path"),
     BadSpec("warehouse_path_is_a_directory", _set("warehouse.path", "."), "warehouse.path"),
     BadSpec("memory_limit_unparseable", _set("warehouse.memory_limit", "lots"), "warehouse.memory_limit"),
-    BadSpec("engine_allowed_but_not_available", _set("warehouse.engine", "spark"), "warehouse.engine"),
+    BadSpec("spark_engine_without_its_section", _set("warehouse.engine", "spark"), "warehouse"),
+    BadSpec("spark_section_without_data_path", _both(_set("warehouse.engine", "spark"), _set("warehouse.spark", {"master": "local[1]"})), "warehouse.spark.data_path"),
     BadSpec("unknown_source_table", _set("source.table", "src.order_evnts"), "source.table"),
     BadSpec("unknown_key_column", _set("source.key", ["region", "order_id"]), "source.key"),
     BadSpec("key_and_version_not_unique", _duplicate_change, "source.key"),
