@@ -173,6 +173,8 @@ BAD_SPECS = [
     BadSpec("warehouse_path_is_a_directory", _set("warehouse.path", "."), "warehouse.path"),
     BadSpec("memory_limit_unparseable", _set("warehouse.memory_limit", "lots"), "warehouse.memory_limit"),
     BadSpec("spark_engine_without_its_section", _set("warehouse.engine", "spark"), "warehouse"),
+    BadSpec("spark_data_path_is_an_object_store_url", _both(_set("warehouse.engine", "spark"), _set(
+        "warehouse.spark", {"data_path": "s3a://lake/recovery"})), "warehouse.spark.data_path"),
     BadSpec("spark_section_without_data_path", _both(_set("warehouse.engine", "spark"), _set("warehouse.spark", {"master": "local[1]"})), "warehouse.spark.data_path"),
     BadSpec("unknown_source_table", _set("source.table", "src.order_evnts"), "source.table"),
     BadSpec("unknown_key_column", _set("source.key", ["region", "order_id"]), "source.key"),

@@ -50,6 +50,14 @@ class SparkSpec(_Strict):
                                                 "spark://host:7077, yarn or k8s://... on a cluster.")
     conf: dict[str, str] = Field({}, description="Extra Spark settings (spark.executor.memory, ...).")
 
+    @field_validator("data_path")
+    @classmethod
+    def _local_path(cls, v: Path) -> Path:
+        if "://" in str(v) or str(v).startswith(("s3:", "s3a:", "gs:", "abfss:", "hdfs:")):
+            raise ValueError("object-store and HDFS URLs are not supported yet; give a directory that the driver and "
+                             "every executor see at the same path (a shared mount)")
+        return v
+
 
 class WarehouseSpec(_Strict):
     engine: Literal["duckdb", "spark"] = Field("duckdb", description="Warehouse engine.")
@@ -407,7 +415,7 @@ def parse_spec(path: str | Path) -> DatasetSpec:
     spec = load_yaml_model(path, DatasetSpec, what="spec", example="sample_data/transactions/spec.yaml")
     base = path.resolve().parent
     warehouse = spec.warehouse.model_copy(update={"path": (base / spec.warehouse.path).resolve()})
-    if warehouse.spark is not None and "://" not in str(warehouse.spark.data_path):
+    if warehouse.spark is not None:
         warehouse = warehouse.model_copy(update={"spark": warehouse.spark.model_copy(
             update={"data_path": (base / warehouse.spark.data_path).resolve()})})
     transform = (base / spec.target.transform).resolve()

@@ -467,14 +467,11 @@ class SparkWarehouseSession(Session):
         return self._result(self._df(st.query), want)
 
     def _spark_describe(self, st: Statement, want: str):
-        from pyspark.sql import types as T
-
         fields = self._df(st.query).schema.fields
         rows = [(f.name, duckdb_type(f.dataType), "YES", None, None, None) for f in fields]
         if want == "arrow":
             return pa.table({n: [r[i] for r in rows] for i, n in enumerate(
                 ["column_name", "column_type", "null", "key", "default", "extra"])})
-        del T
         return rows
 
     def _spark_copy(self, st: Statement, want: str):
@@ -569,8 +566,6 @@ class SparkWarehouseSession(Session):
             if f.lower() in sets:
                 col = exp.Case(ifs=[exp.If(this=cond.copy(), true=sets[f.lower()].copy())], default=col)
             cols.append(exp.alias_(col, f, quoted=True))
-        if where is not None:
-            cols = [c for c in cols]
         self._rewrite(st, obj, exp.select(*cols).from_(st.target.copy()))
         return [] if want == "rows" else None
 
