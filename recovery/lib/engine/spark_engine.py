@@ -559,7 +559,7 @@ class SparkWarehouseSession(Session):
         fields = [f.name for f in StructType.fromJson(json.loads(obj.schema_json)).fields]
         sets = {e.this.name.lower(): e.expression for e in st.tree.expressions}
         where = st.tree.args.get("where")
-        cond = exp.func("coalesce", exp.paren(where.this.copy()), exp.true()) if where is not None else exp.true()
+        cond = exp.func("coalesce", exp.paren(where.this.copy()), exp.false()) if where is not None else exp.true()
         cols = []
         for f in fields:
             col = exp.column(f, quoted=True)
