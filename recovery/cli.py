@@ -1,43 +1,89 @@
 """The ``recovery`` command: validates its input, then launches the Dagster jobs the UI launches.
 
 Each verb lives in ``recovery/commands/<verb>.py`` with a ``register(subparsers)``
-function; this module only assembles them and turns expected errors into one
-clear line and a non-zero exit status.
+function; this module only assembles them and turns every failure into one line
+and the exit status the README documents: 0 done, 1 a gate or check said no,
+2 bad input or a verb out of order (nothing written), 3 something unexpected (the
+trace is in the log file the line names).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import os
 import pkgutil
 import sys
+import tempfile
+import traceback
 import warnings
+from datetime import datetime
+from pathlib import Path
 
 from rich.console import Console
 
 import recovery.commands
-from recovery.lib.errors import RecoveryError
+from recovery.config import PROJECT_ROOT
+from recovery.lib.errors import RecoveryError, RunCrashedError
+
+EXIT_UNEXPECTED = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="recovery", description="Recover from a failed data backfill with Dagster.")
+    p = argparse.ArgumentParser(prog="recovery", description="Recover from a failed data backfill with Dagster.",
+                                epilog="exit status: 0 done, 1 a gate or check said no, 2 bad input or a verb run out of "
+                                       "order (nothing written), 3 unexpected error (see the log file named)")
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     for mod in sorted(pkgutil.iter_modules(recovery.commands.__path__), key=lambda m: m.name):
         importlib.import_module(f"recovery.commands.{mod.name}").register(sub)
     return p
 
 
+def log_dir() -> Path:
+    """Where unexpected errors' traces go: ``$RECOVERY_LOG_DIR``, else the Dagster instance's ``logs/``."""
+    explicit = os.environ.get("RECOVERY_LOG_DIR")
+    home = os.environ.get("DAGSTER_HOME") or str(PROJECT_ROOT / ".dagster_home")
+    for candidate in ([Path(explicit)] if explicit else []) + [Path(home) / "logs", Path(tempfile.gettempdir()) / "recovery-logs"]:
+        try:
+            candidate.mkdir(parents=True, exist_ok=True)
+            return candidate
+        except OSError:
+            continue
+    return Path(tempfile.gettempdir())
+
+
+def write_trace(argv: list[str], text: str) -> Path:
+    path = log_dir() / f"recovery-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    path.write_text(f"recovery {' '.join(argv)}\n\n{text}\n")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     warnings.filterwarnings("ignore", message=r"(?i).*(beta|preview|supersession)")
+    logging.getLogger("dagster").setLevel(logging.CRITICAL)  # run logs live in the instance; the terminal gets one line
     console = Console()
     if not console.is_terminal:  # piped or in CI: wide enough for the tables to stay readable
         console = Console(width=150)
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args, console) or 0)
+    except RunCrashedError as err:
+        log = write_trace(argv, err.detail or str(err))
+        console.print(f"[red]error:[/] {err} (trace: {log})", highlight=False, soft_wrap=True)
+        return err.exit_code
     except RecoveryError as err:
-        console.print(f"[red]error:[/] {err}", highlight=False)
-        return 2
+        console.print(f"[red]error:[/] {err}", highlight=False, soft_wrap=True)
+        return err.exit_code
+    except KeyboardInterrupt:
+        console.print("interrupted", highlight=False)
+        return 130
+    except Exception as err:  # noqa: BLE001 - the one place an unexpected error becomes a line and a log file
+        log = write_trace(argv, traceback.format_exc())
+        console.print(f"[red]error:[/] unexpected {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''} "
+                      f"(trace: {log}; please report it)", highlight=False, soft_wrap=True)
+        return EXIT_UNEXPECTED
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import WorkspaceFileTarget
 
 from recovery.config import PROJECT_ROOT
-from recovery.lib.errors import RecoveryError
+from recovery.lib.errors import GateRefusedError, RecoveryError, RunCrashedError
 
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"
 logging.getLogger("dagster.code_server").setLevel(logging.WARNING)  # keep CLI output to what the person asked for
@@ -160,22 +160,71 @@ def run_job(defs: dg.Definitions, job_name: str, instance: dg.DagsterInstance, *
     """Run one of the code location's jobs in this process, recorded in the project's instance."""
     forget_dead_defs_state_storage()
     job = defs.resolve_job_def(job_name)
-    config = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}, **(run_config or {})}
+    # the run's own log (with any trace) is in the instance, shown by the UI; the terminal gets one line
+    config = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}, **(run_config or {})}
     result = job.execute_in_process(instance=instance, partition_key=partition_key, run_config=config,
                                     tags=tags or {}, raise_on_error=False)
     if not result.success:
-        raise RecoveryError(f"job {job_name} failed (run {result.run_id}): {failure_reason(result)}")
+        raise run_failure(result, job_name)
     return result
 
 
-def failure_reason(result: dg.ExecuteInProcessResult) -> str:
-    """The error a person can act on: the innermost error of the first failed step (e.g.
-    ``SpecError: requested_by: Field required. Fix: ...``), else the run's failure message."""
+EXPECTED = {"RecoveryError", "SpecError", "OutOfOrderError", "FencedGenerationError", "SchemaMismatchError",
+            "WarehouseBusyError"}
+"""Errors of ours a step raises on purpose: their message is the whole story (exit 2)."""
+
+
+def _failed_step_error(result: dg.ExecuteInProcessResult):
     for event in result.all_events:
         if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
-            err = event.step_failure_data.error
-            while err.cause is not None:
-                err = err.cause
-            return f"{err.cls_name}: {err.message.split(': ', 1)[-1].strip()}" if err.cls_name else err.message.strip()
+            return event.step_failure_data.error
+    return None
+
+
+def failed_checks(result: dg.ExecuteInProcessResult) -> list[str]:
+    """One sentence per blocking check that failed in the run (its description, else its name)."""
+    out = []
+    for e in result.all_events:
+        if e.event_type_value == "ASSET_CHECK_EVALUATION":
+            ev = e.event_specific_data
+            if not ev.passed and ev.severity == dg.AssetCheckSeverity.ERROR:
+                out.append(f"{ev.asset_key.to_user_string()} {ev.check_name}: {ev.description or 'failed'}")
+    return out
+
+
+def run_failure(result: dg.ExecuteInProcessResult, job_name: str) -> RecoveryError:
+    """The failed run as one error a person can act on: our own error's message (exit 2), the
+    failed gates' sentences (exit 1), or an unexpected crash whose trace goes to the log (exit 3)."""
+    where = f"{job_name} (run {result.run_id})"
+    err = _failed_step_error(result)
+    chain = []
+    while err is not None:
+        chain.append(err)
+        err = err.cause
+    for e in chain:
+        if e.cls_name == "GateRefusedError":
+            return GateRefusedError(f"{where}: {_message(e)}")
+        if e.cls_name in EXPECTED:
+            return RecoveryError(f"{where}: {_message(e)}")
+    checks = failed_checks(result)
+    if checks or any(e.cls_name in ("DagsterAssetCheckFailedError", "Failure") for e in chain):
+        reasons = checks or [_message(chain[-1])]
+        return GateRefusedError(f"{where} stopped: " + "; ".join(reasons))
+    if chain:
+        inner = chain[-1]
+        return RunCrashedError(f"{where} crashed: {inner.cls_name}: {_message(inner)}", detail=chain[0].to_string())
     failures = [e.message for e in result.all_events if e.is_failure]
-    return failures[-1] if failures else "see the run in the UI"
+    return RunCrashedError(f"{where} failed: {failures[-1] if failures else 'see the run in the UI'}", detail="\n".join(failures))
+
+
+def _message(err) -> str:
+    msg = (err.message or "").strip()
+    prefix = f"{err.cls_name}: "
+    while msg.startswith(prefix):
+        msg = msg[len(prefix):]
+    return msg.splitlines()[0] if msg else err.cls_name
+
+
+def failure_reason(result: dg.ExecuteInProcessResult) -> str:
+    """The error a person can act on, as text (see ``run_failure``)."""
+    return str(run_failure(result, "run"))

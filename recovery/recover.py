@@ -19,17 +19,14 @@ from typing import Callable
 import dagster as dg
 from rich.console import Console
 
-from recovery.defs.containment.jobs import CONTAIN_JOB, contain_run_config
-from recovery.defs.convergence.assets import VERIFY_JOB, verify_run_config
-from recovery.defs.reconciliation.partitions import reconciliation_tags
-from recovery.defs.repair.runs import incident_ops_config, run_publish, run_repair
-from recovery.defs.restatement.assets import RESTATE_JOB, restate_run_config
+from recovery.launch import Launcher
+from recovery.launch.phases import ASSESS, CONTAIN, EVIDENCE, REPORT, RESTATE, TIMELINE, VERIFY
+from recovery.launch.repair import decision, publish_or_roll_back, run_repair
 from recovery.lib.engine import duckdb_engine
 from recovery.lib.errors import RecoveryError
 from recovery.lib.incident import Incident
 from recovery.lib.repair.plan import wave_name
 from recovery.lib.spec import DatasetSpec
-from recovery.orchestration import run_job
 
 
 @dataclass
@@ -77,17 +74,13 @@ def _vm_hwm_mb() -> float:
     return _peak_rss_mb()
 
 
-def incident_config(incident_file: str, *assets: str) -> dict:
-    return {"ops": {a: {"config": {"incident_file": incident_file}} for a in assets}}
-
-
 def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterInstance, defs: dg.Definitions,
                  console: Console, wave_size: int = 30,
                  on_phase: Callable[[PhaseFigures], None] | None = None,
                  after_canary: Callable[[], str] | None = None) -> RecoveryRun:
     """Run every phase; ``after_canary`` (the worked example's ongoing ingestion) runs once the
     canary passed, before the waves, and returns a line to print."""
-    path = str(incident.incident_path)
+    launcher = Launcher(incident, spec, instance=instance, definitions=defs)
     out = RecoveryRun(incident, spec)
 
     def phase(name: str, fn: Callable[[], tuple[list[str], str]]) -> None:
@@ -104,20 +97,18 @@ def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterI
             on_phase(figures)
 
     def contain():
-        r = run_job(defs, CONTAIN_JOB, instance, run_config=contain_run_config(path))
-        lines = r.output_for_node("stop_dagster_work").lines()
-        return [r.run_id], "; ".join(lines[:2])
+        r = launcher.run(CONTAIN)
+        lines = [r.output_for_node("adopt_target").line(spec)] + r.output_for_node("stop_dagster_work").lines()
+        return [r.run_id], "; ".join(lines[:3])
 
     def evidence():
-        r = run_job(defs, "preserve_evidence", instance, run_config=incident_config(path, "incident__evidence_bundle"))
+        r = launcher.run(EVIDENCE)
         return [r.run_id], f"bundle {incident.evidence_dir(spec)} with sha256 manifest"
 
     def assess():
-        assets = ("incident__reconciliation", "incident__impact", "incident__decision")
-        r = run_job(defs, "assess_incident", instance, tags=reconciliation_tags(instance, spec),
-                    run_config=incident_config(path, *assets))
+        r = launcher.run(ASSESS)
         recon = r.asset_materializations_for_node("incident__reconciliation")[0].metadata
-        out.decision = r.asset_materializations_for_node("incident__decision")[0].metadata["choice"].value
+        out.decision = decision(launcher)[1].choice  # the rule publish follows too
         return [r.run_id], (f"{recon['damaged_keys'].value:,} damaged keys in {recon['damaged_partitions'].value} "
                             f"partitions; decision: {out.decision}")
 
@@ -129,7 +120,7 @@ def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterI
             if w.wave == 0 and ok and after_canary:
                 console.print(f"      {after_canary()}", highlight=False)
 
-        rep = run_repair(defs, instance, spec, path, incident.incident_id, wave_size=wave_size, on_wave=wave)
+        rep = run_repair(launcher, wave_size=wave_size, on_wave=wave)
         if rep.stopped:
             raise RecoveryError(f"the repair stopped: {rep.stopped}")
         plan = rep.plan
@@ -138,10 +129,11 @@ def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterI
             f"as of {plan.source_watermark} in {len(plan.waves)} runs, {len(plan.qualified)} qualified")
 
     def publish():
-        if out.decision == "rollback":
-            r = run_job(defs, "rollback_incident", instance, run_config=incident_ops_config(path, "roll_back"))
+        done, r, _ = publish_or_roll_back(launcher)
+        if done == "rolled_back":
             return [r.run_id], "rolled back to the prior generation"
-        r = run_publish(defs, instance, path)
+        if done == "already_published":
+            return [], "already published; nothing to do"
         meta = r.asset_materializations_for_node("repair__publication")[0].metadata
         cand = r.asset_materializations_for_node("repair__candidate")[0].metadata
         return [r.run_id], (f"{spec.target.table} -> {meta['published_namespace'].value} "
@@ -149,24 +141,24 @@ def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterI
                             f"{cand['upserts_replayed'].value:,} upserts, {cand['deletes_replayed'].value:,} deletes")
 
     def restate():
-        r = run_job(defs, RESTATE_JOB, instance, run_config=restate_run_config(path))
+        r = launcher.run(RESTATE)
         return [r.run_id], "every consumer restated against the repaired table; originals kept; owners notified"
 
     def verify():
-        r = run_job(defs, VERIFY_JOB, instance, run_config=verify_run_config(path))
+        r = launcher.run(VERIFY)
         checks = [e for e in r.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
         passed = sum(1 for e in checks if e.event_specific_data.passed)
         return [r.run_id], f"convergence: {passed} of {len(checks)} checks passed"
 
     def reports():
-        t = run_job(defs, "render_incident_timeline", instance, run_config=incident_config(path, "incident__timeline"))
-        r = run_job(defs, "render_incident_reports", instance, run_config=incident_config(path, "incident__reports"))
+        t = launcher.run(TIMELINE)
+        r = launcher.run(REPORT)
         out.report_summary = r.asset_materializations_for_node("incident__reports")[0].metadata["summary"].value
         return [t.run_id, r.run_id], f"timeline, reconciliation and recovery reports in {incident.reports_dir(spec)}"
 
     for name, fn in [("contain", contain), ("evidence", evidence), ("assess", assess), ("repair", repair),
                      ("publish", publish), ("restate", restate), ("verify", verify), ("reports", reports)]:
-        if name == "repair" and out.decision == "rollback":
+        if name == "repair" and decision(launcher)[1].is_rollback:
             continue
         phase(name, fn)
     return out

@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from recovery.config import PROJECT_ROOT
-from recovery.defs.containment.jobs import contain_run_config
+from recovery.launch.phases import CONTAIN
 from recovery_tests.example_build import env as _env
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -212,7 +212,7 @@ def _walk_the_ui(webserver: Webserver, pg) -> None:
     editor.click()
     pg.keyboard.press("Control+A")
     pg.keyboard.press("Delete")
-    config = contain_run_config(str(incident_file))
+    config = CONTAIN.run_config(str(incident_file))
     pg.keyboard.type(json.dumps(config))  # JSON is YAML in flow style: one line, so the editor's auto-indent is moot
     typed = pg.evaluate("() => document.querySelector('.CodeMirror').CodeMirror.getValue()")
     assert yaml.safe_load(typed) == config, typed

@@ -30,7 +30,8 @@ from recovery.cli import main as cli
 from recovery.config import PROJECT_ROOT
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.containment.config import IncidentConfig, resolve_incident
-from recovery.defs.containment.jobs import CONTAIN_JOB, contain_run_config
+from recovery.defs.containment.jobs import CONTAIN_JOB
+from recovery.launch.phases import CONTAIN
 from recovery.defs.containment.sensors import fencing_sensor
 from recovery.defs.resources import warehouse_resource
 from recovery.lib.consumers import materialize_consumer
@@ -78,7 +79,7 @@ def _digest(path: Path) -> str:
 def _contain(env: Env, **config) -> dg.ExecuteInProcessResult:
     from recovery.definitions import defs
 
-    run_config = {"ops": {"validate_incident": {"config": config}}} if config else contain_run_config(str(env.incident))
+    run_config = {"ops": {"validate_incident": {"config": config}}} if config else CONTAIN.run_config(str(env.incident))
     with dg.DagsterInstance.get() as instance:
         return run_job(defs(), CONTAIN_JOB, instance, run_config=run_config)
 

@@ -28,9 +28,9 @@ from recovery.defs.convergence.assets import (
     VERIFY_JOB,
     convergence,
     verify_convergence_job,
-    verify_run_config,
 )
 from recovery.defs.resources import warehouse_resource
+from recovery.launch.phases import VERIFY
 from recovery.lib.convergence import drift_history, verify_convergence
 from recovery.lib.errors import SpecError
 from recovery.lib.ingest import apply_changes, ingestion_watermark
@@ -140,7 +140,7 @@ def test_the_hourly_schedule_is_registered_and_evaluates_to_a_valid_run_request(
         requests = schedule.evaluate_tick(context).run_requests or []
     assert len(requests) == 1
     dg.validate_run_config(d.resolve_job_def(VERIFY_JOB), requests[0].run_config)
-    dg.validate_run_config(d.resolve_job_def(VERIFY_JOB), verify_run_config("incident.yaml", 5))
+    dg.validate_run_config(d.resolve_job_def(VERIFY_JOB), VERIFY.run_config("incident.yaml", recent_partitions=5))
 
 
 def test_verify_cli_exits_1_while_a_partition_drifts_and_0_once_converged(tmp_path, monkeypatch, capsys):

@@ -81,15 +81,15 @@ def repaired_live(failed_example, tmp_path_factory):
     reader = _spawn("read", str(spec_path), FAILED, str(stop_readers), str(reads))
     try:
         with env(DAGSTER_HOME=str(home), RECOVERY_SPEC=str(spec_path)):
-            from recovery.definitions import defs
-            from recovery.defs.repair.runs import run_publish, run_repair
+            from recovery.launch import Launcher
+            from recovery.launch.repair import run_publish, run_repair
 
-            d = defs()
             with dg.DagsterInstance.get() as instance:
-                repaired = run_repair(d, instance, spec, str(incident.incident_path), INCIDENT, wave_size=60)
+                launcher = Launcher(incident, spec, instance=instance)
+                repaired = run_repair(launcher, wave_size=60)
                 assert repaired.stopped is None, repaired.stopped
                 writes_before_publish = len(json.loads(ingest_log.read_text()))
-                published = run_publish(d, instance, str(incident.incident_path))
+                published = run_publish(launcher)
         stop.write_text("published")
         ingest_out, ingest_err = ingest.communicate(timeout=300)
         assert ingest.returncode == 0, ingest_err[-3000:]
@@ -248,12 +248,12 @@ def test_a_bad_row_in_the_repair_generation_fails_a_blocking_check_and_publish_d
     home.mkdir()
     shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
     with env(DAGSTER_HOME=str(home), RECOVERY_SPEC=str(example_copy)):
-        from recovery.definitions import defs
-        from recovery.defs.repair.runs import run_publish
+        from recovery.launch import Launcher
+        from recovery.launch.repair import run_publish
 
         with dg.DagsterInstance.get() as instance:
             with pytest.raises(RecoveryError):
-                run_publish(defs(), instance, str(incident.incident_path))
+                run_publish(Launcher(incident, spec, instance=instance))
             run = instance.get_runs(dg.RunsFilter(job_name="publish_repair"))[0]
             evaluations = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
             checks = {e.dagster_event.event_specific_data.check_name: e.dagster_event.event_specific_data.passed

@@ -22,7 +22,8 @@ import pytest
 
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.resources import warehouse_resource
-from recovery.defs.restatement.assets import CHECK, RESTATE_JOB, restate_run_config, restatement_asset
+from recovery.defs.restatement.assets import CHECK, RESTATE_JOB, restatement_asset
+from recovery.launch.phases import RESTATE
 from recovery.lib.consumers import consumer_sql, materialize_consumer
 from recovery.lib.control_plane import SCHEMA
 from recovery.lib.errors import RecoveryError, SpecError
@@ -109,7 +110,7 @@ def test_the_job_rerun_changes_nothing_and_each_owner_is_notified_once(tmp_path,
     snapshots = []
     with dg.instance_for_test() as instance:
         for _ in range(2):
-            result = job.execute_in_process(run_config=restate_run_config(str(r.incident_path)), instance=instance)
+            result = job.execute_in_process(run_config=RESTATE.run_config(str(r.incident_path)), instance=instance)
             assert result.success
             checks = result.get_asset_check_evaluations()
             assert sorted(c.asset_key.path[-1] for c in checks if c.check_name == CHECK and c.passed) == ["orders_by_shard", "region_units"]

@@ -11,11 +11,11 @@ from recovery.config import EXAMPLE_SPEC
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from recovery.definitions import defs
+    from recovery.definitions import definitions_for
     from recovery.example.walkthrough import run_walkthrough
     from recovery.orchestration import project_instance
 
-    result = run_walkthrough(Path(args.spec), instance=project_instance(), defs=defs(), events=args.events,
+    result = run_walkthrough(Path(args.spec), instance=project_instance(), defs=definitions_for(args.spec), events=args.events,
                              seed=args.seed, console=console, recover=not args.failure_only)
     if args.failure_only:
         incident = Path(args.spec).with_name("incident.yaml")

@@ -16,15 +16,13 @@ from recovery.lib.errors import RecoveryError
 
 
 def build(args: argparse.Namespace, console: Console) -> int:
-    from recovery.definitions import defs
+    from recovery.launch import Launcher
+    from recovery.launch.phases import EVIDENCE
     from recovery.lib.evidence import read_manifest
-    from recovery.lib.incident import check_incident, parse_incident
-    from recovery.orchestration import project_instance, run_job
 
-    incident = parse_incident(args.incident)
-    spec = check_incident(incident)  # validate before launching anything
-    result = run_job(defs(), "preserve_evidence", project_instance(), run_config={
-        "ops": {"incident__evidence_bundle": {"config": {"incident_file": str(incident.incident_path)}}}})
+    launcher = Launcher.for_file(args.incident)  # validates before launching anything
+    incident, spec = launcher.incident, launcher.spec
+    result = launcher.run(EVIDENCE)
     bundle = incident.evidence_dir(spec)
     manifest = read_manifest(bundle)
     (event,) = result.get_asset_materialization_events()

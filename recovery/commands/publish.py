@@ -4,44 +4,35 @@
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from recovery.launch.phases import PUBLISH
+
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from recovery.lib.incident import check_incident, parse_incident
-
-    path = Path(args.incident).resolve()
-    incident = parse_incident(path)
-    spec = check_incident(incident)
-    os.environ["RECOVERY_SPEC"] = str(incident.spec)
-    from recovery.definitions import defs
-    from recovery.defs.repair.runs import incident_ops_config, run_publish
-    from recovery.lib.decision import decide
+    from recovery.launch import Launcher
+    from recovery.launch.repair import decision, publish_or_roll_back
     from recovery.lib.engine import open_engine
     from recovery.lib.repair.diffs import label_diffs
-    from recovery.lib.repair.plan import load_plan
-    from recovery.orchestration import project_instance, run_job
 
-    engine = open_engine(spec.warehouse)
-    with engine.session(read_only=True) as s:
-        plan = load_plan(s, incident.incident_id)
-        decision = decide(s, spec, incident.failed_generations)
-    if plan is None and decision.is_rollback:
-        result = run_job(defs(), "rollback_incident", project_instance(),
-                         run_config=incident_ops_config(str(path), "roll_back"))
-        console.print(f"rolled back {spec.target.table} to {decision.rollback_to} (run {result.run_id[:8]})")
+    launcher = Launcher.for_file(args.incident)
+    incident, spec = launcher.incident, launcher.spec
+    plan, chosen = decision(launcher)
+    if plan is None and not chosen.is_rollback:
+        launcher.require(PUBLISH)  # names the verb to run first
+    done, result, plan = publish_or_roll_back(launcher)
+    if done == "rolled_back":
+        console.print(f"rolled back {spec.target.table} to {chosen.rollback_to} (run {result.run_id[:8]})")
         return 0
-    if plan is not None and plan.status == "published":
+    if done == "already_published":
         console.print(f"{incident.incident_id}: already published ({spec.target.table} -> {plan.namespace}); nothing to do")
         return 0
-    result = run_publish(defs(), project_instance(), str(path))
     meta = result.asset_materializations_for_node("repair__publication")[0].metadata
     console.print(f"[bold]published[/] {spec.target.table} -> {meta['published_namespace'].value} "
                   f"(was {meta['previous_namespace'].value}, kept; run {result.run_id[:8]})", highlight=False)
+    engine = open_engine(spec.warehouse)
     with engine.session(read_only=True) as s:
         diffs = label_diffs(s, incident.incident_id)
     t = Table(title="keys per damage label, before and after the repair")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 from rich.console import Console
@@ -12,29 +11,39 @@ from rich.table import Table
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from recovery.lib.incident import check_incident, parse_incident
+    from recovery.launch import Launcher
+    from recovery.launch.phases import RECONCILE
 
-    incident = parse_incident(args.incident)
-    spec = check_incident(incident)  # validate before launching anything
-    os.environ["RECOVERY_SPEC"] = str(incident.spec)  # the code location serves the incident's dataset
+    launcher = Launcher.for_file(args.incident)
+    incident, spec = launcher.incident, launcher.spec
     out = Path(args.out).resolve() if args.out else incident.reports_dir(spec)
-    from recovery.definitions import defs
-    from recovery.defs.reconciliation.partitions import reconciliation_tags
-    from recovery.orchestration import project_instance, run_job
-
-    instance = project_instance()
-    result = run_job(defs(), "reconcile_incident", instance, tags=reconciliation_tags(instance, spec), run_config={
-        "ops": {"incident__reconciliation": {"config": {"incident_file": str(incident.incident_path), "out_dir": str(out)}}}})
+    result = launcher.run(RECONCILE, out_dir=str(out))
     summary = json.loads((out / "summary.json").read_text())
-    t = Table(title=f"{incident.incident_id}: damage per label (reconciliation run {result.run_id[:8]})")
+    print_summary(console, summary, f"{incident.incident_id}: damage per label (reconciliation run {result.run_id[:8]})")
+    console.print(f"wrote {out / 'reconciliation.parquet'} and {out / 'summary.json'}", highlight=False, soft_wrap=True)
+    return 0
+
+
+def print_summary(console: Console, summary: dict, title: str) -> None:
+    t = Table(title=title)
     t.add_column("label")
     t.add_column("keys", justify="right")
+    t.add_column("rests on")
+    basis = summary.get("basis") or {}
+    rests = {"deleted": basis.get("absent"), "missing": basis.get("absent"), "overwritten": basis.get("older"),
+             "stale": basis.get("older")}
     for label, n in summary["labels"].items():
-        t.add_row(label, f"{n:,}")
+        t.add_row(label, f"{n:,}", (rests.get(label) or "the rows").replace("write_log", "the package's write log")
+                  .replace("none", "nothing: no write log or registry"))
     console.print(t)
-    console.print(f"partition findings: {summary['partition_findings']}")
-    console.print(f"wrote {out / 'reconciliation.parquet'} and {out / 'summary.json'}")
-    return 0
+    console.print(f"partition findings: {summary['partition_findings']}", highlight=False)
+    if not summary.get("contained", True):
+        console.print("[yellow]the target is not fenced yet[/]: this was a read-only look (nothing written to the "
+                      "warehouse); run `recovery contain` next", highlight=False, soft_wrap=True)
+    if basis.get("registry_rows"):
+        console.print(f"inferred from registry runs: {', '.join(basis['registry_rows'][:10])}"
+                      + (f" (held as of {basis['held_as_of']}, {basis['held_by']})" if basis.get("held_by") else ""),
+                      highlight=False, soft_wrap=True)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

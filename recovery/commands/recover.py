@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 from rich.console import Console
@@ -16,17 +15,13 @@ from rich.table import Table
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from recovery.lib.incident import check_incident, parse_incident
-
-    path = Path(args.incident).resolve()
-    incident = parse_incident(path)
-    spec = check_incident(incident)
-    os.environ["RECOVERY_SPEC"] = str(incident.spec)
-    from recovery.definitions import defs
-    from recovery.orchestration import project_instance
+    from recovery.launch import Launcher
     from recovery.recover import run_recovery
 
-    done = run_recovery(incident, spec, instance=project_instance(), defs=defs(), console=console, wave_size=args.wave_size)
+    launcher = Launcher.for_file(args.incident)
+    incident, spec = launcher.incident, launcher.spec
+    done = run_recovery(incident, spec, instance=launcher.instance, defs=launcher.definitions, console=console,
+                        wave_size=args.wave_size)
     t = Table(title=f"{incident.incident_id}: time and memory per phase")
     for col in ("phase", "wall s", "engine s", "engine share", "peak RSS MB", "runs"):
         t.add_column(col, justify="left" if col == "phase" else "right")

@@ -8,25 +8,21 @@ is untouched until ``recovery publish``.
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
+import getpass
 
 from rich.console import Console
 from rich.table import Table
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from recovery.lib.incident import check_incident, parse_incident
-
-    path = Path(args.incident).resolve()
-    incident = parse_incident(path)
-    spec = check_incident(incident)
-    os.environ["RECOVERY_SPEC"] = str(incident.spec)
-    from recovery.definitions import defs
-    from recovery.defs.repair.runs import run_repair
+    from recovery.launch import Launcher
+    from recovery.launch.phases import PLAN
+    from recovery.launch.repair import run_repair
     from recovery.lib.repair.plan import wave_name
-    from recovery.orchestration import project_instance
 
+    launcher = Launcher.for_file(args.incident)
+    incident, spec = launcher.incident, launcher.spec
+    launcher.require(PLAN, "repair")
     canary = [p.strip() for p in args.canary.split(",") if p.strip()] if args.canary else None
     if args.resume:
         _resume(spec, incident, args.resume, console)
@@ -37,8 +33,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.print(f"  {wave_name(w.wave):>8}: {w.partitions:>3} partitions  run {w.run_id[:8] or '-':8}  {state}", highlight=False)
 
     console.print(f"[bold]repair[/] {incident.incident_id}: plan, canary, then waves of {args.wave_size}")
-    out = run_repair(defs(), project_instance(), spec, str(path), incident.incident_id, canary=canary,
-                     canary_max=args.canary_max, wave_size=args.wave_size, through=args.through, on_wave=on_wave)
+    out = run_repair(launcher, canary=canary, canary_max=args.canary_max, wave_size=args.wave_size,
+                     through=args.through, on_wave=on_wave)
     plan = out.plan
     t = Table(title=f"repair generation {plan.generation} in {plan.namespace} (plan run {out.plan_run_id[:8]})")
     for c in ("partitions", "count"):
@@ -67,7 +63,7 @@ def _resume(spec, incident, note: str, console: Console) -> None:
     with engine.session(read_only=True) as s:
         plan = load_plan(s, incident.incident_id)
     if plan is not None and plan.status == "stopped":
-        resume(Writer(engine, spec), plan, actor=os.environ.get("USER", "cli"), note=note)
+        resume(Writer(engine, spec), plan, actor=getpass.getuser(), note=note)
         console.print(f"resumed the stopped repair: {note}")
 
 

@@ -3,24 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from rich.console import Console
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from recovery.lib.incident import check_incident, parse_incident
+    from recovery.launch import Launcher
+    from recovery.launch.phases import REPORT
 
-    incident = parse_incident(args.incident)
-    spec = check_incident(incident)  # validate before launching anything
-    os.environ["RECOVERY_SPEC"] = str(incident.spec)  # the code location serves the incident's dataset
+    launcher = Launcher.for_file(args.incident)  # validates before launching anything
+    incident, spec = launcher.incident, launcher.spec
     out = Path(args.out).resolve() if args.out else incident.reports_dir(spec)
-    from recovery.definitions import defs
-    from recovery.orchestration import project_instance, run_job
-
-    result = run_job(defs(), "render_incident_reports", project_instance(), run_config={
-        "ops": {"incident__reports": {"config": {"incident_file": str(incident.incident_path), "out_dir": str(out)}}}})
+    result = launcher.run(REPORT, out_dir=str(out))
     (mat,) = [e.materialization for e in result.get_asset_materialization_events()]
     console.print(mat.metadata["summary"].value, highlight=False, soft_wrap=True)
     for name in ("timeline", "reconciliation", "recovery"):

@@ -8,29 +8,22 @@ it is refused (exit 2, nothing written) until the repair is published.
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
+    from recovery.launch import Launcher
+    from recovery.launch.phases import RESTATE
     from recovery.lib.engine import open_engine
-    from recovery.lib.incident import check_incident, parse_incident
     from recovery.lib.restatement.restate import check_request
 
-    path = Path(args.incident).resolve()
-    incident = parse_incident(path)
-    spec = check_incident(incident)
+    launcher = Launcher.for_file(args.incident)
+    incident, spec = launcher.incident, launcher.spec
+    launcher.require(RESTATE)
     check_request(open_engine(spec.warehouse), spec, incident.incident_id, None)
-    os.environ["RECOVERY_SPEC"] = str(incident.spec)
-
-    from recovery.definitions import defs
-    from recovery.defs.restatement.assets import RESTATE_JOB, restate_run_config
-    from recovery.orchestration import project_instance, run_job
-
-    result = run_job(defs(), RESTATE_JOB, project_instance(), run_config=restate_run_config(str(path)))
+    result = launcher.run(RESTATE)
     from recovery.lib.restatement.summary import restatement_summary
 
     with open_engine(spec.warehouse).session(read_only=True) as s:

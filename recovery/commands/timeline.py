@@ -8,14 +8,12 @@ from rich.console import Console
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from recovery.definitions import defs
-    from recovery.lib.incident import check_incident, parse_incident
-    from recovery.orchestration import project_instance, run_job
+    from recovery.launch import Launcher
+    from recovery.launch.phases import TIMELINE
 
-    incident = parse_incident(args.incident)
-    spec = check_incident(incident)
-    result = run_job(defs(), "render_incident_timeline", project_instance(), run_config={
-        "ops": {"incident__timeline": {"config": {"incident_file": str(incident.incident_path)}}}})
+    launcher = Launcher.for_file(args.incident)
+    incident, spec = launcher.incident, launcher.spec
+    result = launcher.run(TIMELINE)
     path = incident.reports_dir(spec) / "timeline.md"
     console.print(f"timeline of {incident.incident_id}: {path} (run {result.run_id[:8]})", highlight=False, soft_wrap=True)
     return 0

@@ -8,8 +8,6 @@ the input is invalid (nothing run).
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -17,20 +15,14 @@ from rich.table import Table
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.lib.errors import SpecError
-    from recovery.lib.incident import check_incident, parse_incident
+    from recovery.launch import Launcher
+    from recovery.launch.phases import VERIFY
 
     if args.recent < 1:
         raise SpecError("--recent", f"{args.recent} is not a positive number", "give how many recent partitions to check, e.g. 3")
-    path = Path(args.incident).resolve()
-    incident = parse_incident(path)
-    check_incident(incident)
-    os.environ["RECOVERY_SPEC"] = str(incident.spec)
-
-    from recovery.definitions import defs
-    from recovery.defs.convergence.assets import VERIFY_JOB, verify_run_config
-    from recovery.orchestration import project_instance, run_job
-
-    result = run_job(defs(), VERIFY_JOB, project_instance(), run_config=verify_run_config(str(path), args.recent))
+    launcher = Launcher.for_file(args.incident)
+    incident = launcher.incident
+    result = launcher.run(VERIFY, recent_partitions=args.recent)
     checks = result.get_asset_check_evaluations()
     t = Table(title=f"{incident.incident_id}: convergence (run {result.run_id[:8]})")
     for col in ("check", "result", "partitions", "drifting", "detail"):

@@ -97,6 +97,8 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
         clash = set(spec.target.metadata.columns) & set(produced)
         if clash:
             fail("target.metadata", f"transform already returns {sorted(clash)}", "rename the metadata columns or the transform's columns")
+        if spec.registry is not None:
+            _check_registry(s, spec, fail)
         relation = expected_rows_sql(spec, None)
         for i, d in enumerate(spec.downstream):
             try:
@@ -108,3 +110,20 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
                     fail(f"downstream[{i}].key", f"column {k!r} is not produced by {d.sql.name}", "name columns the consumer's SQL returns")
             if d.materiality and d.materiality.column not in dcols:
                 fail(f"downstream[{i}].materiality.column", f"column {d.materiality.column!r} is not produced by {d.sql.name}", "name a numeric column of the consumer")
+
+
+def _check_registry(s, spec: DatasetSpec, fail) -> None:
+    reg = spec.registry
+    cols = dict(s.columns(reg.table_name.sql()))
+    if not cols:
+        fail("registry.table", f"table {reg.table} does not exist in {spec.warehouse.path.name}",
+             "name the schema.table where your runs are recorded, or remove the registry section")
+    for field in ("generation", "kind", "started_at", "ended_at", "source_watermark"):
+        name = getattr(reg, field)
+        if name is not None and name not in cols:
+            fail(f"registry.{field}", f"column {name!r} is not in {reg.table} (columns: {', '.join(cols)})",
+                 "name an existing column, or remove the field")
+    for field in ("started_at", "ended_at", "source_watermark"):
+        name = getattr(reg, field)
+        if name is not None and not cols[name].upper().startswith(("TIMESTAMP", "DATE")):
+            fail(f"registry.{field}", f"column {name!r} is {cols[name]}, not a timestamp", "name a TIMESTAMP column (UTC)")

@@ -9,7 +9,23 @@ from __future__ import annotations
 
 
 class RecoveryError(Exception):
-    """Base class: an expected failure with a message meant for a human."""
+    """Base class: an expected failure with a message meant for a human.
+
+    ``exit_code`` is what the ``recovery`` command exits with (README, "exit codes"):
+    2 for bad input or a verb run out of order (nothing written), 1 when a gate or a
+    check said no."""
+
+    exit_code = 2
+
+
+class OutOfOrderError(RecoveryError):
+    """A verb needs an earlier one that has not run for this incident; nothing was written."""
+
+
+class GateRefusedError(RecoveryError):
+    """A gate or check said no: the run stopped and the published view is unchanged."""
+
+    exit_code = 1
 
 
 class SpecError(RecoveryError):
@@ -39,3 +55,13 @@ class WarehouseBusyError(RecoveryError):
 
 class SchemaMismatchError(RecoveryError):
     """Rows offered to the writer do not have the target's columns."""
+
+
+class RunCrashedError(RecoveryError):
+    """A Dagster run failed on something unexpected; ``detail`` holds the trace for the log file."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail

@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from recovery.lib.control_plane import SCHEMA
+from recovery.lib.control_plane import SCHEMA, control_plane_exists
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote
+from recovery.lib.registry import generations_sql
 from recovery.lib.spec import DatasetSpec
 
 
@@ -52,6 +53,12 @@ def generation_facts(s: Session, spec: DatasetSpec, generations: list[str]) -> l
     first_in_target = dict(s.fetchall(
         f"SELECT {gen}, min({written}) FROM {spec.target.table_name.sql()} "
         f"WHERE {gen} IN (SELECT unnest(CAST(? AS VARCHAR[]))) GROUP BY 1", [generations]))
+    if not control_plane_exists(s):  # a target not contained yet: the team's registry, if any, has the facts
+        reg = {r[0]: r for r in s.fetchall(f"SELECT generation, kind, started_at, source_watermark, basis FROM ({generations_sql(s, spec)}) "
+                                           f"WHERE generation IN (SELECT unnest(CAST(? AS VARCHAR[])))", [generations])}
+        return [GenerationFacts(g, False, kind=reg[g][1], started_at=reg[g][2], source_watermark=reg[g][3],
+                                first_write_at=first_in_target.get(g), note=f"from {reg[g][4]}")
+                if g in reg else GenerationFacts(g, False, first_write_at=first_in_target.get(g)) for g in generations]
     rows = {r[0]: r for r in s.fetchall(
         f"SELECT g.generation, g.kind, g.status, g.namespace, g.started_at, g.source_watermark, "
         f"(SELECT min(w.written_at) FROM {SCHEMA}.writes w WHERE w.generation = g.generation), g.backfill_id, "

@@ -9,26 +9,41 @@ backfill, and the partition range must overlap the data.
 
 from __future__ import annotations
 
+import re
 from datetime import date
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from recovery.lib.control_plane import SCHEMA, control_plane_exists
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import check_identifier, quote
+from recovery.lib.registry import registered_generations
 from recovery.lib.spec import DatasetSpec, _shape_error, load_spec, load_yaml_model
 
 
+PartitionValue = date | int | str
+"""A partition in the partition column's own type and format: a date, an integer, '2013-02'."""
+
+
 class PartitionRange(BaseModel):
+    """The failed backfill's nominal range, in the partition column's own type; checked against
+    the column (``check_incident``) and compared there, by the engine, in that type."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
-    start: date = Field(description="First partition of the range (YYYY-MM-DD).")
-    end: date = Field(description="Last partition of the range, inclusive.")
+    start: PartitionValue = Field(description="First partition of the range, e.g. 2024-01-01, '2013-02' or 201302.")
+    end: PartitionValue = Field(description="Last partition of the range, inclusive.")
+
+    @field_validator("start", "end")
+    @classmethod
+    def _plain(cls, v: PartitionValue) -> PartitionValue:
+        if isinstance(v, str) and (not v.strip() or len(v) > 100 or "\x00" in v):
+            raise ValueError("give a partition value such as 2024-01-01 or '2013-02'")
+        return v
 
     @model_validator(mode="after")
     def _ordered(self):
-        if self.end < self.start:
+        if type(self.start) is type(self.end) and not isinstance(self.start, str) and self.end < self.start:
             raise ValueError("end is before start")
         return self
 
@@ -110,10 +125,7 @@ def check_incident(inc: Incident) -> DatasetSpec:
         target_cols = dict(s.columns(spec.target.table_name.sql()))
         if not target_cols:
             fail("spec", f"target {spec.target.table} does not exist yet", "point the incident at a dataset whose target has data")
-        registered = {}
-        if control_plane_exists(s):
-            registered = {r[0]: r[1] for r in s.fetchall(
-                f"SELECT generation, kind FROM {SCHEMA}.generations WHERE dataset = ?", [spec.dataset])}
+        registered = registered_generations(s, spec)  # the control plane's and the team's registry
         in_target = set()
         if spec.target.metadata.generation in target_cols:
             in_target = {r[0] for r in s.fetchall(f"SELECT DISTINCT {gen_col} FROM {spec.target.table_name.sql()} WHERE {gen_col} IS NOT NULL")}
@@ -126,12 +138,40 @@ def check_incident(inc: Incident) -> DatasetSpec:
                 fail(f"failed_generations[{i}]", f"generation {g!r} is an {registered[g]} generation, not a backfill",
                      "fence only the failed backfill's generation; normal ingestion must keep running")
         if inc.partitions:
-            lo, hi = s.fetchone(f"SELECT min({part}), max({part}) FROM {spec.target.table_name.sql()}")
-            if lo is None or inc.partitions.end < _as_date(lo) or inc.partitions.start > _as_date(hi):
-                fail("partitions", f"range {inc.partitions.start}..{inc.partitions.end} is outside the data ({lo}..{hi})",
-                     "give a range that overlaps the target's partitions, or omit it to infer it from the writes")
+            _check_range(s, spec, inc.partitions, target_cols[spec.target.partition], fail)
     return spec
 
 
-def _as_date(v) -> date:
-    return v if isinstance(v, date) else date.fromisoformat(str(v)[:10])
+def _shape(value: str) -> str:
+    """'2013-02' -> '9999-99': what a text partition value looks like, to catch '2013-2' or 'Feb 2013'."""
+    return re.sub(r"[A-Za-z]", "a", re.sub(r"[0-9]", "9", value))
+
+
+def _check_range(s, spec: DatasetSpec, rng: PartitionRange, col_type: str, fail) -> None:
+    """Each bound is a value of the partition column's type (and, for text, of its values' shape), the
+    range is ordered in that type, and it overlaps the data."""
+    part, table = quote(spec.target.partition), spec.target.table_name.sql()
+    lo, hi = s.fetchone(f"SELECT min({part}), max({part}) FROM {table}")
+    example = lo if lo is not None else "2024-01-01"
+    shapes = None
+    if col_type.upper().startswith(("VARCHAR", "STRING", "TEXT")):
+        shapes = {r[0] for r in s.fetchall(
+            f"SELECT DISTINCT regexp_replace(regexp_replace({part}, '[0-9]', '9', 'g'), '[A-Za-z]', 'a', 'g') "
+            f"FROM {table} WHERE {part} IS NOT NULL LIMIT 50")}
+    for field in ("start", "end"):
+        value = getattr(rng, field)
+        text = value.isoformat() if isinstance(value, date) else str(value)
+        ok = s.scalar(f"SELECT TRY_CAST(? AS {col_type}) IS NOT NULL", [text])
+        if not ok or (shapes and _shape(text) not in shapes):
+            fail(f"partitions.{field}", f"{text!r} is not a partition of {spec.target.partition} ({col_type})",
+                 f"give a value like {str(example)!r}, in the column's own format")
+    start, end = (getattr(rng, f).isoformat() if isinstance(getattr(rng, f), date) else str(getattr(rng, f)) for f in ("start", "end"))
+    before, outside = s.fetchone(
+        f"SELECT CAST(? AS {col_type}) < CAST(? AS {col_type}), "
+        f"CAST(? AS {col_type}) > max({part}) OR CAST(? AS {col_type}) < min({part}) OR min({part}) IS NULL FROM {table}",
+        [end, start, start, end])
+    if before:
+        fail("partitions", f"end {end!r} is before start {start!r}", "give the first partition as start and the last as end")
+    if outside:
+        fail("partitions", f"range {start}..{end} is outside the data ({lo}..{hi})",
+             "give a range that overlaps the target's partitions, or omit it to infer it from the writes")

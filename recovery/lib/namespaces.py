@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from recovery.lib.control_plane import SCHEMA, delta_table, next_seq, record_event, utcnow
+from recovery.lib.control_plane import SCHEMA, control_plane_exists, delta_table, next_seq, record_event, utcnow
 from recovery.lib.engine.base import Session
 from recovery.lib.errors import RecoveryError
 from recovery.lib.identifiers import TableName, quote, quote_all
+from recovery.lib.registry import registry_sql
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec
 
@@ -109,8 +110,20 @@ def create_or_adopt(s: Session, spec: DatasetSpec, *, actor: str) -> str:
 
 
 def _infer_generations(s: Session, spec: DatasetSpec, ns: str, seq: int) -> None:
-    """Register the generations found in an adopted table; a start is inferred from its first write."""
+    """Register the generations of an adopted table: first the team's registry rows (when the spec
+    names one: kind, start, end, source watermark as recorded), then any other generation found
+    in the rows, its start inferred from its first write."""
     meta = spec.target.metadata
+    reg = registry_sql(spec)
+    if reg:
+        s.execute(
+            f"INSERT INTO {SCHEMA}.generations "
+            f"SELECT generation, ?, kind, 'complete', NULL, started_at, ended_at, "
+            f"source_watermark, NULL, NULL, NULL, 1, NULL, 0, NULL, ?, false, NULL, NULL, 'from ' || basis "
+            f"FROM ({reg}) WHERE generation NOT IN (SELECT generation FROM {SCHEMA}.generations) "
+            f"QUALIFY row_number() OVER (PARTITION BY generation ORDER BY started_at) = 1",
+            [spec.dataset, seq],
+        )
     s.execute(
         f"INSERT INTO {SCHEMA}.generations "
         f"SELECT g, ?, 'unknown', 'complete', NULL, first_write, last_write, NULL, NULL, NULL, NULL, 1, NULL, 0, NULL, ?, true, NULL, NULL, "
@@ -119,6 +132,11 @@ def _infer_generations(s: Session, spec: DatasetSpec, ns: str, seq: int) -> None
         f"WHERE g NOT IN (SELECT generation FROM {SCHEMA}.generations)",
         [spec.dataset, seq],
     )
+
+
+def is_managed(s: Session, spec: DatasetSpec) -> bool:
+    """Whether the public name is already a view this package manages (adopted or created)."""
+    return control_plane_exists(s) and current_namespace(s, spec) is not None
 
 
 def current_namespace(s: Session, spec: DatasetSpec) -> str | None:

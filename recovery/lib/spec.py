@@ -171,6 +171,43 @@ class TargetSpec(_Strict):
         return TableName.parse(self.table)
 
 
+class RegistrySpec(_Strict):
+    """The team's own record of the runs that wrote the target (one row per generation).
+
+    A target this package never wrote has no write log of ours; its runs' start and end
+    times and the source watermark each one read let the reconciliation tell a key the
+    target held before the backfill (``deleted``) from one it never had (``missing``), and a
+    concurrent write the backfill clobbered (``overwritten``) from a stale read (``stale``).
+    """
+
+    table: str = Field(description="Schema-qualified registry table, e.g. ops.load_runs.")
+    generation: str = Field(description="Column holding the generation id the target's rows carry.")
+    kind: str | None = Field(None, description="Column telling a backfill from normal ingestion, if any.")
+    started_at: str = Field(description="Column: when the run started (UTC).")
+    ended_at: str | None = Field(None, description="Column: when the run committed its writes (UTC), if known.")
+    source_watermark: str | None = Field(None, description="Column: the source's ingested_at the run read up to.")
+    backfill_kinds: list[str] = Field(["backfill"], min_length=1, description="Values of `kind` that mark a backfill.")
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, v: str) -> str:
+        return str(TableName.parse(v))
+
+    @field_validator("generation", "started_at")
+    @classmethod
+    def _cols(cls, v: str) -> str:
+        return _ident(v)
+
+    @field_validator("kind", "ended_at", "source_watermark")
+    @classmethod
+    def _opt(cls, v: str | None) -> str | None:
+        return v if v is None else _ident(v)
+
+    @property
+    def table_name(self) -> TableName:
+        return TableName.parse(self.table)
+
+
 class Materiality(_Strict):
     column: str
     abs: float | None = Field(None, ge=0, description="A change is material when |diff| >= abs.")
@@ -307,6 +344,8 @@ class DatasetSpec(_Strict):
     target: TargetSpec
     downstream: list[DownstreamSpec] = []
     suites: list[SuiteSpec] = Field(default_factory=list, description="Great Expectations suites every repair must pass.")
+    registry: RegistrySpec | None = Field(None, description="The team's own run registry, for targets this package "
+                                                            "did not write (see README, generation registry).")
     recurrence: RecurrenceSpec | None = Field(None, description="Guarded-backfill policy: approvals, capacity, anomaly "
                                                                 "thresholds, invariants (defaults apply when absent).")
     spec_path: Path | None = Field(None, exclude=True)
@@ -343,7 +382,7 @@ class DatasetSpec(_Strict):
     @property
     def fingerprint(self) -> str:
         """Hash of the spec and its SQL: recorded as a generation's config hash."""
-        exclude = {"spec_path"} | ({"recurrence"} if self.recurrence is None else set())  # unchanged for older specs
+        exclude = {"spec_path"} | {k for k in ("recurrence", "registry") if getattr(self, k) is None}  # unchanged for older specs
         h = hashlib.sha256(self.model_dump_json(exclude=exclude).encode())
         h.update(self.transform_sql.encode())
         for name in sorted(self.downstream_sql):

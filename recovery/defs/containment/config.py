@@ -21,8 +21,9 @@ from recovery.lib.spec import DatasetSpec
 
 
 class PartitionRangeConfig(dg.Config):
-    start: str = Field(description="First partition of the failed range (YYYY-MM-DD).")
-    end: str = Field(description="Last partition of the failed range, inclusive (YYYY-MM-DD).")
+    start: str = Field(description="First partition of the failed range, in the partition column's format "
+                                   "(2024-01-01, 2013-02, 201302).")
+    end: str = Field(description="Last partition of the failed range, inclusive, in the same format.")
 
 
 class IncidentConfig(dg.Config):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from recovery.defs.containment.ops import fence_generations, stop_dagster_work, validate_incident
+from recovery.defs.containment.ops import adopt_target, fence_generations, stop_dagster_work, validate_incident
 
 CONTAIN_JOB = "contain_backfill"
 
@@ -17,17 +17,13 @@ CONTAIN_JOB = "contain_backfill"
     name=CONTAIN_JOB,
     executor_def=dg.in_process_executor,
     tags={"recovery/phase": "containment", "dagster/max_retries": "0"},
-    description="Contain a failed backfill: validate the incident, fence its generations in the warehouse, "
+    description="Contain a failed backfill: validate the incident, take a foreign target under management, "
+                "fence its generations in the warehouse, "
                 "cancel the Dagster backfill and stop its runs. Idempotent per incident.",
 )
 def contain_backfill():
     incident = validate_incident()
-    stop_dagster_work(incident, fence_generations(incident))
-
-
-def contain_run_config(incident_file: str) -> dict:
-    """Run config naming an incident file (what ``recovery contain`` launches)."""
-    return {"ops": {validate_incident.name: {"config": {"incident_file": incident_file}}}}
+    stop_dagster_work(incident, fence_generations(incident, adopt_target(incident)))
 
 
 @dg.definitions

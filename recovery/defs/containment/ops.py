@@ -13,6 +13,7 @@ from recovery.defs.containment import dagster_runs
 from recovery.defs.containment.config import IncidentConfig, resolve_incident
 from recovery.defs.containment.report import ContainmentReport, GenerationContainment
 from recovery.defs.resources import WarehouseResource
+from recovery.lib.adoption import Adoption, adopt
 from recovery.lib.fencing import FenceOutcome, TimelineEvent, event_recorded, fence_incident, record_events
 from recovery.lib.incident import Incident
 
@@ -27,8 +28,20 @@ def validate_incident(context: dg.OpExecutionContext, config: IncidentConfig, wa
     return incident
 
 
+@dg.op(description="Take a target another tool wrote under management in one transaction (the control plane, the "
+                   "table into its first versioned namespace, the public name a managed view, the team's registry "
+                   "copied); from that commit on foreign writes to the public name fail. Nothing to do when managed.")
+def adopt_target(context: dg.OpExecutionContext, incident: Incident, warehouse: WarehouseResource) -> dg.Output[Adoption]:
+    adoption = adopt(warehouse.engine(), warehouse.spec(), actor=incident.requested_by, incident_id=incident.incident_id)
+    context.log.info(adoption.line(warehouse.spec()))
+    return dg.Output(adoption, metadata={"adopted_now": adoption.adopted_now, "namespace": adoption.namespace,
+                                         "rows": adoption.rows, "checksum": adoption.checksum or "",
+                                         "summary": adoption.line(warehouse.spec())})
+
+
 @dg.op(description="Fence each failed generation: from this commit on, the writer refuses its writes.")
-def fence_generations(context: dg.OpExecutionContext, incident: Incident, warehouse: WarehouseResource) -> list[FenceOutcome]:
+def fence_generations(context: dg.OpExecutionContext, incident: Incident, adoption: Adoption,
+                      warehouse: WarehouseResource) -> list[FenceOutcome]:
     outcomes = fence_incident(warehouse.writer(actor=incident.requested_by), incident)
     for o in outcomes:
         f = o.record

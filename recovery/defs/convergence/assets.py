@@ -102,15 +102,6 @@ verify_convergence_job = dg.define_asset_job(
 )
 
 
-def verify_run_config(incident_file: str | None = None, recent: int | None = None) -> dict:
-    """Run config of ``verify_convergence`` (what ``recovery verify`` launches)."""
-    config: dict = {}
-    if incident_file:
-        config["incident_file"] = incident_file
-    if recent is not None:
-        config["recent_partitions"] = recent
-    return {"ops": {"convergence__drift": {"config": config}}} if config else {}
-
 
 @dg.definitions
 def convergence_assets() -> dg.Definitions:

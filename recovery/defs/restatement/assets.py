@@ -106,8 +106,3 @@ def restatement_definitions() -> dg.Definitions:
         tags={"recovery/phase": "restatement"},
     )
     return dg.Definitions(assets=[asset], jobs=[job])
-
-
-def restate_run_config(incident_file: str) -> dict:
-    """Run config naming an incident file (what ``recovery restate`` launches)."""
-    return {"ops": {RESTATEMENT_OP: {"config": {"incident_file": incident_file}}}}

@@ -249,6 +249,10 @@ def _record(engine: Engine, incident: Incident, spec: DatasetSpec, bundle: Path,
     details = json.dumps({"bundle": str(bundle), "manifest_sha256": sha, "files": len(manifest["files"]),
                           "bytes": sum(f["bytes"] for f in manifest["files"])})
 
+    with engine.session(read_only=True) as s:
+        if not control_plane_exists(s):  # built before containment: no control plane to record in (nothing is written to the warehouse)
+            return
+
     def txn() -> None:
         with engine.transaction() as s:
             record_event(s, kind="evidence_preserved", dataset=spec.dataset, incident_id=incident.incident_id, actor=actor,

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from recovery.lib.control_plane import SCHEMA, delta_table
+from recovery.lib.control_plane import SCHEMA, control_plane_exists, delta_table
 from recovery.lib.consumers import CONSUMER_SCHEMA, consumer_table
 from recovery.lib.engine.base import Session
 from recovery.lib.failed_generations import GenerationFacts
@@ -65,15 +65,21 @@ def planned_copies(s: Session, spec: DatasetSpec, facts: list[GenerationFacts]) 
                             "source snapshot as of the bundle: latest non-deleted version per key"))
 
     gen = quote(spec.target.metadata.generation)
-    current = current_namespace(s, spec)
-    if current is None:
+    current = current_namespace(s, spec) if control_plane_exists(s) else None
+    ns, where = (namespace_sql(current), f"the published namespace {current}") if current else (None, "")
+    if current is None and s.object_kind(spec.target.table_name.schema, spec.target.table_name.name) == "table":
+        ns, where = spec.target.table_name.sql(), f"the plain table {spec.target.table} (not contained yet)"
+        notes.append(f"{spec.target.table} was not contained when the bundle was built: its rows are copied as found")
+    elif current is None:
         notes.append(f"{spec.target.table} has no published namespace in the control plane")
-    else:
-        ns = namespace_sql(current)
+    if ns:
         for (g,) in s.fetchall(f"SELECT DISTINCT {gen} FROM {ns} ORDER BY 1 NULLS FIRST"):
             name = "_no_generation" if g is None else safe_name(g)
             copies.append(TableCopy(f"target/current/{name}.parquet", f"SELECT * FROM {ns} WHERE {gen} IS NOT DISTINCT FROM ?",
-                                    f"rows of generation {g} in the published namespace {current}", [g]))
+                                    f"rows of generation {g} in {where}", [g]))
+    if spec.registry is not None:
+        copies.append(TableCopy("registry/runs.parquet", f"SELECT * FROM {spec.registry.table_name.sql()}",
+                                f"the team's run registry {spec.registry.table} (generations, starts, watermarks)"))
     for f in facts:
         if f.namespace and f.namespace != current:
             copies.append(TableCopy(f"target/namespace/{safe_name(f.namespace)}.parquet", f"SELECT * FROM {namespace_sql(f.namespace)}",

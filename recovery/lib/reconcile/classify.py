@@ -20,6 +20,7 @@ from datetime import datetime
 from recovery.lib.control_plane import SCHEMA, delta_table
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, quote_all
+from recovery.lib.registry import generations_sql
 from recovery.lib.snapshot import expected_rows_sql, latest_versions_sql, str_list, ts_literal
 from recovery.lib.spec import DatasetSpec
 
@@ -35,25 +36,39 @@ class ReconcileInputs:
     failed_generations: tuple[str, ...]
     watermark: datetime | None = None      # snapshot watermark; default: the source's max ingested_at
     incident_id: str = "adhoc"
+    persist: bool = True                   # False: results in temp tables only (a read-only look before containment)
 
 
-def recon_table(spec: DatasetSpec) -> str:
-    return f'{SCHEMA}."recon__{spec.dataset}"'
+def recon_table(spec: DatasetSpec, persist: bool = True) -> str:
+    return f'{SCHEMA}."recon__{spec.dataset}"' if persist else f'"recon__{spec.dataset}"'
 
 
-def partition_table(spec: DatasetSpec) -> str:
-    return f'{SCHEMA}."recon_partitions__{spec.dataset}"'
+def partition_table(spec: DatasetSpec, persist: bool = True) -> str:
+    return f'{SCHEMA}."recon_partitions__{spec.dataset}"' if persist else f'"recon_partitions__{spec.dataset}"'
 
 
 def _failed_start(s: Session, spec: DatasetSpec, gens: list) -> datetime | None:
-    """When the failed generations started: registered, else inferred from their first write."""
-    registered = s.scalar(f"SELECT min(started_at) FROM {SCHEMA}.generations WHERE generation IN ({str_list(gens)})")
+    """When the failed generations started: registered (control plane or the team's registry),
+    else inferred from their first write (the write log, else the target's written-at column)."""
+    registered = s.scalar(f"SELECT min(started_at) FROM ({generations_sql(s, spec)}) WHERE generation IN ({str_list(gens)})")
     if registered is not None:
         return registered
-    return s.scalar(
-        f"SELECT min({quote(spec.target.metadata.written_at)}) FROM {delta_table(spec.dataset)} "
-        f"WHERE {quote(spec.target.metadata.generation)} IN ({str_list(gens)})"
-    )
+    meta = spec.target.metadata
+    first = [f"SELECT min({quote(meta.written_at)}) AS w FROM {spec.target.table_name.sql()} "
+             f"WHERE {quote(meta.generation)} IN ({str_list(gens)})"]
+    if s.object_kind(SCHEMA, f"delta__{spec.dataset}") is not None:
+        first.append(f"SELECT min({quote(meta.written_at)}) FROM {delta_table(spec.dataset)} "
+                     f"WHERE {quote(meta.generation)} IN ({str_list(gens)})")
+    return s.scalar(f"SELECT min(w) FROM ({' UNION ALL '.join(first)})")
+
+
+def _log_covers(s: Session, spec: DatasetSpec, start: datetime | None) -> bool:
+    """Whether the package's write log saw the target before the failed generation started
+    (false for a target adopted after the damage: its log begins at the adoption)."""
+    if start is None or s.object_kind(SCHEMA, f"delta__{spec.dataset}") is None:
+        return False
+    return bool(s.scalar(f"SELECT count(*) > 0 FROM (SELECT 1 FROM {delta_table(spec.dataset)} "
+                         f"WHERE {quote(spec.target.metadata.written_at)} <= {ts_literal(start)} LIMIT 1)"))
 
 
 def stage(s: Session, inputs: ReconcileInputs) -> dict:
@@ -61,8 +76,11 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
 
     Each big relation is read once: the source's latest version per key (which gives
     E, presence in the source, tombstones and arrival times), and the target folded
-    to one row per key with its number of copies. The delta log is only probed for
-    the few keys that need it (absent keys; keys holding an older version).
+    to one row per key with its number of copies. What the target held before the
+    failed generation started, and which concurrent writes it clobbered, come from
+    the package's write log where it covers that time, else from the generations'
+    registry (inference, stated as such in ``facts['basis']``); the log or registry
+    is only probed for the few keys that need it (absent keys; keys holding an older version).
     """
     spec = inputs.spec
     src, meta = spec.source, spec.target.metadata
@@ -89,35 +107,79 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
     )
     columns = [c for c, _ in s.columns("__e")]
     s.execute(f"CREATE OR REPLACE TEMP TABLE __diff AS {diff_sql(inputs, columns)}")
-    has_delta = s.object_kind(SCHEMA, f"delta__{spec.dataset}") is not None
-    if has_delta and start is not None:
-        s.execute(f"CREATE OR REPLACE TEMP TABLE __absent AS SELECT {key} FROM __diff WHERE __n IS NULL")
+    s.execute(f"CREATE OR REPLACE TEMP TABLE __absent AS SELECT {key} FROM __diff WHERE __n IS NULL")
+    s.execute(
+        f"CREATE OR REPLACE TEMP TABLE __older AS SELECT {key}, {side('t', meta.source_version)} AS __tsv, "
+        f"{side('t', meta.written_at)} AS __twat FROM __diff "
+        f"WHERE {side('t', meta.source_version)} < {side('e', meta.source_version)} AND {side('t', meta.generation)} IN ({gens})"
+    )
+    s.execute(
+        f"CREATE OR REPLACE TEMP TABLE __arrived AS SELECT {key}, {quote(src.ingested_at)} AS __at "
+        f"FROM __latest SEMI JOIN __older USING ({key})"
+    )
+    covers = _log_covers(s, spec, start)
+    registry = None if covers else _registry_basis(s, inputs, start, watermark)
+    if covers:
+        basis = {"absent": "write_log", "older": "write_log", "registry_rows": []}
         s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __held AS SELECT {key} FROM ("
+            f"CREATE OR REPLACE TEMP TABLE __held AS SELECT {key}, CAST(NULL AS VARCHAR) AS __by FROM ("
             f"SELECT {key}, _delta_op, row_number() OVER (PARTITION BY {key} ORDER BY _delta_seq DESC, _delta_op DESC) AS rn "
             f"FROM {delta} SEMI JOIN __absent USING ({key}) WHERE {wat} <= {ts_literal(start)}) "
             f"WHERE rn = 1 AND _delta_op = 'upsert'"
         )
         s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __older AS SELECT {key}, {side('t', meta.source_version)} AS __tsv FROM __diff "
-            f"WHERE {side('t', meta.source_version)} < {side('e', meta.source_version)} AND {side('t', meta.generation)} IN ({gens})"
-        )
-        s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __arrived AS SELECT {key}, {quote(src.ingested_at)} AS __at "
-            f"FROM __latest SEMI JOIN __older USING ({key})"
-        )
-        s.execute(
             f"CREATE OR REPLACE TEMP TABLE __concurrent AS "
             f"WITH d AS (SELECT * FROM {delta} SEMI JOIN __older USING ({key}) WHERE _delta_op = 'upsert'), "
             f"clobber AS (SELECT {key}, max(_delta_seq) AS __seq FROM d WHERE {gen} IN ({gens}) GROUP BY ALL) "
-            f"SELECT DISTINCT {', '.join(f'd.{quote(k)}' for k in spec.key)} FROM d JOIN clobber c USING ({key}) "
-            f"JOIN __older o USING ({key}) WHERE d.{gen} NOT IN ({gens}) AND d.{sv} > o.__tsv AND d._delta_seq < c.__seq"
+            f"SELECT {', '.join(f'd.{quote(k)}' for k in spec.key)}, min(d.{gen}) AS __by "
+            f"FROM d JOIN clobber c USING ({key}) "
+            f"JOIN __older o USING ({key}) WHERE d.{gen} NOT IN ({gens}) AND d.{sv} > o.__tsv AND d._delta_seq < c.__seq GROUP BY ALL"
         )
-    else:
+    elif registry is None:
+        basis = {"absent": "none", "older": "none", "registry_rows": []}
         for name in ("__held", "__concurrent"):
-            s.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {key} FROM __e WHERE false")
-        s.execute(f"CREATE OR REPLACE TEMP TABLE __arrived AS SELECT {key}, NULL::TIMESTAMP AS __at FROM __e WHERE false")
-    return {"watermark": watermark, "failed_start": start, "columns": columns}
+            s.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {key}, CAST(NULL AS VARCHAR) AS __by FROM __e WHERE false")
+    else:
+        basis = registry
+    return {"watermark": watermark, "failed_start": start, "columns": columns, "basis": basis}
+
+
+def _registry_basis(s: Session, inputs: ReconcileInputs, start: datetime | None, watermark: datetime | None) -> dict | None:
+    """Infer what the write log would have said from the generations' registry: the target held,
+    when the failed generation started, the source as of the last run that had committed by
+    then; a concurrent run wrote a newer version before the failed write when it read past that
+    version's arrival and committed before the failed row's written-at. Assumes each registered
+    run applied every change up to its watermark (what an incremental load does). None when
+    the registry cannot say (no start, or no run with a watermark)."""
+    spec = inputs.spec
+    src = spec.source
+    gens = str_list(list(inputs.failed_generations))
+    if start is None:
+        return None
+    known = generations_sql(s, spec)
+    others = (f"SELECT generation, source_watermark, coalesce(ended_at, started_at) AS committed, basis FROM ({known}) "
+              f"WHERE generation NOT IN ({gens}) AND source_watermark IS NOT NULL")
+    held = s.fetchone(f"SELECT generation, source_watermark, basis FROM ({others}) WHERE committed <= {ts_literal(start)} "
+                      f"ORDER BY source_watermark DESC, committed DESC LIMIT 1")
+    if held is None:
+        return None
+    key = quote_all(spec.key)
+    held_gen, held_wm, where = held
+    s.execute(
+        f"CREATE OR REPLACE TEMP TABLE __held AS SELECT {key}, CAST(? AS VARCHAR) AS __by FROM __absent "
+        f"SEMI JOIN ({latest_versions_sql(spec, held_wm, include_deleted=False)}) USING ({key})", [held_gen])
+    s.execute(
+        f"CREATE OR REPLACE TEMP TABLE __first_after AS SELECT {key}, min(x.{quote(src.ingested_at)}) AS __a "
+        f"FROM {src.table_name.sql()} x JOIN __older o USING ({key}) "
+        f"WHERE x.{quote(src.version)} > o.__tsv AND x.{quote(src.ingested_at)} > {ts_literal(start)} "
+        + (f"AND x.{quote(src.ingested_at)} <= {ts_literal(watermark)} " if watermark else "") + "GROUP BY ALL")
+    s.execute(
+        f"CREATE OR REPLACE TEMP TABLE __concurrent AS SELECT {', '.join(f'f.{quote(k)}' for k in spec.key)}, "
+        f"arg_min(g.generation, g.committed) AS __by FROM __first_after f JOIN __older o USING ({key}) "
+        f"JOIN ({others}) g ON g.source_watermark >= f.__a AND g.committed <= o.__twat GROUP BY ALL")
+    used = [r[0] for r in s.fetchall("SELECT DISTINCT __by FROM (SELECT __by FROM __held UNION ALL SELECT __by FROM __concurrent) "
+                                     "WHERE __by IS NOT NULL ORDER BY 1 LIMIT 50")]
+    return {"absent": where, "older": where, "registry_rows": used, "held_as_of": str(held_wm), "held_by": held_gen}
 
 
 def side(which: str, column: str) -> str:
@@ -141,7 +203,7 @@ def diff_sql(inputs: ReconcileInputs, columns: list[str]) -> str:
     )
 
 
-def classification_sql(inputs: ReconcileInputs, start: datetime | None, columns: list[str]) -> str:
+def classification_sql(inputs: ReconcileInputs, start: datetime | None, columns: list[str], basis: dict | None = None) -> str:
     """One row per differing key of ``__diff``, with its label and evidence."""
     spec = inputs.spec
     meta, part = spec.target.metadata, spec.target.partition
@@ -170,18 +232,27 @@ def classification_sql(inputs: ReconcileInputs, start: datetime | None, columns:
              WHEN {T(sv)} = {E(sv)} AND NOT ({same(payload)}) THEN 'incorrectly_transformed'
              ELSE 'unexplained'
            END AS label,
-           list_filter([{differing}], lambda x: x IS NOT NULL) AS differing_columns
+           list_filter([{differing}], lambda x: x IS NOT NULL) AS differing_columns,
+           coalesce(h.__by, c.__by) AS evidence_generation
     FROM __diff
     LEFT JOIN (SELECT {key}, true AS __tomb FROM __tomb) tomb USING ({key})
-    LEFT JOIN (SELECT {key}, true AS __held FROM __held) h USING ({key})
-    LEFT JOIN (SELECT {key}, true AS __concurrent FROM __concurrent) c USING ({key})
+    LEFT JOIN (SELECT {key}, true AS __held, __by FROM __held) h USING ({key})
+    LEFT JOIN (SELECT {key}, true AS __concurrent, __by FROM __concurrent) c USING ({key})
     LEFT JOIN __arrived a USING ({key})
     """
     # a duplicated key has one __diff row per copy: keep one, without sorting the single-row keys
-    return (
+    b = basis or {}
+    lit = lambda v: "'" + str(v).replace("'", "''") + "'"  # noqa: E731
+    labelled = (
         f"{select} WHERE coalesce(__n, 1) = 1 UNION ALL "
         f"SELECT * FROM ({select} WHERE __n > 1) QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY actual_version, generation) = 1"
     )
+    # what each label rests on: the rows themselves, or (deleted/missing, overwritten/stale) the
+    # package's write log or an inference from the generations' registry
+    return (f"SELECT * EXCLUDE (evidence_generation), CASE WHEN label IN ('deleted', 'missing') THEN {lit(b.get('absent', 'write_log'))} "
+            f"WHEN label IN ('overwritten', 'stale') THEN {lit(b.get('older', 'write_log'))} ELSE 'rows' END AS basis, "
+            f"CASE WHEN label IN ('deleted', 'overwritten') THEN evidence_generation END AS evidence_generation "
+            f"FROM ({labelled})")
 
 
 def reconcile(s: Session, inputs: ReconcileInputs) -> dict:
@@ -191,13 +262,25 @@ def reconcile(s: Session, inputs: ReconcileInputs) -> dict:
     spec = inputs.spec
     facts = stage(s, inputs)
     columns = [c for c, _ in s.columns("__e")]
-    table, ptable = recon_table(spec), partition_table(spec)
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __recon AS {classification_sql(inputs, facts['failed_start'], columns)}")
-    s.execute(f"CREATE TABLE IF NOT EXISTS {table} AS SELECT CAST(NULL AS VARCHAR) AS incident_id, * FROM __recon LIMIT 0")
+    table, ptable = recon_table(spec, inputs.persist), partition_table(spec, inputs.persist)
+    create = "CREATE TABLE IF NOT EXISTS" if inputs.persist else "CREATE TEMP TABLE IF NOT EXISTS"
+    s.execute(f"CREATE OR REPLACE TEMP TABLE __recon AS {classification_sql(inputs, facts['failed_start'], columns, facts['basis'])}")
+    if inputs.persist:
+        _drop_if_reshaped(s, f"recon__{spec.dataset}", "__recon")
+    s.execute(f"{create} {table} AS SELECT CAST(NULL AS VARCHAR) AS incident_id, * FROM __recon LIMIT 0")
     s.execute(f"DELETE FROM {table} WHERE incident_id = ?", [inputs.incident_id])
     s.execute(f"INSERT INTO {table} SELECT ?, * FROM __recon", [inputs.incident_id])
     s.execute(f"CREATE OR REPLACE TEMP TABLE __partitions AS {partition_findings_sql(inputs, facts['failed_start'])}")
-    s.execute(f"CREATE TABLE IF NOT EXISTS {ptable} AS SELECT CAST(NULL AS VARCHAR) AS incident_id, * FROM __partitions LIMIT 0")
+    s.execute(f"{create} {ptable} AS SELECT CAST(NULL AS VARCHAR) AS incident_id, * FROM __partitions LIMIT 0")
     s.execute(f"DELETE FROM {ptable} WHERE incident_id = ?", [inputs.incident_id])
     s.execute(f"INSERT INTO {ptable} SELECT ?, * FROM __partitions", [inputs.incident_id])
     return facts
+
+
+def _drop_if_reshaped(s: Session, name: str, fresh: str) -> None:
+    """A results table written by an older version of the package (other columns) is replaced."""
+    if s.object_kind(SCHEMA, name) is None:
+        return
+    table = f'{SCHEMA}."{name}"'
+    if [c for c, _ in s.columns(table)][1:] != [c for c, _ in s.columns(fresh)]:
+        s.execute(f"DROP TABLE {table}")

@@ -16,13 +16,13 @@ def write_outputs(s: Session, inputs: ReconcileInputs, summary: ReconciliationSu
     parquet = out_dir / "reconciliation.parquet"
     path_literal = str(parquet).replace("'", "''")
     s.execute(
-        f"COPY (SELECT * EXCLUDE (incident_id) FROM {recon_table(inputs.spec)} WHERE incident_id = ? "
+        f"COPY (SELECT * EXCLUDE (incident_id) FROM {recon_table(inputs.spec, inputs.persist)} WHERE incident_id = ? "
         f"ORDER BY ALL) TO '{path_literal}' (FORMAT parquet)",
         [inputs.incident_id],
     )
     per_partition = s.fetchall(
         f"SELECT CAST(coalesce(actual_partition, expected_partition) AS VARCHAR) AS p, label, count(*) "
-        f"FROM {recon_table(inputs.spec)} WHERE incident_id = ? GROUP BY ALL ORDER BY ALL",
+        f"FROM {recon_table(inputs.spec, inputs.persist)} WHERE incident_id = ? GROUP BY ALL ORDER BY ALL",
         [inputs.incident_id],
     )
     labels_by_partition: dict[str, dict[str, int]] = {}

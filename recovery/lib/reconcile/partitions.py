@@ -23,7 +23,8 @@ def partition_findings_sql(inputs: ReconcileInputs, start: datetime | None) -> s
     gens = str_list(list(inputs.failed_generations))
     amount = f"sum({quote(spec.target.amount)})" if spec.target.amount else "CAST(NULL AS DECIMAL(38, 2))"
     before = f"{wat} < {ts_literal(start)}" if start else "false"
-    fence = f"(SELECT min(fenced_at) FROM {SCHEMA}.fences WHERE generation IN ({gens}))"
+    fence = (f"(SELECT min(fenced_at) FROM {SCHEMA}.fences WHERE generation IN ({gens}))" if inputs.persist
+             else "CAST(NULL AS TIMESTAMP)")  # not fenced yet: nothing can have been written after a fence
     return f"""
     WITH tp AS (
         SELECT {p} AS p, count(*) AS actual_rows, {amount} AS actual_total,

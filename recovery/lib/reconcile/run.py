@@ -6,6 +6,7 @@ from pathlib import Path
 
 from recovery.lib.control_plane import ensure_control_plane, record_event
 from recovery.lib.engine import open_engine
+from recovery.lib.namespaces import is_managed
 from recovery.lib.reconcile.classify import ReconcileInputs, reconcile
 from recovery.lib.reconcile.export import write_outputs
 from recovery.lib.reconcile.summary import ReconciliationSummary, summarize
@@ -17,9 +18,21 @@ def run_reconciliation(
     spec: DatasetSpec, failed_generations: list[str], *, incident_id: str, out_dir: Path | None = None,
     actor: str = "recovery", run_id: str | None = None,
 ) -> tuple[ReconciliationSummary, dict[str, Path]]:
-    """Classify every key in one transaction, so the result is one consistent snapshot."""
+    """Classify every key in one transaction, so the result is one consistent snapshot.
+
+    Before containment (the target is not managed yet) responders still size the damage
+    first: the classification then runs in a read-only session, its results live only in
+    temp tables and the files written, and the summary says the target was not fenced."""
     engine = open_engine(spec.warehouse)
-    inputs = ReconcileInputs(spec, tuple(failed_generations), incident_id=incident_id)
+    with engine.session(read_only=True) as s:
+        managed = is_managed(s, spec)
+    inputs = ReconcileInputs(spec, tuple(failed_generations), incident_id=incident_id, persist=managed)
+    if not managed:
+        with engine.session(read_only=True) as s:
+            facts = reconcile(s, inputs)
+            summary = summarize(s, inputs, facts)
+            files = write_outputs(s, inputs, summary, out_dir) if out_dir else {}
+            return summary, files
 
     def txn():
         with engine.transaction() as s:

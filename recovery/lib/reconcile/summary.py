@@ -37,6 +37,8 @@ class ReconciliationSummary(BaseModel):
     rows_actual: int
     total_expected: float | None
     total_actual: float | None
+    basis: dict = {}           # what deleted/missing and overwritten/stale rest on: write_log, registry <table>, none
+    contained: bool = True     # False: a read-only look at a target not yet fenced (nothing was recorded)
 
     @property
     def damaged_keys(self) -> int:
@@ -57,7 +59,7 @@ class ReconciliationSummary(BaseModel):
 
 def summarize(s: Session, inputs: ReconcileInputs, facts: dict) -> ReconciliationSummary:
     spec = inputs.spec
-    table, ptable = recon_table(spec), partition_table(spec)
+    table, ptable = recon_table(spec, inputs.persist), partition_table(spec, inputs.persist)
     labels = dict(s.fetchall(f"SELECT label, count(*) FROM {table} WHERE incident_id = ? GROUP BY 1", [inputs.incident_id]))
     rows = s.fetchall(
         f"SELECT CAST(partition AS VARCHAR), actual_rows, expected_rows, CAST(actual_total AS DOUBLE), "
@@ -82,4 +84,5 @@ def summarize(s: Session, inputs: ReconcileInputs, facts: dict) -> Reconciliatio
         rows_expected=sum(p.expected_rows for p in parts), rows_actual=sum(p.actual_rows for p in parts),
         total_expected=sum(p.expected_total or 0 for p in parts) if spec.target.amount else None,
         total_actual=sum(p.actual_total or 0 for p in parts) if spec.target.amount else None,
+        basis=facts.get("basis", {}), contained=inputs.persist,
     )

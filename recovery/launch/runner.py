@@ -1,0 +1,77 @@
+"""Launch a phase's Dagster job for an incident, in this process, against the project's instance.
+
+The definitions are built for the incident's own spec (a value, never an
+environment variable), once per launcher, so a command or ``recover`` that runs
+several phases loads the code location once. Every run shows in the UI like a
+launchpad run.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+import dagster as dg
+
+from recovery.launch.phases import Phase
+from recovery.launch.state import IncidentState, read_state, require
+from recovery.lib.incident import Incident, check_incident, parse_incident
+from recovery.lib.spec import DatasetSpec
+
+
+class Launcher:
+    """Launches one incident's phases."""
+
+    def __init__(self, incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterInstance | None = None,
+                 definitions: dg.Definitions | None = None):
+        self.incident = incident
+        self.spec = spec
+        self._instance = instance
+        self._definitions = definitions
+
+    @classmethod
+    def for_file(cls, incident_file: str | Path, **kwargs) -> "Launcher":
+        """Validate the incident file (shape, then meaning against the warehouse, read-only) first."""
+        incident = parse_incident(Path(incident_file).resolve())
+        return cls(incident, check_incident(incident), **kwargs)
+
+    @property
+    def incident_file(self) -> str:
+        return str(self.incident.incident_path)
+
+    @cached_property
+    def definitions(self) -> dg.Definitions:
+        if self._definitions is not None:
+            return self._definitions
+        from recovery.definitions import definitions_for
+
+        return definitions_for(self.incident.spec)
+
+    @cached_property
+    def instance(self) -> dg.DagsterInstance:
+        if self._instance is not None:
+            return self._instance
+        from recovery.orchestration import project_instance
+
+        return project_instance()
+
+    def state(self) -> IncidentState:
+        return read_state(self.incident, self.spec)
+
+    def require(self, phase: Phase, verb: str | None = None) -> None:
+        """Refuse (``OutOfOrderError``, nothing written) when an earlier phase has not run."""
+        require(phase.needs, self.state(), self.incident_file, verb or phase.name)
+
+    def run(self, phase: Phase, *, tags: dict[str, str] | None = None, check_order: bool = True,
+            verb: str | None = None, **config) -> dg.ExecuteInProcessResult:
+        """Run the phase's job; ``config`` goes to its first node's config next to the incident file."""
+        from recovery.defs.reconciliation.partitions import reconciliation_tags
+        from recovery.orchestration import run_job
+
+        if check_order:
+            self.require(phase, verb)
+        all_tags = dict(tags or {})
+        if phase.whole_target:
+            all_tags.update(reconciliation_tags(self.instance, self.spec))
+        return run_job(self.definitions, phase.job, self.instance, run_config=phase.run_config(self.incident_file, **config),
+                       tags=all_tags)
