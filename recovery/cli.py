@@ -59,13 +59,14 @@ def write_trace(argv: list[str], text: str) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, console: Console | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     warnings.filterwarnings("ignore", message=r"(?i).*(beta|preview|supersession)")
     logging.getLogger("dagster").setLevel(logging.CRITICAL)  # run logs live in the instance; the terminal gets one line
-    console = Console()
-    if not console.is_terminal:  # piped or in CI: wide enough for the tables to stay readable
-        console = Console(width=150)
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # piped or in CI: wide enough for the tables to stay readable
+            console = Console(width=150)
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args, console) or 0)

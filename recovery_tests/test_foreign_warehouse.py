@@ -1,0 +1,150 @@
+"""The runbook on a warehouse the package never wrote, through the documented CLI only.
+
+``sample_data/shipments`` is a shipments mart loaded by the team's own pandas/SQL
+jobs (composite key, ``'YYYY-MM'`` text partitions, its own run registry), and a
+backfill that went wrong while those loads kept running. Its ground truth comes
+from the generator's own history, not from the package.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from recovery_tests.foreign_warehouse import (
+    build_shipments,
+    cli,
+    file_digest,
+    fresh_copy,
+    labels_vs_truth,
+    published_vs_truth,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def shipments(shared_dir: Path) -> Path:
+    return build_shipments(shared_dir)
+
+
+@pytest.fixture
+def warehouse(shipments: Path, tmp_path: Path) -> Path:
+    return fresh_copy(shipments, tmp_path / "shipments")
+
+
+def test_responders_size_the_damage_before_containment_without_writing_to_the_warehouse(warehouse, tmp_path):
+    before = file_digest(warehouse / "warehouse.duckdb")
+    r = cli(tmp_path / "home", "reconcile", "--incident", str(warehouse / "incident.yaml"))
+    assert r.code == 0, r.out
+    assert "not fenced yet" in r.out and "read-only" in r.out
+    assert file_digest(warehouse / "warehouse.duckdb") == before
+    out = warehouse / "reports" / "INC-SHIP-7"
+    assert labels_vs_truth(out / "reconciliation.parquet", warehouse).empty
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["contained"] is False
+    assert summary["basis"]["older"] == summary["basis"]["absent"] == "registry ops.load_runs"
+    assert summary["labels"]["overwritten"] > 0 and summary["labels"]["deleted"] > 0
+
+
+def test_a_verb_run_before_the_one_it_needs_names_that_verb_and_writes_nothing(warehouse, tmp_path):
+    incident = str(warehouse / "incident.yaml")
+    before = file_digest(warehouse / "warehouse.duckdb")
+    for verb, first in [("assess", "contain"), ("repair", "contain"), ("timeline", "contain"), ("report", "contain")]:
+        r = cli(tmp_path / "home", verb, "--incident", incident)
+        assert r.code == 2, (verb, r.out)
+        assert f"run `recovery {first} --incident" in r.out, (verb, r.out)
+        assert "Traceback" not in r.out
+    assert file_digest(warehouse / "warehouse.duckdb") == before
+    assert cli(tmp_path / "home", "contain", "--incident", incident).code == 0
+    for verb, first in [("repair", "assess"), ("publish", "assess"), ("restate", "publish")]:
+        r = cli(tmp_path / "home", verb, "--incident", incident)
+        assert r.code == 2 and f"run `recovery {first} --incident" in r.out, (verb, r.out)
+
+
+def test_partition_range_is_given_in_the_partition_columns_own_format(warehouse, tmp_path):
+    incident = warehouse / "incident.yaml"
+    text = incident.read_text()
+    incident.write_text(text.replace("start: '2013-01'", "start: '2013-1'"))
+    r = cli(tmp_path / "home", "reconcile", "--incident", str(incident))
+    assert r.code == 2 and "partitions.start" in r.out and "'2013-01'" in r.out, r.out
+    incident.write_text(text.replace("end: '2013-04'", "end: '2012-11'").replace("start: '2013-01'", "start: '2012-10'"))
+    r = cli(tmp_path / "home", "reconcile", "--incident", str(incident))
+    assert r.code == 2 and "outside the data" in r.out, r.out
+    incident.write_text(text.replace("start: '2013-01'", "start: '2013-05'"))
+    r = cli(tmp_path / "home", "reconcile", "--incident", str(incident))
+    assert r.code == 2 and "before start" in r.out, r.out
+
+
+def test_the_whole_runbook_step_by_step_repairs_a_foreign_target_and_hands_it_back(warehouse, tmp_path):
+    home, incident = tmp_path / "home", str(warehouse / "incident.yaml")
+    db = warehouse / "warehouse.duckdb"
+
+    r = cli(home, "contain", "--incident", incident)
+    assert r.code == 0, r.out
+    assert "adopted mart.shipments" in r.out and "bf-0007: fenced" in r.out
+    again = cli(home, "contain", "--incident", incident)
+    assert again.code == 0 and "already managed" in again.out and "already contained" in again.out
+    con = duckdb.connect(str(db))
+    try:  # the team's own loader can no longer write the public name: the fence for writers outside the package
+        with pytest.raises(duckdb.Error):
+            con.execute("INSERT INTO mart.shipments SELECT * FROM mart.shipments LIMIT 1")
+        adopted = json.loads(con.execute("SELECT details FROM _recovery.timeline WHERE kind = 'target_adopted'").fetchone()[0])
+        assert adopted["rows"] == con.execute("SELECT count(*) FROM mart.shipments__g0001").fetchone()[0]
+        assert adopted["checksum"] and "load_id" in adopted["columns"]
+    finally:
+        con.close()
+
+    assert cli(home, "evidence", "build", "--incident", incident).code == 0
+    assert cli(home, "evidence", "verify", "--incident", incident).code == 0
+    assessed = cli(home, "assess", "--incident", incident)
+    assert assessed.code == 0 and "decision: repair" in assessed.out, assessed.out
+    reports = warehouse / "reports" / "INC-SHIP-7"
+    assert labels_vs_truth(reports / "reconciliation.parquet", warehouse).empty
+    summary = json.loads((reports / "summary.json").read_text())
+    assert summary["contained"] is True and summary["basis"]["older"].startswith("registry ops.load_runs")
+
+    for verb in ("repair", "publish", "restate", "verify", "timeline", "report"):
+        r = cli(home, verb, "--incident", incident)
+        assert r.code == 0, (verb, r.out)
+        assert "Traceback" not in r.out
+    assert published_vs_truth(warehouse) == 0
+    assert cli(home, "publish", "--incident", incident).out.count("already published") == 1
+    for name in ("timeline", "reconciliation", "recovery"):
+        assert (reports / f"{name}.html").stat().st_size > 1000
+
+    r = cli(home, "release", "--spec", str(warehouse / "spec.yaml"))
+    assert r.code == 0, r.out
+    con = duckdb.connect(str(db))
+    try:
+        kind = con.execute("SELECT table_type FROM information_schema.tables WHERE table_schema = 'mart' "
+                           "AND table_name = 'shipments'").fetchone()[0]
+        assert kind == "BASE TABLE"
+        con.execute("INSERT INTO mart.shipments SELECT * FROM mart.shipments LIMIT 0")  # writable again
+    finally:
+        con.close()
+    assert published_vs_truth(warehouse) == 0
+
+
+def test_recover_runs_every_phase_on_a_foreign_target(warehouse, tmp_path):
+    r = cli(tmp_path / "home", "recover", "--incident", str(warehouse / "incident.yaml"), "--wave-size", "2")
+    assert r.code == 0, r.out
+    assert published_vs_truth(warehouse) == 0
+    assert labels_vs_truth(warehouse / "reports" / "INC-SHIP-7" / "reconciliation.parquet", warehouse).empty
+
+
+def test_an_unexpected_error_is_one_line_naming_a_log_file_with_the_trace(warehouse, tmp_path, monkeypatch):
+    import recovery.commands.reconcile as reconcile
+
+    def boom(*a, **k):
+        raise ZeroDivisionError("planted")
+
+    monkeypatch.setattr(reconcile, "print_summary", boom)
+    r = cli(tmp_path / "home", "reconcile", "--incident", str(warehouse / "incident.yaml"))
+    assert r.code == 3
+    assert len(r.out.strip().splitlines()) == 1 and "ZeroDivisionError" in r.out and "Traceback" not in r.out
+    log = Path(r.out.split("trace: ")[1].split(";")[0])
+    assert "Traceback" in log.read_text() and "planted" in log.read_text()
