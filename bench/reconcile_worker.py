@@ -18,7 +18,7 @@ def main(mode: str, spec_path: str) -> None:
     from recovery.lib.identifiers import quote
     from recovery.lib.reconcile.run import run_reconciliation
     from recovery.lib.snapshot import expected_rows_sql
-    from recovery.lib.spec import load_spec
+    from recovery.lib.catalog_checks import load_spec
 
     spec = load_spec(spec_path)
     t0 = time.perf_counter()

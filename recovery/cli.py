@@ -36,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "order (nothing written), 3 unexpected error (see the log file named)")
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     for mod in sorted(pkgutil.iter_modules(recovery.commands.__path__), key=lambda m: m.name):
-        importlib.import_module(f"recovery.commands.{mod.name}").register(sub)
+        module = importlib.import_module(f"recovery.commands.{mod.name}")
+        if hasattr(module, "register"):  # a verb; other modules are the verbs' helpers
+            module.register(sub)
     return p
 
 

@@ -5,6 +5,7 @@ from pathlib import Path
 import dagster as dg
 
 from recovery.config import serving, spec_path
+from recovery.defs.location import remember
 from recovery.example.defs import example_definitions
 from recovery.orchestration import forget_dead_defs_state_storage
 
@@ -13,10 +14,12 @@ def definitions_for(spec: str | Path) -> dg.Definitions:
     """The code location's definitions for one dataset spec (what a launcher holding a spec uses)."""
     forget_dead_defs_state_storage()
     with serving(spec):
-        return dg.Definitions.merge(
+        built = dg.Definitions.merge(
             dg.components.load_from_defs_folder(path_within_project=Path(__file__).parent),
             example_definitions(),
         )
+    remember(spec, built)  # for steps run in process, which have no repository to ask for the asset graph
+    return built
 
 
 @dg.definitions

@@ -24,7 +24,8 @@ from recovery.lib.engine import open_engine
 from recovery.lib.ingest import apply_changes
 from recovery.lib.namespaces import move_pointer
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec import DatasetSpec, load_spec
+from recovery.lib.spec import DatasetSpec
+from recovery.lib.catalog_checks import load_spec
 from recovery.lib.writer import Writer
 from recovery_tests.small_dataset import build_small_dataset, spec_dict, write_spec
 

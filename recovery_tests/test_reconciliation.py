@@ -24,7 +24,7 @@ from recovery.lib.namespaces import move_pointer
 from recovery.lib.reconcile.classify import LABELS, partition_table, recon_table
 from recovery.lib.reconcile.run import run_reconciliation
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec import load_spec
+from recovery.lib.catalog_checks import load_spec
 from recovery.lib.writer import Writer
 from recovery_tests.example_build import build_example, copy_dataset
 from recovery_tests.small_dataset import build_small_dataset

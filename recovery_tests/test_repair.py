@@ -28,7 +28,7 @@ from recovery.lib.repair.plan import load_plan
 from recovery.lib.repair.publish import gate_candidate, publish
 from recovery.lib.repair.waves import gate_wave
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec import load_spec
+from recovery.lib.catalog_checks import load_spec
 from recovery.lib.writer import Writer
 from recovery_tests.example_build import copy_dataset, env
 from recovery_tests.repair_support import (

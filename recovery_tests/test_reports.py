@@ -29,7 +29,7 @@ from recovery.lib.incident import Incident, parse_incident
 from recovery.lib.reconcile.classify import partition_table, recon_table
 from recovery.lib.reports import REPORT_NAMES, build_reports, write_reports
 from recovery.lib.reports.recovery import SECTIONS
-from recovery.lib.spec import load_spec
+from recovery.lib.catalog_checks import load_spec
 
 REPORTS_KEY = dg.AssetKey(["incident", "reports"])
 

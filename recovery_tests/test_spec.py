@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from recovery.lib.errors import SpecError
-from recovery.lib.spec import load_spec, parse_spec
+from recovery.lib.spec import parse_spec
+from recovery.lib.catalog_checks import load_spec
 from recovery_tests.small_dataset import (
     build_small_dataset,
     catalog,

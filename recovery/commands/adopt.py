@@ -15,7 +15,7 @@ from rich.console import Console
 
 
 def _spec(path: str):
-    from recovery.lib.spec import load_spec
+    from recovery.lib.catalog_checks import load_spec
 
     return load_spec(path)
 

@@ -39,7 +39,7 @@ def _gates_table(title: str, gates: list[tuple[str, bool, str]]) -> Table:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.config import spec_path
-    from recovery.lib.spec import load_spec
+    from recovery.lib.catalog_checks import load_spec
 
     path = Path(args.spec).resolve() if args.spec else spec_path()
     spec = load_spec(path)                    # validate before launching anything

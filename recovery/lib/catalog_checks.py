@@ -15,7 +15,7 @@ from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.snapshot import expected_rows_sql, source_snapshot_sql, str_list, transform_sql
-from recovery.lib.spec import DatasetSpec
+from recovery.lib.spec import DatasetSpec, parse_spec
 from recovery.lib.sql_files import render
 
 
@@ -127,3 +127,11 @@ def _check_registry(s, spec: DatasetSpec, fail) -> None:
         name = getattr(reg, field)
         if name is not None and not cols[name].upper().startswith(("TIMESTAMP", "DATE")):
             fail(f"registry.{field}", f"column {name!r} is {cols[name]}, not a timestamp", "name a TIMESTAMP column (UTC)")
+
+
+def load_spec(path: str | Path, *, check_warehouse: bool = True) -> DatasetSpec:
+    """Parse a spec and, unless told not to, check it against the warehouse catalog (read-only)."""
+    spec = parse_spec(path)
+    if check_warehouse:
+        check_against_warehouse(spec)
+    return spec

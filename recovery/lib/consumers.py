@@ -14,7 +14,7 @@ from recovery.lib.control_plane import SCHEMA, control_plane_exists
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import FencedGenerationError
 from recovery.lib.identifiers import TableName, quote
-from recovery.lib.restatement.outputs import CONSUMER_SCHEMA, refresh_output
+from recovery.lib.consumer_outputs import CONSUMER_SCHEMA, refresh_output
 from recovery.lib.spec import DatasetSpec, DownstreamSpec
 from recovery.lib.sql_files import render
 from recovery.lib.writer import retrying
@@ -47,7 +47,7 @@ def materialize_consumer(engine: Engine, spec: DatasetSpec, consumer: Downstream
     The output is a managed namespace behind the view ``consumers.<name>``: a refresh
     rewrites the current namespace, or publishes a new one when the current must be kept
     (it carried a fenced generation's rows, or a restatement recorded it); see
-    ``recovery.lib.restatement.outputs``.
+    ``recovery.lib.consumer_outputs``.
     """
 
     def txn() -> int:

@@ -19,7 +19,8 @@ from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import check_identifier, quote
 from recovery.lib.registry import registered_generations
-from recovery.lib.spec import DatasetSpec, _shape_error, load_spec, load_yaml_model
+from recovery.lib.spec import DatasetSpec, _shape_error, load_yaml_model
+from recovery.lib.catalog_checks import load_spec
 
 
 PartitionValue = date | int | str

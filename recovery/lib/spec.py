@@ -487,13 +487,3 @@ def _read_sql(path: Path, field: str, placeholder: str, source: str) -> str:
     except ValueError as e:
         raise SpecError(field, f"{path.name}: {e}", f"write one SELECT statement that reads {{{{ {placeholder} }}}}", source=source)
     return sql
-
-
-def load_spec(path: str | Path, *, check_warehouse: bool = True) -> DatasetSpec:
-    """Parse a spec and, unless told not to, check it against the warehouse catalog (read-only)."""
-    spec = parse_spec(path)
-    if check_warehouse:
-        from recovery.lib.catalog_checks import check_against_warehouse
-
-        check_against_warehouse(spec)
-    return spec

@@ -16,6 +16,7 @@ import dagster as dg
 
 from recovery.defs.alerts.check_alerts import failed_checks, ui_url
 from recovery.defs.alerts.resources import NotifierResource
+from recovery.defs.location import asset_graph
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.errors import WarehouseBusyError
 from recovery.lib.notify import NotificationError
@@ -23,12 +24,13 @@ from recovery.lib.notify import NotificationError
 BUSY_TIMEOUT_S = 20.0
 
 
-def _asset_graph(context: dg.SensorEvaluationContext):
-    if context.repository_def is not None:
-        return context.repository_def.asset_graph
-    from recovery.definitions import defs  # evaluated outside a code location (e.g. a bare test context)
+def _asset_graph(context: dg.SensorEvaluationContext, spec_path: str):
+    graph = asset_graph(context, spec_path)  # outside a code location (e.g. a bare test context): the one last built
+    if graph is None:
+        from recovery.config import spec_path as served
 
-    return defs().resolve_asset_graph()
+        raise RuntimeError(f"no code location was built for {spec_path} (served: {served()})")
+    return graph
 
 
 @dg.sensor(
@@ -41,7 +43,7 @@ def _asset_graph(context: dg.SensorEvaluationContext):
 def asset_check_alert_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource,
                              notifier: NotifierResource) -> dg.SensorResult:
     after = int(context.cursor or 0)
-    failures = failed_checks(context.instance, _asset_graph(context), after)
+    failures = failed_checks(context.instance, _asset_graph(context, warehouse.spec_path), after)
     if not failures:
         return dg.SensorResult(skip_reason="no new failed ERROR or blocking checks")
     spec = warehouse.spec()

@@ -8,6 +8,7 @@ reported as reached (its magnitude needs its SQL in the spec).
 import dagster as dg
 
 from recovery.defs.containment.config import IncidentConfig, resolve_incident
+from recovery.defs.location import asset_graph
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.control_plane import record_event
 from recovery.lib.impact import assess_impact
@@ -15,18 +16,11 @@ from recovery.lib.engine import open_engine
 from recovery.lib.writer import retrying
 
 
-def downstream_of_target(context: dg.AssetExecutionContext, target_table: str) -> list[str]:
+def downstream_of_target(context: dg.AssetExecutionContext, target_table: str, spec_path: str) -> list[str]:
     """Asset keys downstream of the target's asset (key = the table's schema/name) in this code location."""
-    try:
-        graph = context.repository_def.asset_graph
-    except dg.DagsterInvariantViolationError:
-        raise
-    except Exception:  # a job run outside a repository (e.g. execute_in_process): load the code location's graph
-        from recovery.definitions import defs
-
-        graph = defs().resolve_asset_graph()
+    graph = asset_graph(context, spec_path)
     target = dg.AssetKey(target_table.split("."))
-    if not graph.has(target):
+    if graph is None or not graph.has(target):
         return []
     return sorted(k.to_user_string() for k in graph.get(target).child_keys)
 
@@ -41,7 +35,7 @@ def downstream_of_target(context: dg.AssetExecutionContext, target_table: str) -
 def impact(context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
     incident, spec = resolve_incident(config, warehouse.spec_path)
     engine = open_engine(spec.warehouse)
-    lineage = downstream_of_target(context, str(spec.target.table_name))
+    lineage = downstream_of_target(context, str(spec.target.table_name), warehouse.spec_path)
 
     def txn():
         with engine.transaction() as s:

@@ -14,12 +14,13 @@ that is the signal that stops a repair from expanding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from recovery.lib.control_plane import SCHEMA, delta_table
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, quote_all
+from recovery.lib.reconcile.inputs import ReconcileInputs, partition_table, recon_table
+from recovery.lib.reconcile.partitions import partition_findings_sql
 from recovery.lib.registry import generations_sql
 from recovery.lib.snapshot import expected_rows_sql, latest_versions_sql, str_list, ts_literal
 from recovery.lib.spec import DatasetSpec
@@ -28,23 +29,6 @@ LABELS = (
     "duplicate", "resurrected", "unexpected", "missing", "deleted",
     "mispartitioned", "overwritten", "stale", "incorrectly_transformed", "unexplained",
 )
-
-
-@dataclass(frozen=True)
-class ReconcileInputs:
-    spec: DatasetSpec
-    failed_generations: tuple[str, ...]
-    watermark: datetime | None = None      # snapshot watermark; default: the source's max ingested_at
-    incident_id: str = "adhoc"
-    persist: bool = True                   # False: results in temp tables only (a read-only look before containment)
-
-
-def recon_table(spec: DatasetSpec, persist: bool = True) -> str:
-    return f'{SCHEMA}."recon__{spec.dataset}"' if persist else f'"recon__{spec.dataset}"'
-
-
-def partition_table(spec: DatasetSpec, persist: bool = True) -> str:
-    return f'{SCHEMA}."recon_partitions__{spec.dataset}"' if persist else f'"recon_partitions__{spec.dataset}"'
 
 
 def _failed_start(s: Session, spec: DatasetSpec, gens: list) -> datetime | None:
@@ -257,8 +241,6 @@ def classification_sql(inputs: ReconcileInputs, start: datetime | None, columns:
 
 def reconcile(s: Session, inputs: ReconcileInputs) -> dict:
     """Classify keys and partitions into the control plane; the caller owns the transaction."""
-    from recovery.lib.reconcile.partitions import partition_findings_sql
-
     spec = inputs.spec
     facts = stage(s, inputs)
     columns = [c for c, _ in s.columns("__e")]

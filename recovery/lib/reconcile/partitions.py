@@ -12,7 +12,7 @@ from datetime import datetime
 
 from recovery.lib.control_plane import SCHEMA
 from recovery.lib.identifiers import quote
-from recovery.lib.reconcile.classify import ReconcileInputs
+from recovery.lib.reconcile.inputs import ReconcileInputs
 from recovery.lib.snapshot import str_list, ts_literal
 
 

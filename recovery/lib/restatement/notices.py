@@ -14,7 +14,7 @@ from recovery.lib.control_plane import SCHEMA, utcnow
 from recovery.lib.engine.base import Engine
 from recovery.lib.notify import NOTIFICATIONS, NotificationError, Notifier, Severity
 from recovery.lib.restatement.ledger import ledger_items, ledger_table, notice_key
-from recovery.lib.restatement.outputs import RESTATEMENTS
+from recovery.lib.consumer_outputs import RESTATEMENTS
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.writer import retrying
 

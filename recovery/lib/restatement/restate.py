@@ -28,8 +28,8 @@ from recovery.lib.identifiers import TableName
 from recovery.lib.impact import DECISIONS
 from recovery.lib.notify import Notifier
 from recovery.lib.restatement.ledger import ledger_counts, ledger_table, output_total, write_ledger
-from recovery.lib.restatement.outputs import RESTATEMENTS, damaged_output, ensure_tables, managed, publish_output
-from recovery.lib.restatement.pointer import adopt_if_plain
+from recovery.lib.consumer_outputs import RESTATEMENTS, damaged_output, ensure_tables, managed, publish_output
+from recovery.lib.managed_names import adopt_if_plain
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec, DownstreamSpec
 from recovery.lib.writer import retrying

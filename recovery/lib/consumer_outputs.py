@@ -24,11 +24,11 @@ from recovery.lib.control_plane import SCHEMA, ensure_control_plane, next_seq, u
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import TableName, quote
 from recovery.lib.namespaces import current_namespace
-from recovery.lib.restatement.pointer import ADOPTED_NOTE, ManagedName, adopt_if_plain, build, current, move, rebuild_in_place
+from recovery.lib.managed_names import ADOPTED_NOTE, ManagedName, adopt_if_plain, build, current, move, rebuild_in_place
 from recovery.lib.snapshot import str_list
 from recovery.lib.spec import DatasetSpec
 
-CONSUMER_SCHEMA = "consumers"  # the same schema as recovery.lib.consumers (which imports this module)
+CONSUMER_SCHEMA = "consumers"
 BUILDS = f"{SCHEMA}.consumer_builds"
 RESTATEMENTS = f"{SCHEMA}.restatements"
 DDL = [
