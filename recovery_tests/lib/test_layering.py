@@ -9,8 +9,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 from recovery.config import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "recovery"
@@ -144,7 +142,8 @@ def test_a_planted_cycle_is_found(tmp_path: Path):
     assert upward_imports(graph) == ["recovery.lib.c -> recovery.cli"]
 
 
-@pytest.mark.parametrize("module", ["recovery.definitions", "recovery.cli"])
-def test_the_root_is_on_top(module):
+def test_the_command_line_is_on_top_and_the_code_location_imported_only_by_launchers():
     graph = import_graph()
-    assert not [m for m, deps in graph.items() if module in deps and m != module]
+    assert not [m for m, deps in graph.items() if "recovery.cli" in deps]
+    importers = {m for m, deps in graph.items() if "recovery.definitions" in deps}
+    assert importers and all(layer_of(m) < layer_of("recovery.definitions") for m in importers), importers
