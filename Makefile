@@ -8,7 +8,7 @@ LOCK_VENV ?= .tmp-lock-venv
 DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export DAGSTER_HOME
 
-.PHONY: run test ui lock bench clean dagster-home
+.PHONY: run test test-fast ui lock bench clean dagster-home
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -28,6 +28,10 @@ run: $(STAMP) dagster-home
 test: $(STAMP) dagster-home
 	$(VENV)/bin/python -m pytest -n 2 --timeout=900 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# The fast tier: unit tests of recovery/lib and the package's structure, no Dagster runs (about a minute).
+test-fast: $(STAMP)
+	$(VENV)/bin/python -m pytest -n 2 --timeout=300 recovery_tests/lib $(PYTEST_ARGS)
 
 ui: $(STAMP) dagster-home
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(PORT)
