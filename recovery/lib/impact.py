@@ -100,10 +100,16 @@ def assess_impact(s: Session, spec: DatasetSpec, *, incident_id: str, watermark:
     )
     s.execute(f"DELETE FROM {table} WHERE incident_id = ?", [incident_id])
     for c in spec.downstream:
+        original = None
         if s.object_kind("consumers", c.name) is None:
-            continue
-        values = [n for n, _ in s.columns(consumer_table(spec, c).sql()) if n not in c.key]
-        s.execute(f"INSERT INTO {table} SELECT ?, * FROM ({consumer_impact_sql(spec, c, watermark, values)})", [incident_id])
+            # never materialized here (a BI tool or another pipeline computes it): its original outcome is
+            # its SQL over the damaged target, which is what it showed while the damage was published
+            original = f"({consumer_sql(spec, c)})"
+            values = [n for n, _ in s.relation_columns(consumer_sql(spec, c)) if n not in c.key]
+        else:
+            values = [n for n, _ in s.columns(consumer_table(spec, c).sql()) if n not in c.key]
+        s.execute(f"INSERT INTO {table} SELECT ?, * FROM ({consumer_impact_sql(spec, c, watermark, values, original_relation=original)})",
+                  [incident_id])
     return impact_summary(s, spec, incident_id=incident_id)
 
 
