@@ -8,6 +8,7 @@ partition fails here with the field and the fix, and the warehouse is untouched.
 from __future__ import annotations
 
 from contextlib import ExitStack
+from pathlib import Path
 
 import duckdb
 

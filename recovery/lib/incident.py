@@ -121,7 +121,6 @@ def check_incident(inc: Incident) -> DatasetSpec:
 
     engine = open_engine(spec.warehouse)
     gen_col = quote(check_identifier(spec.target.metadata.generation, "column"))
-    part = quote(spec.target.partition)
     with engine.session(read_only=True) as s:
         target_cols = dict(s.columns(spec.target.table_name.sql()))
         if not target_cols:
