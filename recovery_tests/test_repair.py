@@ -74,8 +74,10 @@ def repaired_live(failed_example, tmp_path_factory):
     staged = stage_live_events(spec, steps=400)
     stop, stop_readers = tmp / "stop-ingest", tmp / "stop-readers"
     ingest_log, reads = tmp / "ingest.json", tmp / "reads.json"
+    from recovery.lib.fencing import fence_incident
     from recovery.lib.reconcile.run import run_reconciliation
 
+    fence_incident(Writer(open_engine(spec.warehouse), spec), incident)  # contained first, as the runbook says
     run_reconciliation(spec, incident.failed_generations, incident_id=INCIDENT)
     ingest = _spawn("ingest", str(spec_path), "400", "0.3", str(stop), "4", str(ingest_log))
     reader = _spawn("read", str(spec_path), FAILED, str(stop_readers), str(reads))
@@ -242,6 +244,9 @@ def test_a_bad_row_in_the_repair_generation_fails_a_blocking_check_and_publish_d
     spec = load_spec(example_copy)
     incident = parse_incident(example_copy.with_name("incident.yaml"))
     plan = repair_through_library(spec, incident, wave_size=200)
+    from recovery.lib.fencing import fence_incident
+
+    fence_incident(Writer(open_engine(spec.warehouse), spec), incident)
     with open_engine(spec.warehouse).transaction() as s:   # a row of the fenced generation slips in
         s.execute(f"INSERT INTO {plan.namespace} SELECT * REPLACE ('{FAILED}' AS _generation) FROM {plan.namespace} LIMIT 1")
     home = tmp_path / "home"
