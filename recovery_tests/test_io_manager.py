@@ -207,3 +207,70 @@ def test_a_downstream_asset_reads_the_managed_partition_through_the_public_view(
     meta = result.asset_materializations_for_node("order_count")[0].metadata
     assert meta["n"].value == len(shard_rows(db, shards[0]))
     assert meta["shards"].value == [shards[0]]
+
+
+# ---- the worked example: a team's own history asset under the incident ------------------------------
+
+
+def test_under_the_incident_the_fenced_backfills_write_is_refused_and_a_valid_run_survives_the_repair(example_copy):
+    """The team's own ``analytics/transactions`` asset, written through the IO manager: once the
+    incident fences ``backfill-0042``, a run of that backfill lands nothing; a valid run made while
+    the repair is in flight lands on the published table, and the repair's publish carries it over."""
+    from recovery.example.defs import DAILY, TARGET_KEY
+    from recovery.lib.fencing import fence_incident
+    from recovery.lib.incident import parse_incident
+    from recovery_tests.repair_support import current_plan, gate_and_publish, repair_through_library
+
+    spec = load_spec(example_copy)
+    db = Path(spec.warehouse.path)
+    incident = parse_incident(example_copy.with_name("incident.yaml"))
+    writer = Writer(open_engine(spec.warehouse), spec, actor="test")
+    fence_incident(writer, incident)
+
+    @dg.asset(key=TARGET_KEY, partitions_def=DAILY, code_version="2.4.0")
+    def transactions(context: dg.AssetExecutionContext) -> pd.DataFrame:
+        con = duckdb.connect(str(db), read_only=True)
+        try:
+            return con.execute(f"SELECT * FROM ({expected_rows_sql(spec, None)}) WHERE event_date = CAST(? AS DATE)",
+                               [context.partition_key]).df()
+        finally:
+            con.close()
+
+    io = resources(example_copy, db)
+    day = "2024-03-15"
+    public_day = "SELECT txn_id, amount_usd, _source_version, _generation FROM analytics.transactions WHERE event_date = DATE '2024-03-15' ORDER BY 1"
+    damaged = fetch(db, public_day)
+
+    # a retry of the failed backfill's run, after containment: refused, nothing lands
+    refused = dg.materialize([transactions], partition_key=day, resources=io, raise_on_error=False,
+                             tags={GENERATION_TAG: "backfill-0042", "dagster/backfill": "0042"})
+    assert not refused.success
+    assert "generation 'backfill-0042' is fenced" in failure_message(refused)
+    assert fetch(db, public_day) == damaged
+
+    # the repair is built (not yet published); meanwhile the source corrects one transaction of the day
+    plan = repair_through_library(spec, incident, wave_size=200)
+    assert day in {p for wave in plan.waves.values() for p in wave}
+    victim = fetch(db, f"SELECT min(txn_id) FROM ({expected_rows_sql(spec, None)}) WHERE event_date = DATE '{day}'")[0][0]
+    with open_engine(spec.warehouse).transaction() as s:
+        s.execute("INSERT INTO raw.transaction_events SELECT * REPLACE (version + 1 AS version, amount * 3 + 7 AS amount, "
+                  "now()::TIMESTAMP AS ingested_at) FROM raw.transaction_events WHERE txn_id = ? "
+                  "QUALIFY row_number() OVER (ORDER BY version DESC) = 1", [victim])
+    corrected = fetch(db, f"SELECT amount_usd, _source_version FROM ({expected_rows_sql(spec, None)}) WHERE txn_id = ?", [victim])[0]
+    assert corrected not in [(r[1], r[2]) for r in damaged if r[0] == victim]
+
+    # the team's valid run of the day (its own run generation) lands on the published table
+    valid = dg.materialize([transactions], partition_key=day, resources=io)
+    assert valid.success
+    landed = fetch(db, public_day)
+    assert {r[3] for r in landed} == {f"run-{valid.run_id}"}
+    assert [r[1:3] for r in landed if r[0] == victim] == [corrected]
+    assert current_plan(spec, incident.incident_id).status != "published"
+
+    # publishing the repair replays the valid run's write: the correction is in the repaired table
+    gate_and_publish(spec, incident.incident_id)
+    published = fetch(db, public_day)
+    assert [r[1:3] for r in published if r[0] == victim] == [corrected]
+    assert [r[0] for r in published] == [r[0] for r in fetch(db, f"SELECT txn_id FROM ({expected_rows_sql(spec, None)}) "
+                                                                  f"WHERE event_date = DATE '{day}' ORDER BY 1")]
+    assert "backfill-0042" not in {r[3] for r in published}
