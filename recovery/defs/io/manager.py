@@ -58,6 +58,11 @@ class ManagedDbIOManager(DbIOManager):
         if context.has_asset_partitions and isinstance(context.asset_partitions_def, dg.MultiPartitionsDefinition):
             raise RecoveryError(f"asset {context.asset_key.to_user_string()}: multi-dimensional partitions are not "
                                 f"supported for managed datasets; partition it by the spec's target.partition only")
+        if parse_spec(spec_path).warehouse.engine != "duckdb":
+            raise dg.Failure(description=f"{table}: ManagedDuckDBIOManager writes DuckDB warehouses only and this "
+                                         f"dataset's warehouse.engine is {parse_spec(spec_path).warehouse.engine}; "
+                                         f"write it with recovery.lib.writer.Writer (see README, Running on Spark)",
+                             allow_retries=False)
         run_tags = context.step_context.dagster_run.tags
         run = generation_for_run(run_tags, context.run_id)
         writer = warehouse_resource(spec_path).writer(actor=f"io_manager:{context.asset_key.to_user_string()}")
