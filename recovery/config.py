@@ -12,9 +12,9 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_SPEC = PROJECT_ROOT / "sample_data" / "transactions" / "spec.yaml"
-EXAMPLE_OUTPUTS = ("*.duckdb*", "evidence", "reports")
+EXAMPLE_OUTPUTS = ("*.duckdb*", "evidence", "reports", "incidents")
 """What ``make run`` leaves beside the example's spec (warehouse, WAL, evidence key, bundles,
-reports): left out when the example's folder is copied to build a fresh one."""
+reports, draft incidents): left out when the example's folder is copied to build a fresh one."""
 
 
 def spec_path() -> Path:
