@@ -80,6 +80,14 @@ def test_dagster_commands_work_from_a_fresh_clone_with_no_variable_set(tmp_path:
     assert "Traceback" not in out, out
     assert not list(clone.glob(".tmp_dagster_home_*"))  # Dagster's temporary instance is gone
 
+    # and the dg CLI's habit, from the same clone with the same (unset) variables
+    dg_exe = Path(sys.executable).with_name("dg")
+    proc = subprocess.run([str(dg_exe), "check", "defs"], cwd=clone, env={**environ, "VIRTUAL_ENV": sys.prefix},
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "All definitions loaded successfully" in out and "Traceback" not in out, out
+
 
 def test_definitions_are_loadable(definitions: dg.Definitions):
     dg.Definitions.validate_loadable(definitions)
