@@ -19,3 +19,25 @@ reports, draft incidents): left out when the example's folder is copied to build
 
 def spec_path() -> Path:
     return Path(os.environ.get("RECOVERY_SPEC", str(EXAMPLE_SPEC))).resolve()
+
+
+SPECS_ENV = "RECOVERY_SPECS"
+
+
+def spec_paths() -> list[Path]:
+    """Every dataset this code location serves: the ``RECOVERY_SPEC`` one first, then those named by
+    ``RECOVERY_SPECS`` (a directory, whose ``*/spec.yaml`` and ``*.spec.yaml`` files are specs, or
+    a list of spec files separated by ``os.pathsep``). Unset, it is the one dataset of ``RECOVERY_SPEC``."""
+    served = spec_path()
+    found: list[Path] = [served]
+    raw = os.environ.get(SPECS_ENV, "").strip()
+    for item in filter(None, raw.split(os.pathsep)) if raw else []:
+        path = Path(item).resolve()
+        if path.is_dir():
+            candidates = sorted(path.glob("*/spec.yaml")) + sorted(path.glob("*.spec.yaml"))
+        else:
+            candidates = [path]
+        for c in candidates:
+            if c.resolve() not in found:
+                found.append(c.resolve())
+    return found

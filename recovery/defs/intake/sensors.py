@@ -65,12 +65,13 @@ def draft_alert(failed: FailedBackfill, incident_file: Path, incident_id: str, b
 
 
 def open_drafts(instance: dg.DagsterInstance, warehouse: WarehouseResource, notifier: NotifierResource,
-                log=None) -> tuple[list[Draft], list[str]]:
+                log=None, *, asset_key: dg.AssetKey | None = None) -> tuple[list[Draft], list[str]]:
     """One pass of the sensor: a draft (file, timeline, alert) for every failed backfill of the dataset.
-    Returns (drafts, undelivered alerts). The worked example calls it once its backfill has failed,
+    ``asset_key`` is the dataset's target asset (default: the target table as a key, the served
+    dataset's form; a further dataset's sits under its prefix). Returns (drafts, undelivered alerts). The worked example calls it once its backfill has failed,
     so ``make run`` opens its draft whether or not the daemon's tick came first."""
     spec = warehouse.spec()
-    key = dg.AssetKey([spec.target.table_name.schema, spec.target.table_name.name])
+    key = asset_key or dg.AssetKey([spec.target.table_name.schema, spec.target.table_name.name])
     failed = failed_backfills(instance, key)
     if not failed or not Path(spec.warehouse.path).exists():
         return [], []
