@@ -11,6 +11,7 @@ import dagster as dg
 import duckdb
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 (pa.compute)
 import pytest
 
 from recovery.defs.io import ManagedDuckDBIOManager
@@ -171,8 +172,8 @@ def test_source_version_is_optional_and_arrow_and_relations_write_too(orders):
         def unpartitioned() -> pa.Table:  # upserts by key when the asset has no partitions
             con = duckdb.connect(str(spec.warehouse.path), read_only=True)
             try:
-                return con.execute(f"SELECT * REPLACE (qty + 100 AS qty) FROM ({expected_rows_sql(spec, None)}) "
-                                   f"WHERE region = 'west' AND order_no % 3 = 0").to_arrow_table()
+                return con.sql(f"SELECT * REPLACE (qty + 100 AS qty) FROM ({expected_rows_sql(spec, None)}) "
+                               f"WHERE region = 'west' AND order_no % 3 = 0").to_arrow_table()
             finally:
                 con.close()
 
@@ -181,8 +182,8 @@ def test_source_version_is_optional_and_arrow_and_relations_write_too(orders):
             def unpartitioned() -> duckdb.DuckDBPyRelation:  # noqa: F811 (same asset, other type)
                 con = duckdb.connect(str(spec.warehouse.path), read_only=True)
                 try:
-                    table = con.execute(f"SELECT * REPLACE (qty + 1000 AS qty) FROM ({expected_rows_sql(spec, None)}) "
-                                        f"WHERE region = 'west' AND order_no % 3 = 0").to_arrow_table()
+                    table = con.sql(f"SELECT * REPLACE (qty + 1000 AS qty) FROM ({expected_rows_sql(spec, None)}) "
+                                    f"WHERE region = 'west' AND order_no % 3 = 0").to_arrow_table()
                 finally:
                     con.close()
                 return duckdb.from_arrow(table)
@@ -202,11 +203,17 @@ def test_a_downstream_asset_reads_the_managed_partition_through_the_public_view(
     def order_count(orders: pd.DataFrame) -> dg.MaterializeResult:
         return dg.MaterializeResult(metadata={"n": len(orders), "shards": sorted(set(orders["shard"]))})
 
-    result = dg.materialize([asset, order_count], partition_key=shards[0], resources=resources(spec_path, db))
+    @dg.asset(partitions_def=asset.partitions_def, ins={"orders": dg.AssetIn(key=["mart", "orders"])})
+    def order_units(orders: pa.Table) -> dg.MaterializeResult:
+        return dg.MaterializeResult(metadata={"units": int(pa.compute.sum(orders["qty"]).as_py())})
+
+    result = dg.materialize([asset, order_count, order_units], partition_key=shards[0], resources=resources(spec_path, db))
     assert result.success
     meta = result.asset_materializations_for_node("order_count")[0].metadata
     assert meta["n"].value == len(shard_rows(db, shards[0]))
     assert meta["shards"].value == [shards[0]]
+    units = result.asset_materializations_for_node("order_units")[0].metadata["units"].value
+    assert units == sum(r[2] for r in shard_rows(db, shards[0]))
 
 
 # ---- the worked example: a team's own history asset under the incident ------------------------------

@@ -47,7 +47,7 @@ class ArrowTypeHandler(DbTypeHandler[pa.Table]):
         return _store(obj, table_slice, connection)
 
     def load_input(self, context: InputContext, table_slice: TableSlice, connection) -> pa.Table:
-        return connection.execute(DuckDbClient.get_select_statement(table_slice)).to_arrow_table()
+        return connection.sql(DuckDbClient.get_select_statement(table_slice)).to_arrow_table()
 
     @property
     def supported_types(self) -> Sequence[type[object]]:
@@ -62,7 +62,7 @@ class RelationTypeHandler(DbTypeHandler[duckdb.DuckDBPyRelation]):
 
     def load_input(self, context: InputContext, table_slice: TableSlice, connection) -> duckdb.DuckDBPyRelation:
         # the IO manager's connection closes after loading: hand over a relation over the data itself
-        return duckdb.from_arrow(connection.execute(DuckDbClient.get_select_statement(table_slice)).to_arrow_table())
+        return duckdb.from_arrow(connection.sql(DuckDbClient.get_select_statement(table_slice)).to_arrow_table())
 
     @property
     def supported_types(self) -> Sequence[type[object]]:

@@ -14,7 +14,7 @@ stores it; reading a managed asset reads its public name (the managed view).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 import dagster as dg
 from dagster._core.storage.db_io_manager import DbIOManager, DbTypeHandler, TablePartitionDimension, TableSlice
@@ -102,7 +102,7 @@ class ManagedDbIOManager(DbIOManager):
             return super().load_input(context)
         spec = parse_spec(spec_path)
         load_type = context.dagster_type.typing_type
-        if load_type is object or str(load_type) == "typing.Any":
+        if load_type is Any:
             load_type = self._default_load_type
         self._check_supported_type(load_type)
         dims = ([TablePartitionDimension(spec.target.partition, list(context.asset_partition_keys))]
