@@ -58,7 +58,7 @@ def test_each_dataset_sits_under_its_own_prefix_and_group_and_the_served_one_kee
     # the served dataset keeps the unprefixed names
     assert TARGET_KEY in graph.get_all_asset_keys()
     jobs = {j.name for j in defs.resolve_all_job_defs()}
-    assert {"ingest__orders", "ingest_transactions", "contain_backfill"} <= jobs
+    assert {"ingest__orders", "ingest_transactions", "contain_backfill", "contain_backfill__orders"} <= jobs
     assert defs.resolve_schedule_def("ingest__orders_hourly").job_name == "ingest__orders"
     sensors = {s.name for s in defs.sensors}
     assert {"fencing_sensor", "fencing_sensor__orders", "backfill_incident_sensor", "backfill_incident_sensor__orders"} <= sensors
@@ -96,6 +96,36 @@ def test_one_dataset_under_incident_while_the_other_keeps_ingesting(two_datasets
         with open_engine(orders.warehouse).session(read_only=True) as s:
             assert s.fetchall("SELECT region, order_no, qty, src_rev FROM mart.orders ORDER BY 1, 2") == expected
             assert s.scalar(f"SELECT count(*) FROM {SCHEMA}.fence_attempts") == 0
+
+
+def test_the_orders_containment_job_fences_only_the_orders_backfill(two_datasets, tmp_path):
+    """``contain_backfill__orders`` takes an orders incident and fences it in the orders' warehouse; an
+    incident of the served dataset is refused by it, naming the spec."""
+    import yaml
+
+    from recovery.defs.containment.jobs import contain_run_config
+    from recovery.lib.errors import RecoveryError
+    from recovery.lib.snapshot import expected_rows_sql
+
+    example, orders_path, defs = two_datasets
+    orders = load_spec(orders_path)
+    writer = Writer(open_engine(orders.warehouse), orders, actor="test")
+    writer.ensure()
+    writer.register_generation("bf-orders", "backfill")
+    writer.write("bf-orders", f"SELECT * REPLACE (qty * 9 AS qty) FROM ({expected_rows_sql(orders, None)})",
+                 mode="replace_partitions")
+    incident = orders_path.with_name("incident.yaml")
+    incident.write_text(yaml.safe_dump({"incident_id": "INC-orders-1", "spec": "spec.yaml", "failed_generations": ["bf-orders"],
+                                        "requested_by": "oncall"}))
+    with dg.instance_for_test() as instance:
+        assert run_job(defs, "contain_backfill__orders", instance, run_config=contain_run_config(str(incident))).success
+        with pytest.raises(RecoveryError, match="spec"):
+            run_job(defs, "contain_backfill__orders", instance,
+                    run_config=contain_run_config(str(example.with_name("incident.yaml"))))
+    assert writer.is_fenced("bf-orders")
+    transactions = load_spec(example)
+    with open_engine(transactions.warehouse).session(read_only=True) as s:
+        assert s.scalar(f"SELECT count(*) FROM {SCHEMA}.fences") == 0  # the served dataset is not touched
 
 
 def test_the_webserver_serves_both_datasets_from_one_code_location(example_copy, tmp_path):

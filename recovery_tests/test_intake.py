@@ -151,3 +151,13 @@ def test_the_sensor_opens_the_draft_of_a_failed_backfill_nobody_drafted(incident
     edited = path.read_text()
     assert _tick(home, spec_path, alerts).skip_message == "0 draft incident(s) opened, 1 already open"
     assert path.read_text() == edited and len(alerts.read_text().splitlines()) == 1
+
+
+def test_the_launchpad_link_opens_the_named_containment_job_with_the_draft_filled_in(tmp_path):
+    from recovery.lib.draft_incident import launchpad_url
+
+    draft = tmp_path / "incidents" / "INC-DRAFT-x.yaml"
+    for job in ("contain_backfill", "contain_backfill__orders"):
+        parsed = urlparse(launchpad_url("http://ui:3000/", "backfill_recovery", draft, job))
+        assert parsed.path == f"/locations/__repository__@backfill_recovery/jobs/{job}/playground/setup"
+        assert yaml.safe_load(parse_qs(parsed.query)["config"][0]) == contain_run_config(str(draft))

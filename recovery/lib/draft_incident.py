@@ -78,10 +78,11 @@ def contain_run_config(incident_file: str | Path) -> dict:
     return {"ops": {CONTAIN_OP: {"config": {"incident_file": str(incident_file)}}}}
 
 
-def launchpad_url(ui: str, location: str, incident_file: str | Path) -> str:
-    """The ``contain_backfill`` launchpad with its config filled in (Dagster's ``?config=`` parameter)."""
+def launchpad_url(ui: str, location: str, incident_file: str | Path, job: str = CONTAIN_JOB) -> str:
+    """The containment job's launchpad with its config filled in (Dagster's ``?config=`` parameter);
+    ``job`` is ``contain_backfill``, or ``contain_backfill__<dataset>`` for a further dataset."""
     config = yaml.safe_dump(contain_run_config(incident_file), sort_keys=False)
-    return (f"{ui.rstrip('/')}/locations/__repository__@{location}/jobs/{CONTAIN_JOB}/playground/setup"
+    return (f"{ui.rstrip('/')}/locations/__repository__@{location}/jobs/{job}/playground/setup"
             f"?config={url_quote(config, safe='')}")
 
 

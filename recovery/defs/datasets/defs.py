@@ -5,9 +5,9 @@ Each further dataset ``<d>`` gets, under the key prefix ``<d>`` and the group ``
 its managed target as an external asset, one asset per downstream consumer, the
 ``ingest__<d>`` job (change-data-capture through the writer, up to now) with an hourly
 schedule, and its own ``fencing_sensor__<d>`` and ``backfill_incident_sensor__<d>``,
-bound to the resource ``warehouse__<d>``. The recovery phases' jobs still serve the one
-dataset of ``RECOVERY_SPEC``: recovering another dataset means pointing a code location's
-``RECOVERY_SPEC`` at it (see README, Limits).
+bound to the resource ``warehouse__<d>``, and ``contain_backfill__<d>``, the containment job
+bound to its warehouse (the draft incident's alert links its launchpad). The later recovery
+phases' jobs still serve the one dataset of ``RECOVERY_SPEC`` (see README, Limits).
 """
 
 from datetime import datetime
@@ -17,6 +17,7 @@ import dagster as dg
 
 from recovery.config import spec_path, spec_paths
 from recovery.defs.alerts.resources import NotifierResource
+from recovery.defs.containment.jobs import contain_backfill
 from recovery.defs.containment.patrol import patrol
 from recovery.defs.intake.sensors import open_drafts
 from recovery.defs.resources import WarehouseResource, warehouse_resource
@@ -69,6 +70,14 @@ def dataset_definitions(path: Path) -> dg.Definitions:
     schedule = dg.ScheduleDefinition(name=f"ingest__{d}_hourly", job=ingest_job, cron_schedule="0 * * * *",
                                      default_status=dg.DefaultScheduleStatus.STOPPED)
 
+    # the containment job, bound to this dataset's warehouse (a job's own resource wins over the
+    # location's ``warehouse``): its launchpad takes incidents whose spec is this dataset's
+    contain = contain_backfill.graph.to_job(
+        name=f"contain_backfill__{d}", resource_defs={"warehouse": warehouse_resource(str(path))},
+        executor_def=dg.in_process_executor, tags={**contain_backfill.tags, "recovery/dataset": d},
+        description=f"Contain a failed backfill of dataset {d}: validate the incident (its spec must be {d}'s), "
+                    f"fence its generations, cancel its Dagster backfill and stop its runs.")
+
     @dg.sensor(name=f"fencing_sensor__{d}", minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING,
                required_resource_keys={res, "notifier"},
                description=f"Stops any run or retry of a fenced generation of dataset {d} and alerts on refused attempts.")
@@ -92,7 +101,7 @@ def dataset_definitions(path: Path) -> dg.Definitions:
     def intake(context: dg.SensorEvaluationContext) -> dg.SkipReason:
         try:
             drafts, errors = open_drafts(context.instance, getattr(context.resources, res), context.resources.notifier,
-                                         context.log, asset_key=target.key)
+                                         context.log, asset_key=target.key, contain_job=contain.name)
         except WarehouseBusyError as err:
             return dg.SkipReason(f"warehouse busy, trying again next tick: {err}")
         if errors:
@@ -102,7 +111,7 @@ def dataset_definitions(path: Path) -> dg.Definitions:
 
     return dg.Definitions(
         assets=[target, *(consumer_asset(c) for c in spec.downstream)],
-        jobs=[ingest_job], schedules=[schedule], sensors=[fencing, intake],
+        jobs=[ingest_job, contain], schedules=[schedule], sensors=[fencing, intake],
         resources={res: warehouse_resource(str(path))},
     )
 

@@ -18,7 +18,7 @@ from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 from recovery.defs.alerts.check_alerts import DEFAULT_OWNER, ui_url
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.resources import WarehouseResource
-from recovery.lib.draft_incident import Draft, FailedBackfill, launchpad_url, open_draft
+from recovery.lib.draft_incident import CONTAIN_JOB, Draft, FailedBackfill, launchpad_url, open_draft
 from recovery.lib.errors import WarehouseBusyError
 from recovery.lib.managed_output import generation_for_run
 from recovery.lib.notify import NotificationError
@@ -52,12 +52,13 @@ def _partition_keys(backfill: PartitionBackfill, asset_key: dg.AssetKey) -> tupl
     return tuple(sorted(data.target_subset.get_partitions_subset(asset_key).get_partition_keys()))
 
 
-def draft_alert(failed: FailedBackfill, incident_file: Path, incident_id: str, base: str) -> tuple[str, str]:
+def draft_alert(failed: FailedBackfill, incident_file: Path, incident_id: str, base: str,
+                contain_job: str = CONTAIN_JOB) -> tuple[str, str]:
     subject = f"draft incident {incident_id} opened: backfill {failed.backfill_id} of {failed.generation} needs containment"
     body = "\n".join([
         f"{failed.reason}; its generation {failed.generation} may have damaged the dataset.",
         f"Draft incident: {incident_file} (add approved_by, check the range).",
-        f"Contain in one click: {launchpad_url(base, LOCATION, incident_file)}",
+        f"Contain in one click: {launchpad_url(base, LOCATION, incident_file, contain_job)}",
         f"or: recovery contain --incident {incident_file}",
         f"Backfill: {base}/runs/b/{failed.backfill_id}",
     ])
@@ -65,10 +66,12 @@ def draft_alert(failed: FailedBackfill, incident_file: Path, incident_id: str, b
 
 
 def open_drafts(instance: dg.DagsterInstance, warehouse: WarehouseResource, notifier: NotifierResource,
-                log=None, *, asset_key: dg.AssetKey | None = None) -> tuple[list[Draft], list[str]]:
+                log=None, *, asset_key: dg.AssetKey | None = None,
+                contain_job: str = CONTAIN_JOB) -> tuple[list[Draft], list[str]]:
     """One pass of the sensor: a draft (file, timeline, alert) for every failed backfill of the dataset.
     ``asset_key`` is the dataset's target asset (default: the target table as a key, the served
-    dataset's form; a further dataset's sits under its prefix). Returns (drafts, undelivered alerts). The worked example calls it once its backfill has failed,
+    dataset's form; a further dataset's sits under its prefix) and ``contain_job`` the job its
+    alert's launchpad link opens. Returns (drafts, undelivered alerts). The worked example calls it once its backfill has failed,
     so ``make run`` opens its draft whether or not the daemon's tick came first."""
     spec = warehouse.spec()
     key = asset_key or dg.AssetKey([spec.target.table_name.schema, spec.target.table_name.name])
@@ -82,7 +85,7 @@ def open_drafts(instance: dg.DagsterInstance, warehouse: WarehouseResource, noti
     for f in failed:
         draft = open_draft(engine, Path(warehouse.spec_path), spec, f, requested_by=DEFAULT_OWNER)
         drafts.append(draft)
-        subject, body = draft_alert(f, draft.path, draft.incident_id, ui_url())
+        subject, body = draft_alert(f, draft.path, draft.incident_id, ui_url(), contain_job)
         try:
             n.notify(DEFAULT_OWNER, subject, body, "critical", f"draft-incident:{f.backfill_id}",
                      incident_id=draft.incident_id, dataset=spec.dataset)
