@@ -281,3 +281,23 @@ def test_under_the_incident_the_fenced_backfills_write_is_refused_and_a_valid_ru
     assert [r[0] for r in published] == [r[0] for r in fetch(db, f"SELECT txn_id FROM ({expected_rows_sql(spec, None)}) "
                                                                   f"WHERE event_date = DATE '{day}' ORDER BY 1")]
     assert "backfill-0042" not in {r[3] for r in published}
+
+
+def test_a_spark_dataset_is_refused_in_one_sentence_without_touching_anything(tmp_path):
+    from recovery_tests.small_dataset import spec_dict, write_spec
+
+    data = spec_dict()
+    data["warehouse"] = {"engine": "spark", "path": "control.duckdb", "spark": {"data_path": str(tmp_path / "lake"), "master": "local[1]"}}
+    (tmp_path / "orders.sql").write_text("SELECT region, order_no, 'x' AS shard, placed_at, qty, sku FROM {{ source }}")
+    (tmp_path / "orders_by_shard.sql").write_text("SELECT shard, count(*) AS orders FROM {{ target }} GROUP BY shard")
+    spec_path = write_spec(tmp_path, data)
+
+    @dg.asset(key=["mart", "orders"])
+    def orders() -> pd.DataFrame:
+        return pd.DataFrame({"region": ["north"], "order_no": [1]})
+
+    result = dg.materialize([orders], resources=resources(spec_path, tmp_path / "other.duckdb"), raise_on_error=False)
+    assert not result.success
+    message = failure_message(result)
+    assert "mart.orders: asset mart/orders is a spark dataset and ManagedDuckDBIOManager writes DuckDB warehouses only" in message
+    assert not (tmp_path / "control.duckdb").exists() and not (tmp_path / "lake").exists()

@@ -50,19 +50,19 @@ class ManagedDbIOManager(DbIOManager):
         spec_path = self._managed.get(table) if table else None
         if spec_path is None:
             return super().handle_output(context, obj)
+        problem = None
+        engine_kind = parse_spec(spec_path).warehouse.engine
         if obj is None:
-            raise RecoveryError(f"asset {context.asset_key.to_user_string()} returned None; a managed dataset's "
-                                f"asset must return a frame (pandas, pyarrow or a DuckDB relation)")
+            problem = "returned None; a managed dataset's asset must return a frame (pandas, pyarrow or a DuckDB relation)"
+        elif context.has_asset_partitions and isinstance(context.asset_partitions_def, dg.MultiPartitionsDefinition):
+            problem = "has multi-dimensional partitions; partition a managed dataset's asset by the spec's target.partition only"
+        elif engine_kind != "duckdb":
+            problem = (f"is a {engine_kind} dataset and ManagedDuckDBIOManager writes DuckDB warehouses only; "
+                       f"write it with recovery.lib.writer.Writer (see README, Running on Spark)")
+        if problem:
+            raise dg.Failure(description=f"{table}: asset {context.asset_key.to_user_string()} {problem}", allow_retries=False)
         self._check_supported_type(type(obj))
         partitions = list(context.asset_partition_keys) if context.has_asset_partitions else None
-        if context.has_asset_partitions and isinstance(context.asset_partitions_def, dg.MultiPartitionsDefinition):
-            raise RecoveryError(f"asset {context.asset_key.to_user_string()}: multi-dimensional partitions are not "
-                                f"supported for managed datasets; partition it by the spec's target.partition only")
-        if parse_spec(spec_path).warehouse.engine != "duckdb":
-            raise dg.Failure(description=f"{table}: ManagedDuckDBIOManager writes DuckDB warehouses only and this "
-                                         f"dataset's warehouse.engine is {parse_spec(spec_path).warehouse.engine}; "
-                                         f"write it with recovery.lib.writer.Writer (see README, Running on Spark)",
-                             allow_retries=False)
         run_tags = context.step_context.dagster_run.tags
         run = generation_for_run(run_tags, context.run_id)
         writer = warehouse_resource(spec_path).writer(actor=f"io_manager:{context.asset_key.to_user_string()}")
