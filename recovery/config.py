@@ -17,9 +17,9 @@ from typing import Iterator
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_SPEC = PROJECT_ROOT / "sample_data" / "transactions" / "spec.yaml"
-EXAMPLE_OUTPUTS = ("*.duckdb*", "evidence", "reports")
+EXAMPLE_OUTPUTS = ("*.duckdb*", "evidence", "reports", "incidents")
 """What ``make run`` leaves beside the example's spec (warehouse, WAL, evidence key, bundles,
-reports): left out when the example's folder is copied to build a fresh one."""
+reports, draft incidents): left out when the example's folder is copied to build a fresh one."""
 
 _SERVED: ContextVar[Path | None] = ContextVar("recovery_served_spec", default=None)
 
@@ -40,3 +40,25 @@ def serving(path: str | Path) -> Iterator[Path]:
         yield Path(path).resolve()
     finally:
         _SERVED.reset(token)
+
+
+SPECS_ENV = "RECOVERY_SPECS"
+
+
+def spec_paths() -> list[Path]:
+    """Every dataset this code location serves: the ``RECOVERY_SPEC`` one first, then those named by
+    ``RECOVERY_SPECS`` (a directory, whose ``*/spec.yaml`` and ``*.spec.yaml`` files are specs, or
+    a list of spec files separated by ``os.pathsep``). Unset, it is the one dataset of ``RECOVERY_SPEC``."""
+    served = spec_path()
+    found: list[Path] = [served]
+    raw = os.environ.get(SPECS_ENV, "").strip()
+    for item in filter(None, raw.split(os.pathsep)) if raw else []:
+        path = Path(item).resolve()
+        if path.is_dir():
+            candidates = sorted(path.glob("*/spec.yaml")) + sorted(path.glob("*.spec.yaml"))
+        else:
+            candidates = [path]
+        for c in candidates:
+            if c.resolve() not in found:
+                found.append(c.resolve())
+    return found

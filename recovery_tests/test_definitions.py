@@ -54,6 +54,41 @@ def test_code_location_loads_through_workspace_yaml(tmp_path: Path):
     assert "backfill_recovery" in out, out
 
 
+def test_dagster_commands_work_from_a_fresh_clone_with_no_variable_set(tmp_path: Path):
+    """`dagster definitions validate -w workspace.yaml` from the repo root, no DAGSTER_HOME: the
+    tracked files only (no .dagster_home, no warehouse), and one line saying which variable to set."""
+    clone = tmp_path / "clone"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True)
+    for name in filter(None, tracked.stdout.split("\0")):
+        src = PROJECT_ROOT / name
+        if src.is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, clone / name)
+    assert not (clone / ".dagster_home").exists()
+    environ = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "RECOVERY_SPEC")}
+    environ["PYTHONPATH"] = str(clone)  # this clone's package, not the one the venv was installed from
+    exe = Path(sys.executable).with_name("dagster")
+    proc = subprocess.run(
+        [str(exe), "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=clone, env=environ, capture_output=True, text=True, timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "Validation successful for code location backfill_recovery" in out, out
+    hints = [line for line in out.splitlines() if "DAGSTER_HOME is not set" in line]
+    assert len(hints) == 1 and f"export DAGSTER_HOME={clone / '.dagster_home'}" in hints[0], out
+    assert "Traceback" not in out, out
+    assert not list(clone.glob(".tmp_dagster_home_*"))  # Dagster's temporary instance is gone
+
+    # and the dg CLI's habit, from the same clone with the same (unset) variables
+    dg_exe = Path(sys.executable).with_name("dg")
+    proc = subprocess.run([str(dg_exe), "check", "defs"], cwd=clone, env={**environ, "VIRTUAL_ENV": sys.prefix},
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "All definitions loaded successfully" in out and "Traceback" not in out, out
+
+
 def test_definitions_are_loadable(definitions: dg.Definitions):
     dg.Definitions.validate_loadable(definitions)
 

@@ -66,6 +66,16 @@ def ingest_during_repair(spec, *, defs: dg.Definitions, instance: dg.DagsterInst
     return f"ingestion run {run_id[:8]} (during the repair) applied {released:,} changes up to {sc.repair_ingest}"
 
 
+def open_failed_backfill_drafts(instance: dg.DagsterInstance, spec_path: Path) -> list:
+    """What backfill_incident_sensor does on its next tick, done now so the run's output says it."""
+    from recovery.defs.alerts.resources import notifier_resource
+    from recovery.defs.intake.sensors import open_drafts
+    from recovery.defs.resources import warehouse_resource
+
+    drafts, _ = open_drafts(instance, warehouse_resource(str(spec_path)), notifier_resource())
+    return drafts
+
+
 def build_failed_backfill(
     spec_path: Path,
     *,
@@ -134,6 +144,9 @@ def build_failed_backfill(
     runs["backfill"] = [r.run_id for r in bruns]
     failed = [r for r in bruns if r.status == dg.DagsterRunStatus.FAILURE]
     console.print(f"[bold]4/6[/] backfill {backfill_id} ended {backfill.status.value}: {len(bruns)} runs, {len(failed)} failed")
+    for draft in open_failed_backfill_drafts(instance, spec_path):
+        console.print(f"      draft incident {draft.incident_id} {'opened' if draft.newly_opened else 'already open'}: "
+                      f"{draft.path} (contain: recovery contain --incident {draft.path})", highlight=False)
 
     _release(spec, sc.end)
     with console.status("normal ingestion after the backfill"):

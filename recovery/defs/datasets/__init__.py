@@ -1,0 +1,1 @@
+"""More datasets in the same code location (``RECOVERY_SPECS``), each under its own key prefix and group."""

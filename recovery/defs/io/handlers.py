@@ -1,0 +1,69 @@
+"""Type handlers for the managed IO manager: pandas frames, Arrow tables, DuckDB relations.
+
+They implement dagster's ``DbTypeHandler`` like dagster-duckdb-pandas and -pyarrow do,
+but register the object on the connection by name instead of relying on DuckDB's
+replacement scans (reading a Python variable by name), which every engine connection of
+this package disables. Each copies the object into the table slice in one statement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+from dagster import InputContext, OutputContext
+from dagster._core.storage.db_io_manager import DbTypeHandler, TableSlice
+from dagster_duckdb.io_manager import DuckDbClient
+
+_VIEW = "__recovery_io_output"
+
+
+def _store(obj, table_slice: TableSlice, connection: duckdb.DuckDBPyConnection) -> Mapping[str, object]:
+    connection.register(_VIEW, obj)
+    try:
+        connection.execute(f"CREATE OR REPLACE TABLE {table_slice.schema}.{table_slice.table} AS SELECT * FROM {_VIEW}")
+    finally:
+        connection.unregister(_VIEW)
+    rows = connection.execute(f"SELECT count(*) FROM {table_slice.schema}.{table_slice.table}").fetchone()[0]
+    return {"dagster/row_count": int(rows)}
+
+
+class PandasTypeHandler(DbTypeHandler[pd.DataFrame]):
+    def handle_output(self, context: OutputContext, table_slice: TableSlice, obj: pd.DataFrame, connection):
+        return _store(obj, table_slice, connection)
+
+    def load_input(self, context: InputContext, table_slice: TableSlice, connection) -> pd.DataFrame:
+        return connection.execute(DuckDbClient.get_select_statement(table_slice)).df()
+
+    @property
+    def supported_types(self) -> Sequence[type[object]]:
+        return [pd.DataFrame]
+
+
+class ArrowTypeHandler(DbTypeHandler[pa.Table]):
+    def handle_output(self, context: OutputContext, table_slice: TableSlice, obj: pa.Table, connection):
+        return _store(obj, table_slice, connection)
+
+    def load_input(self, context: InputContext, table_slice: TableSlice, connection) -> pa.Table:
+        return connection.sql(DuckDbClient.get_select_statement(table_slice)).to_arrow_table()
+
+    @property
+    def supported_types(self) -> Sequence[type[object]]:
+        return [pa.Table]
+
+
+class RelationTypeHandler(DbTypeHandler[duckdb.DuckDBPyRelation]):
+    """A relation may belong to another connection (or file), so it crosses as Arrow."""
+
+    def handle_output(self, context: OutputContext, table_slice: TableSlice, obj: duckdb.DuckDBPyRelation, connection):
+        return _store(obj.to_arrow_table(), table_slice, connection)
+
+    def load_input(self, context: InputContext, table_slice: TableSlice, connection) -> duckdb.DuckDBPyRelation:
+        # the IO manager's connection closes after loading: hand over a relation over the data itself
+        return duckdb.from_arrow(connection.sql(DuckDbClient.get_select_statement(table_slice)).to_arrow_table())
+
+    @property
+    def supported_types(self) -> Sequence[type[object]]:
+        return [duckdb.DuckDBPyRelation]

@@ -1,0 +1,192 @@
+"""Two datasets of different shapes in one code location: one under incident, the other ingesting."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from recovery.config import spec_paths
+from recovery.defs.alerts.resources import NotifierResource
+from recovery.defs.resources import warehouse_resource
+from recovery.example.defs import TARGET_KEY
+from recovery.lib.control_plane import SCHEMA
+from recovery.lib.engine import open_engine
+from recovery.lib.fencing import fence_incident
+from recovery.lib.incident import parse_incident
+from recovery.lib.spec import load_spec
+from recovery.lib.writer import Writer
+from recovery.orchestration import run_job
+from recovery_tests.small_dataset import build_small_dataset, latest_live, order_events
+
+
+@pytest.fixture
+def two_datasets(example_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The worked example (served, RECOVERY_SPEC) and the small orders dataset (composite key, string
+    partitions) in a directory named by RECOVERY_SPECS."""
+    orders = build_small_dataset(tmp_path / "datasets" / "orders", n_orders=120)
+    monkeypatch.setenv("RECOVERY_SPEC", str(example_copy))
+    monkeypatch.setenv("RECOVERY_SPECS", str(tmp_path / "datasets"))
+    monkeypatch.delenv("RECOVERY_ALERT_WEBHOOK", raising=False)
+    from recovery.definitions import defs
+
+    return example_copy, orders, defs()
+
+
+def test_spec_paths_take_a_directory_or_a_list_and_default_to_the_one_spec(tmp_path, monkeypatch):
+    a = build_small_dataset(tmp_path / "specs" / "a", n_orders=10)
+    served = tmp_path / "served.yaml"
+    monkeypatch.setenv("RECOVERY_SPEC", str(served))
+    monkeypatch.delenv("RECOVERY_SPECS", raising=False)
+    assert spec_paths() == [served.resolve()]
+    monkeypatch.setenv("RECOVERY_SPECS", str(tmp_path / "specs"))
+    assert spec_paths() == [served.resolve(), a.resolve()]
+    monkeypatch.setenv("RECOVERY_SPECS", os.pathsep.join([str(a), str(served), str(a)]))
+    assert spec_paths() == [served.resolve(), a.resolve()]
+
+
+def test_each_dataset_sits_under_its_own_prefix_and_group_and_the_served_one_keeps_its_names(two_datasets):
+    _, _, defs = two_datasets
+    dg.Definitions.validate_loadable(defs)
+    graph = defs.resolve_asset_graph()
+    orders_keys = {k for k in graph.get_all_asset_keys() if k.path[0] == "orders"}
+    assert orders_keys == {dg.AssetKey(["orders", "mart", "orders"]), dg.AssetKey(["orders", "consumers", "orders_by_shard"])}
+    assert {graph.get(k).group_name for k in orders_keys} == {"orders"}
+    assert dg.AssetKey(["orders", "mart", "orders"]) in graph.get(dg.AssetKey(["orders", "consumers", "orders_by_shard"])).parent_keys
+    # the served dataset keeps the unprefixed names
+    assert TARGET_KEY in graph.get_all_asset_keys()
+    jobs = {j.name for j in defs.resolve_all_job_defs()}
+    assert {"ingest__orders", "ingest_transactions", "contain_backfill", "contain_backfill__orders"} <= jobs
+    assert defs.resolve_schedule_def("ingest__orders_hourly").job_name == "ingest__orders"
+    sensors = {s.name for s in defs.sensors}
+    assert {"fencing_sensor", "fencing_sensor__orders", "backfill_incident_sensor", "backfill_incident_sensor__orders"} <= sensors
+
+
+def test_one_dataset_under_incident_while_the_other_keeps_ingesting(two_datasets, tmp_path):
+    example, orders_path, defs = two_datasets
+    transactions, orders = load_spec(example), load_spec(orders_path)
+    fence_incident(Writer(open_engine(transactions.warehouse), transactions), parse_incident(example.with_name("incident.yaml")))
+
+    with dg.instance_for_test() as instance:
+        first = run_job(defs, "ingest__orders", instance)
+        with open_engine(orders.warehouse).session(read_only=True) as s:
+            rows = s.fetchall("SELECT region, order_no, qty, src_rev FROM mart.orders ORDER BY 1, 2")
+            gens = s.fetchall(f"SELECT generation, kind, fenced_at FROM {SCHEMA}.generations")
+        expected = sorted((e.region, e.order_no, e.qty, e.rev) for e in latest_live(order_events(120, 7)).values())
+        assert rows == expected
+        assert [(g[1], g[2]) for g in gens] == [("ingest", None)]
+        assert first.success
+
+        # each dataset's fencing sensor watches its own warehouse: the fence is the transactions'
+        def tick(sensor_name: str, resource: str, spec_path: Path) -> str:
+            with dg.build_sensor_context(instance=instance, resources={
+                resource: warehouse_resource(str(spec_path)),
+                "notifier": NotifierResource(kind="file", path=str(tmp_path / "alerts.jsonl")),
+            }) as context:
+                return defs.resolve_sensor_def(sensor_name).evaluate_tick(context).skip_message
+
+        assert tick("fencing_sensor__orders", "warehouse__orders", orders_path) == "no fenced generation"
+        assert tick("fencing_sensor", "warehouse", example).startswith("1 fenced generation(s)")
+
+        # the orders' ingestion goes on: a second run is a no-op write of the same rows, not refused
+        second = run_job(defs, "ingest__orders", instance)
+        assert second.success
+        with open_engine(orders.warehouse).session(read_only=True) as s:
+            assert s.fetchall("SELECT region, order_no, qty, src_rev FROM mart.orders ORDER BY 1, 2") == expected
+            assert s.scalar(f"SELECT count(*) FROM {SCHEMA}.fence_attempts") == 0
+
+
+def test_the_orders_containment_job_fences_only_the_orders_backfill(two_datasets, tmp_path):
+    """``contain_backfill__orders`` takes an orders incident and fences it in the orders' warehouse; an
+    incident of the served dataset is refused by it, naming the spec."""
+    import yaml
+
+    from recovery.defs.containment.jobs import contain_run_config
+    from recovery.lib.errors import RecoveryError
+    from recovery.lib.snapshot import expected_rows_sql
+
+    example, orders_path, defs = two_datasets
+    orders = load_spec(orders_path)
+    writer = Writer(open_engine(orders.warehouse), orders, actor="test")
+    writer.ensure()
+    writer.register_generation("bf-orders", "backfill")
+    writer.write("bf-orders", f"SELECT * REPLACE (qty * 9 AS qty) FROM ({expected_rows_sql(orders, None)})",
+                 mode="replace_partitions")
+    incident = orders_path.with_name("incident.yaml")
+    incident.write_text(yaml.safe_dump({"incident_id": "INC-orders-1", "spec": "spec.yaml", "failed_generations": ["bf-orders"],
+                                        "requested_by": "oncall"}))
+    with dg.instance_for_test() as instance:
+        assert run_job(defs, "contain_backfill__orders", instance, run_config=contain_run_config(str(incident))).success
+        with pytest.raises(RecoveryError, match="spec"):
+            run_job(defs, "contain_backfill__orders", instance,
+                    run_config=contain_run_config(str(example.with_name("incident.yaml"))))
+    assert writer.is_fenced("bf-orders")
+    transactions = load_spec(example)
+    with open_engine(transactions.warehouse).session(read_only=True) as s:
+        assert s.scalar(f"SELECT count(*) FROM {SCHEMA}.fences") == 0  # the served dataset is not touched
+
+
+def test_the_webserver_serves_both_datasets_from_one_code_location(example_copy, tmp_path):
+    """``dagster-webserver`` over workspace.yaml with RECOVERY_SPECS: the UI's asset groups and jobs of
+    both datasets come from the one location (read through the UI's own GraphQL API)."""
+    import json
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from recovery.config import PROJECT_ROOT
+
+    build_small_dataset(tmp_path / "datasets" / "orders", n_orders=40)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    environ = {**os.environ, "DAGSTER_HOME": str(home), "RECOVERY_SPEC": str(example_copy),
+               "RECOVERY_SPECS": str(tmp_path / "datasets")}
+    log = tmp_path / "webserver.log"
+    query = ('{ workspaceOrError { ... on Workspace { locationEntries { name locationOrLoadError { __typename '
+             '... on RepositoryLocation { repositories { jobs { name } assetGroups { groupName } } } '
+             '... on PythonError { message } } } } } }')
+
+    def ask() -> dict | None:
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                entries = json.loads(resp.read())["data"]["workspaceOrError"]["locationEntries"]
+        except (OSError, KeyError, TypeError, ValueError):
+            return None
+        loaded = [e["locationOrLoadError"] for e in entries if e["name"] == "backfill_recovery" and e["locationOrLoadError"]]
+        return loaded[0] if loaded else None
+
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([str(Path(sys.executable).with_name("dagster-webserver")), "-w", "workspace.yaml",
+                                 "-h", "127.0.0.1", "-p", str(port)], cwd=PROJECT_ROOT, env=environ,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline, location = time.monotonic() + 180, None
+        while time.monotonic() < deadline and location is None and proc.poll() is None:
+            location = ask()
+            time.sleep(0.5)
+        assert location is not None, log.read_text()[-3000:]
+        assert location["__typename"] == "RepositoryLocation", location
+        (repo,) = location["repositories"]
+        groups = {g["groupName"] for g in repo["assetGroups"]}
+        jobs = {j["name"] for j in repo["jobs"]}
+        assert {"example_pipeline", "consumers", "orders"} <= groups, groups
+        assert {"ingest_transactions", "ingest__orders", "contain_backfill"} <= jobs, jobs
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
