@@ -73,10 +73,15 @@ def planned_copies(s: Session, spec: DatasetSpec, facts: list[GenerationFacts]) 
     elif current is None:
         notes.append(f"{spec.target.table} has no published namespace in the control plane")
     if ns:
-        for (g,) in s.fetchall(f"SELECT DISTINCT {gen} FROM {ns} ORDER BY 1 NULLS FIRST"):
-            name = "_no_generation" if g is None else safe_name(g)
-            copies.append(TableCopy(f"target/current/{name}.parquet", f"SELECT * FROM {ns} WHERE {gen} IS NOT DISTINCT FROM ?",
-                                    f"rows of generation {g} in {where}", [g]))
+        # one file per failed generation, one for every other writer's rows (a target that a scheduler has
+        # loaded for years holds thousands of generations: one file each would bury the evidence)
+        failed = [f.generation for f in facts]
+        for g in failed:
+            copies.append(TableCopy(f"target/current/{safe_name(g)}.parquet", f"SELECT * FROM {ns} WHERE {gen} = ?",
+                                    f"rows of failed generation {g} in {where}", [g]))
+        copies.append(TableCopy("target/current/_other_generations.parquet",
+                                f"SELECT * FROM {ns} WHERE {gen} IS NULL OR {gen} NOT IN (SELECT unnest(CAST(? AS VARCHAR[])))",
+                                f"rows of every other generation (and rows with none) in {where}", [failed]))
     if spec.registry is not None:
         copies.append(TableCopy("registry/runs.parquet", f"SELECT * FROM {spec.registry.table_name.sql()}",
                                 f"the team's run registry {spec.registry.table} (generations, starts, watermarks)"))
