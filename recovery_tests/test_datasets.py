@@ -16,7 +16,7 @@ from recovery.lib.control_plane import SCHEMA
 from recovery.lib.engine import open_engine
 from recovery.lib.fencing import fence_incident
 from recovery.lib.incident import parse_incident
-from recovery.lib.spec import load_spec
+from recovery.lib.catalog_checks import load_spec
 from recovery.lib.writer import Writer
 from recovery.orchestration import run_job
 from recovery_tests.small_dataset import build_small_dataset, latest_live, order_events

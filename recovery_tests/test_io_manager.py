@@ -21,7 +21,7 @@ from recovery.lib.fencing import GENERATION_TAG
 from recovery.lib.ingest import apply_changes
 from recovery.lib.managed_output import generation_for_run
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec import load_spec
+from recovery.lib.catalog_checks import load_spec
 from recovery.lib.writer import Writer
 from recovery_tests.repaired_small import now
 from recovery_tests.small_dataset import build_small_dataset
