@@ -20,7 +20,7 @@ import dagster as dg
 from rich.console import Console
 
 from recovery.launch import Launcher
-from recovery.launch.phases import ASSESS, CONTAIN, EVIDENCE, REPORT, RESTATE, TIMELINE, VERIFY
+from recovery.lib.phases import ASSESS, CONTAIN, EVIDENCE, REPORT, RESTATE, TIMELINE, VERIFY
 from recovery.launch.repair import decision, publish_or_roll_back, run_repair
 from recovery.lib.engine import duckdb_engine
 from recovery.lib.errors import RecoveryError

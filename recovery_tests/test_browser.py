@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from recovery.config import PROJECT_ROOT
-from recovery.launch.phases import CONTAIN
+from recovery.lib.phases import CONTAIN
 from recovery_tests.example_build import env as _env
 
 CHROMIUM = Path("/usr/bin/chromium")

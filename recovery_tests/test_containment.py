@@ -31,7 +31,7 @@ from recovery.config import PROJECT_ROOT
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.containment.config import IncidentConfig, resolve_incident
 from recovery.defs.containment.jobs import CONTAIN_JOB
-from recovery.launch.phases import CONTAIN
+from recovery.lib.phases import CONTAIN
 from recovery.defs.containment.sensors import fencing_sensor
 from recovery.defs.resources import warehouse_resource
 from recovery.lib.consumers import materialize_consumer

@@ -30,7 +30,7 @@ from recovery.defs.convergence.assets import (
     verify_convergence_job,
 )
 from recovery.defs.resources import warehouse_resource
-from recovery.launch.phases import VERIFY
+from recovery.lib.phases import VERIFY
 from recovery.lib.convergence import drift_history, verify_convergence
 from recovery.lib.errors import SpecError
 from recovery.lib.ingest import apply_changes, ingestion_watermark

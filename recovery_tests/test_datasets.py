@@ -103,7 +103,7 @@ def test_the_orders_containment_job_fences_only_the_orders_backfill(two_datasets
     incident of the served dataset is refused by it, naming the spec."""
     import yaml
 
-    from recovery.defs.containment.jobs import contain_run_config
+    from recovery.lib.phases import CONTAIN
     from recovery.lib.errors import RecoveryError
     from recovery.lib.snapshot import expected_rows_sql
 
@@ -118,7 +118,7 @@ def test_the_orders_containment_job_fences_only_the_orders_backfill(two_datasets
     incident.write_text(yaml.safe_dump({"incident_id": "INC-orders-1", "spec": "spec.yaml", "failed_generations": ["bf-orders"],
                                         "requested_by": "oncall"}))
     with dg.instance_for_test() as instance:
-        assert run_job(defs, "contain_backfill__orders", instance, run_config=contain_run_config(str(incident))).success
+        assert run_job(defs, "contain_backfill__orders", instance, run_config=CONTAIN.run_config(str(incident))).success
         with pytest.raises(RecoveryError, match="spec"):
             run_job(defs, "contain_backfill__orders", instance,
                     run_config=contain_run_config(str(example.with_name("incident.yaml"))))

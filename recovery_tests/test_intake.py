@@ -14,7 +14,7 @@ import yaml
 
 from recovery.cli import main as cli
 from recovery.defs.alerts.resources import NotifierResource
-from recovery.defs.containment.jobs import contain_run_config
+from recovery.lib.phases import CONTAIN
 from recovery.defs.intake.sensors import backfill_incident_sensor, failed_backfills
 from recovery.defs.resources import warehouse_resource
 from recovery.lib.control_plane import SCHEMA
@@ -89,7 +89,7 @@ def _check_alert(alert: dict, path: Path, incident_id: str, backfill_id: str, ui
     parsed = urlparse(link)
     assert f"{parsed.scheme}://{parsed.netloc}" == ui
     assert parsed.path == "/locations/__repository__@backfill_recovery/jobs/contain_backfill/playground/setup"
-    assert yaml.safe_load(parse_qs(parsed.query)["config"][0]) == contain_run_config(str(path))
+    assert yaml.safe_load(parse_qs(parsed.query)["config"][0]) == CONTAIN.run_config(str(path))
 
 
 def test_the_worked_examples_failed_backfill_opened_its_draft_and_contain_takes_it_unchanged(incident_env, failed_example, capsys):
@@ -160,4 +160,4 @@ def test_the_launchpad_link_opens_the_named_containment_job_with_the_draft_fille
     for job in ("contain_backfill", "contain_backfill__orders"):
         parsed = urlparse(launchpad_url("http://ui:3000/", "backfill_recovery", draft, job))
         assert parsed.path == f"/locations/__repository__@backfill_recovery/jobs/{job}/playground/setup"
-        assert yaml.safe_load(parse_qs(parsed.query)["config"][0]) == contain_run_config(str(draft))
+        assert yaml.safe_load(parse_qs(parsed.query)["config"][0]) == CONTAIN.run_config(str(draft))

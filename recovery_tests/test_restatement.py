@@ -23,7 +23,7 @@ import pytest
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.resources import warehouse_resource
 from recovery.defs.restatement.assets import CHECK, RESTATE_JOB, restatement_asset
-from recovery.launch.phases import RESTATE
+from recovery.lib.phases import RESTATE
 from recovery.lib.consumers import consumer_sql, materialize_consumer
 from recovery.lib.control_plane import SCHEMA
 from recovery.lib.errors import RecoveryError, SpecError

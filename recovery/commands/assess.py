@@ -17,7 +17,7 @@ from recovery.commands.reconcile import print_summary
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
-    from recovery.launch.phases import ASSESS
+    from recovery.lib.phases import ASSESS
 
     launcher = Launcher.for_file(args.incident)
     incident, spec = launcher.incident, launcher.spec

@@ -16,7 +16,7 @@ from rich.console import Console
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
-    from recovery.launch.phases import CONTAIN
+    from recovery.lib.phases import CONTAIN
 
     launcher = Launcher.for_file(args.incident)
     result = launcher.run(CONTAIN)

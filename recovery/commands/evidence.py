@@ -17,7 +17,7 @@ from recovery.lib.errors import RecoveryError
 
 def build(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
-    from recovery.launch.phases import EVIDENCE
+    from recovery.lib.phases import EVIDENCE
     from recovery.lib.evidence import read_manifest
 
     launcher = Launcher.for_file(args.incident)  # validates before launching anything

@@ -8,7 +8,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from recovery.launch.phases import PUBLISH
+from recovery.lib.phases import PUBLISH
 
 
 def run(args: argparse.Namespace, console: Console) -> int:

@@ -12,7 +12,7 @@ from rich.table import Table
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
-    from recovery.launch.phases import RECONCILE
+    from recovery.lib.phases import RECONCILE
 
     launcher = Launcher.for_file(args.incident)
     incident, spec = launcher.incident, launcher.spec

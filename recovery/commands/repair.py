@@ -16,7 +16,7 @@ from rich.table import Table
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
-    from recovery.launch.phases import PLAN
+    from recovery.lib.phases import PLAN
     from recovery.launch.repair import run_repair
     from recovery.lib.repair.plan import wave_name
 

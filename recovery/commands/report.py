@@ -10,7 +10,7 @@ from rich.console import Console
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
-    from recovery.launch.phases import REPORT
+    from recovery.lib.phases import REPORT
 
     launcher = Launcher.for_file(args.incident)  # validates before launching anything
     incident, spec = launcher.incident, launcher.spec

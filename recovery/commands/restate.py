@@ -15,7 +15,7 @@ from rich.table import Table
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
-    from recovery.launch.phases import RESTATE
+    from recovery.lib.phases import RESTATE
     from recovery.lib.engine import open_engine
     from recovery.lib.restatement.restate import check_request
 

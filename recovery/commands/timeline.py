@@ -9,7 +9,7 @@ from rich.console import Console
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
-    from recovery.launch.phases import TIMELINE
+    from recovery.lib.phases import TIMELINE
 
     launcher = Launcher.for_file(args.incident)
     incident, spec = launcher.incident, launcher.spec

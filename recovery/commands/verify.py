@@ -16,7 +16,7 @@ from rich.table import Table
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.lib.errors import SpecError
     from recovery.launch import Launcher
-    from recovery.launch.phases import VERIFY
+    from recovery.lib.phases import VERIFY
 
     if args.recent < 1:
         raise SpecError("--recent", f"{args.recent} is not a positive number", "give how many recent partitions to check, e.g. 3")

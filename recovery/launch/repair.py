@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 import dagster as dg
 
 from recovery.defs.repair.partitions import wave_tags
-from recovery.launch.phases import CANARY, PLAN, PUBLISH, WAVE
+from recovery.lib.phases import CANARY, PLAN, PUBLISH, WAVE
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import RecoveryError
 from recovery.lib.repair.gates import latest_gates
@@ -95,7 +95,7 @@ def decision(launcher: Launcher):
 def publish_or_roll_back(launcher: Launcher) -> tuple[str, dg.ExecuteInProcessResult | None, RepairPlan | None]:
     """Publish the repair, or roll back when the decision chose it and no repair was planned.
     Returns what was done ('published', 'rolled_back', 'already_published') and the run."""
-    from recovery.launch.phases import ROLLBACK
+    from recovery.lib.phases import ROLLBACK
 
     plan, chosen = decision(launcher)
     if plan is None and chosen.is_rollback:

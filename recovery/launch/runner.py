@@ -13,7 +13,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from recovery.launch.phases import Phase
+from recovery.lib.phases import Phase
 from recovery.launch.state import IncidentState, read_state, require
 from recovery.lib.incident import Incident, check_incident, parse_incident
 from recovery.lib.spec import DatasetSpec

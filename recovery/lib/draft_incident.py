@@ -22,13 +22,13 @@ import yaml
 
 from recovery.lib.control_plane import SCHEMA, ensure_control_plane, record_event
 from recovery.lib.engine.base import Engine
+from recovery.lib.phases import CONTAIN
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.writer import retrying
 
 DRAFT_KIND = "incident_drafted"
 DRAFTS_DIR = "incidents"
-CONTAIN_JOB = "contain_backfill"
-CONTAIN_OP = "validate_incident"
+CONTAIN_JOB = CONTAIN.job
 
 
 @dataclass(frozen=True)
@@ -73,15 +73,10 @@ def partition_range(keys: tuple[str, ...] | list[str]) -> tuple[date, date] | No
     return (days[0], days[-1]) if days else None
 
 
-def contain_run_config(incident_file: str | Path) -> dict:
-    """The ``contain_backfill`` launchpad config naming the draft (what ``recovery contain`` launches)."""
-    return {"ops": {CONTAIN_OP: {"config": {"incident_file": str(incident_file)}}}}
-
-
 def launchpad_url(ui: str, location: str, incident_file: str | Path, job: str = CONTAIN_JOB) -> str:
     """The containment job's launchpad with its config filled in (Dagster's ``?config=`` parameter);
     ``job`` is ``contain_backfill``, or ``contain_backfill__<dataset>`` for a further dataset."""
-    config = yaml.safe_dump(contain_run_config(incident_file), sort_keys=False)
+    config = yaml.safe_dump(CONTAIN.run_config(str(incident_file)), sort_keys=False)
     return (f"{ui.rstrip('/')}/locations/__repository__@{location}/jobs/{job}/playground/setup"
             f"?config={url_quote(config, safe='')}")
 
@@ -132,5 +127,5 @@ def open_draft(engine: Engine, spec_path: Path, spec: DatasetSpec, failed: Faile
     return Draft(incident_id, path, newly, span)
 
 
-__all__ = ["FailedBackfill", "Draft", "draft_incident_id", "draft_path", "partition_range", "contain_run_config",
+__all__ = ["FailedBackfill", "Draft", "draft_incident_id", "draft_path", "partition_range",
            "launchpad_url", "incident_document", "open_draft", "DRAFT_KIND"]

@@ -1,8 +1,9 @@
 """The table of recovery phases: which job each launches, with which config, after what.
 
-Job names and config shapes live here once; the Dagster definitions own the jobs,
-this table only names them, so a renamed job breaks one test (``test_launch``),
-not every command.
+Job names and config shapes live here once, as plain names (no Dagster import, so
+the Dagster-free library can name a launchpad config too, e.g. a draft incident's);
+the definitions own the jobs, this table only names them, and
+``recovery_tests/lib/test_phases.py`` checks every name against the code location.
 """
 
 from __future__ import annotations
