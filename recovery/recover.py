@@ -141,6 +141,8 @@ def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterI
                             f"{cand['upserts_replayed'].value:,} upserts, {cand['deletes_replayed'].value:,} deletes")
 
     def restate():
+        if not spec.downstream:  # the restatement job exists only for a dataset with consumers
+            return [], "no downstream consumer declared in the spec: nothing to restate"
         r = launcher.run(RESTATE)
         return [r.run_id], "every consumer restated against the repaired table; originals kept; owners notified"
 

@@ -22,6 +22,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     launcher = Launcher.for_file(args.incident)
     incident, spec = launcher.incident, launcher.spec
     launcher.require(RESTATE)
+    if not spec.downstream:
+        console.print(f"{spec.dataset} declares no downstream consumer (spec: downstream): nothing to restate",
+                      highlight=False, soft_wrap=True)
+        return 0
     check_request(open_engine(spec.warehouse), spec, incident.incident_id, None)
     result = launcher.run(RESTATE)
     from recovery.lib.restatement.summary import restatement_summary
