@@ -37,6 +37,9 @@ class ReconciliationSummary(BaseModel):
     rows_actual: int
     total_expected: float | None
     total_actual: float | None
+    # where out_of_order was read from: the failed generations' write log, or (a target
+    # without one) the metadata columns of the rows each write left
+    out_of_order_basis: str | None = None
 
     @property
     def damaged_keys(self) -> int:
@@ -82,4 +85,5 @@ def summarize(s: Session, inputs: ReconcileInputs, facts: dict) -> Reconciliatio
         rows_expected=sum(p.expected_rows for p in parts), rows_actual=sum(p.actual_rows for p in parts),
         total_expected=sum(p.expected_total or 0 for p in parts) if spec.target.amount else None,
         total_actual=sum(p.actual_total or 0 for p in parts) if spec.target.amount else None,
+        out_of_order_basis=facts.get("out_of_order_basis"),
     )
