@@ -24,6 +24,7 @@ from recovery.lib.spec import DatasetSpec
 
 VERIFIED, QUALIFIED, NOT_VERIFIABLE = "verified", "qualified", "not verifiable"
 STATUSES = (VERIFIED, QUALIFIED, NOT_VERIFIABLE)
+BASIS = {"write_log": "write log", "metadata": "metadata columns"}
 
 TIMELINE_ITEMS = ("authority", "inputs", "code", "ranges", "runs", "retries", "writes", "propagation", "containment",
                   "decisions", "evidence")
@@ -118,6 +119,11 @@ def timeline_checklist(tl: dict | None, *, propagation: dict, evidence: dict) ->
             rows.append(row(item, VERIFIED, _first(found) + (f" and {len(found) - 1} more" if len(found) > 1 else "")))
         elif found:
             rows.append(row(item, QUALIFIED, _first(unknown), f"recorded without its value: {fix}"))
+        elif item == "ranges" and _events(tl, "writes"):
+            rows.append(row(item, QUALIFIED, f"no requested or intended range recorded; the partitions the failed "
+                            f"generations wrote are on the timeline's {len(_events(tl, 'writes'))} write events",
+                            f"the writes show what was touched, not what was asked for: {fix}, or launch backfills "
+                            f"through Dagster so the requested range is recorded"))
         else:
             rows.append(row(item, NOT_VERIFIABLE, "no such event on the timeline", fix))
     runs = _events(tl, "runs")
@@ -125,16 +131,21 @@ def timeline_checklist(tl: dict | None, *, propagation: dict, evidence: dict) ->
     if run_ids:
         rows.append(row("runs", VERIFIED, f"{len(run_ids)} Dagster runs from the instance's event log: "
                         + ", ".join(r[:8] for r in run_ids[:6]) + (" ..." if len(run_ids) > 6 else "")))
+    elif runs or _events(tl, "writes"):
+        rows.append(row("runs", QUALIFIED, _first(runs) if runs else f"no orchestrator run recorded; the failed generations' "
+                        f"{len(_events(tl, 'writes'))} writes are recorded without a run id",
+                        "the failed generations were not run by the orchestrator whose history was read (their writes "
+                        "carry no run id): launch backfills through Dagster, or add the other scheduler's run log to the evidence"))
     else:
-        rows.append(row("runs", QUALIFIED if runs else NOT_VERIFIABLE, _first(runs) if runs else "no run events",
-                        "the orchestrator's run history was not readable: build the timeline against the project's Dagster instance"))
+        rows.append(row("runs", NOT_VERIFIABLE, "no run events", "build the timeline against the project's Dagster instance"))
     retries = _events(tl, "retries")
     if retries:
         rows.append(row("retries", VERIFIED, f"{len(retries)} retry events: " + _first(retries)))
     elif run_ids:
         rows.append(row("retries", VERIFIED, f"the event logs of {len(run_ids)} runs hold no retry: none happened"))
     else:
-        rows.append(row("retries", NOT_VERIFIABLE, "no run history read", "build the timeline against the Dagster instance"))
+        rows.append(row("retries", QUALIFIED if _events(tl, "writes") else NOT_VERIFIABLE, "no run history of the failed generations",
+                        "retries show in an orchestrator's run log only; without one, repeated writes in _recovery.writes are the only trace"))
     writes = _events(tl, "writes")
     if writes:
         seqs = [e["seq"] for e in writes if e.get("seq") is not None]
@@ -221,7 +232,7 @@ def reconciliation_checklist(ctx: dict, *, write_log: bool, out_of_order_basis: 
             rows.append(row("deleted", VERIFIED, f"{counts.get('deleted', 0):,} keys deleted (held before the failed "
                             f"generation started, per the write log)"))
             rows.append(row("concurrent", VERIFIED, f"{over:,} concurrent writes lost, {counts.get('out_of_order', 0):,} "
-                            f"keys applied out of order (from the {out_of_order_basis or 'write log'}), "
+                            f"keys applied out of order (from the {BASIS.get(out_of_order_basis or 'write_log')}), "
                             f"{parts.get('findings', {}).get('written_after_fence', 0)} partitions written after the fence"))
         else:
             why = ("the target keeps no write log of the failed generations (a foreign table): what it held before the "
