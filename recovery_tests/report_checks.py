@@ -27,7 +27,8 @@ def checklist(page: _Page) -> dict[str, dict[str, str]]:
 
 def check_done_reports(reports_dir: Path, *, evidence_dir: Path, run_ids: set[str], consumers: list[str],
                        computed_originals: set[str] = frozenset(), qualified: dict[str, str] | None = None) -> dict[str, dict]:
-    """``qualified``: timeline items expected to be qualified, with a phrase their reason must hold."""
+    """``run_ids``: the failed generations' Dagster runs the timeline must cite; ``qualified``: timeline
+    items expected to be qualified, with a phrase their reason must hold."""
     """Assert what every recovered incident's reports must say; return the checklists for more."""
     pages = {name: _Page((reports_dir / f"{name}.html").read_text()) for name in ("timeline", "reconciliation", "recovery")}
     lists = {name: checklist(page) for name, page in pages.items()}

@@ -280,7 +280,7 @@ def recovery_checklist(ctx: dict) -> list[dict]:
     idem = sec["idempotency"]
     if idem["status"] == NOT_RUN:
         rows.append(row("idempotency", NOT_VERIFIABLE, "no idempotency gate recorded (_recovery.gate_results)",
-                        "run the repair; its rerun gate proves a second pass changes nothing"))
+                        "run recovery repair --incident FILE: its rerun gate proves a second pass changes nothing"))
     else:
         gates = idem.get("gates", [])
         rows.append(row("idempotency", VERIFIED if idem["status"] in ("passed", "recorded") else QUALIFIED,
