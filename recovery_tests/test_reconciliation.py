@@ -205,7 +205,7 @@ def test_a_dataset_with_other_names_reconciles_from_its_spec_alone(tmp_path):
                  mode="delete_keys")
     writer.write("bf-7", _rows(spec, key(dropped[1]), rev=dropped[1][2]), mode="upsert_keys")
 
-    summary, facts = run_reconciliation(spec, ["bf-7"], incident_id="INC-small")
+    summary, _ = run_reconciliation(spec, ["bf-7"], incident_id="INC-small")
     with writer.engine.session() as s:
         got = {(r[0], r[1]): r[2] for r in s.fetchall(f"SELECT region, order_no, label FROM {recon_table(spec)} WHERE incident_id = 'INC-small'")}
     assert got == {
