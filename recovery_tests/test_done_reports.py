@@ -68,8 +68,15 @@ def test_the_orders_datasets_reports_prove_every_done_item_and_hide_no_phase_tha
     assert set(corrected) == set(declared)
     totals = dict(r.fetch(f"SELECT consumer, original_total FROM {SCHEMA}.restatements WHERE incident_id = ?",
                           [incident.incident_id]))
+    recorded = {d: (c, m, rem) for c, d, m, rem in r.fetch(
+        f"SELECT consumer, decision, material, remediation FROM {SCHEMA}.restatement_decisions WHERE incident_id = ?",
+        [incident.incident_id])}
+    assert set(recorded) == set(declared)
     for name, row in corrected.items():
-        assert row[1] == declared[name][0] and row[5] == declared[name][1]
+        consumer, material_now, remediation = recorded[name]
+        assert row[1] == declared[name][0] == consumer
+        assert row[5] == remediation == (declared[name][1] if material_now else "none: below materiality")
         assert float(row[2].replace(",", "")) == round(totals[row[1]], 2)
+    assert any(m for _, m, _ in recorded.values())
     # the out_of_order basis: the orders target keeps a write log
     assert "write log" in result["lists"]["reconciliation"]["concurrent"]["evidence"]

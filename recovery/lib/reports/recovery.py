@@ -177,11 +177,12 @@ def downstream_corrections(s: Session, spec: DatasetSpec, incident: Incident) ->
                        basis=original_basis(s, rec["original_namespace"]), original_namespace=rec["original_namespace"],
                        corrected_namespace=rec["corrected_namespace"])
         rows.append(row)
-    by_name = {c.name: c for c in spec.downstream}
-    decisions = [{"consumer": r["consumer"], "decision": d.name, "remediation": d.remediation,
-                  "original_total": r["original_total"], "corrected_total": r["corrected_total"], "material": r["material"],
-                  "ledger": r["decision"] or r["outcome"]}
-                 for r in rows if r["consumer"] in by_name for d in by_name[r["consumer"]].decisions]
+    decisions = []
+    if exists(s, "restatement_decisions"):  # recorded by the restatement, per declared decision
+        decisions = [d | {"ledger": f"{SCHEMA}.restatement_decisions"} for d in rows_as_dicts(
+            s, f"SELECT consumer, decision, remediation, original_total, corrected_total, material_rows AS material "
+               f"FROM {SCHEMA}.restatement_decisions WHERE incident_id = ? AND dataset = ? ORDER BY consumer, decision",
+            [incident.incident_id, spec.dataset])]
     return {"status": "recorded", "consumers": rows, "decisions": decisions, "material": sum(r["material"] for r in rows),
             "rows_restated": sum(r["rows_restated"] for r in rows),
             "computed_originals": [r["consumer"] for r in rows if str(r["basis"]).startswith("original computed")],

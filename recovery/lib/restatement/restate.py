@@ -27,7 +27,7 @@ from recovery.lib.errors import FencedGenerationError, RecoveryError, SpecError
 from recovery.lib.identifiers import TableName
 from recovery.lib.impact import DECISIONS
 from recovery.lib.notify import Notifier
-from recovery.lib.restatement.ledger import ledger_counts, ledger_table, output_total, write_ledger
+from recovery.lib.restatement.ledger import ledger_counts, ledger_table, output_total, write_decisions, write_ledger
 from recovery.lib.restatement.outputs import (
     RESTATEMENTS,
     build_original,
@@ -135,6 +135,8 @@ def _restate_one(s: Session, spec: DatasetSpec, c: DownstreamSpec, *, incident_i
     corrected_rel = f"SELECT * FROM {TableName.parse(corrected).sql()}"
     mismatches = _mismatches(s, corrected_rel, consumer_sql(spec, c, expected_rows_sql(spec, watermark)))
     totals = output_total(s, original, c), output_total(s, corrected, c)
+    write_decisions(s, spec, c, incident_id=incident_id, material_rows=counts["material"],
+                    original_total=totals[0], corrected_total=totals[1])
     seq = next_seq(s)
     s.execute(f"DELETE FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ? AND consumer = ?", [incident_id, spec.dataset, c.name])
     s.execute(
