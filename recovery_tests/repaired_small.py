@@ -65,8 +65,11 @@ def build_damaged(root: Path) -> Repaired:
     spec_path = build_small_dataset(root, n_orders=160)
     (root / "region_units.sql").write_text(REGION_UNITS_SQL)
     data = spec_dict()
+    data["downstream"][0]["decisions"] = [{"name": "shard order report sent to ops", "remediation": "re-issue the report"}]
     data["downstream"].append({"name": "region_units", "kind": "experiment", "owner": "growth", "sql": "region_units.sql",
-                               "key": ["region"], "materiality": {"column": "units", "rel": 0.01}})
+                               "key": ["region"], "materiality": {"column": "units", "rel": 0.01},
+                               "decisions": [{"name": "regional stock rebalanced", "remediation": "re-plan the rebalance"},
+                                             {"name": "growth readout shared", "remediation": "correct the readout"}]})
     write_spec(root, data)
     incident = root / "incident.yaml"
     incident.write_text(yaml.safe_dump({"incident_id": INCIDENT, "spec": "spec.yaml", "failed_generations": [FAILED],

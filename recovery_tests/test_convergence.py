@@ -170,3 +170,24 @@ def test_bad_input_is_a_clear_error(tmp_path):
     r = build_repaired(tmp_path / "orders")
     with pytest.raises(SpecError, match="recent_partitions: 0 is not a positive whole number"):
         verify_convergence(r.engine, r.spec, recent=0)
+
+
+def test_a_check_where_no_generation_recorded_a_watermark_names_the_source_time_it_compared_with(tmp_path):
+    from recovery.lib.engine import open_engine
+    from recovery.lib.catalog_checks import load_spec
+    from recovery.lib.writer import Writer
+    from recovery_tests.small_dataset import build_small_dataset
+
+    spec = load_spec(build_small_dataset(tmp_path / "orders", n_orders=40))
+    writer = Writer(open_engine(spec.warehouse), spec)
+    writer.ensure()
+    writer.register_generation("ingest-1", "ingest")
+    apply_changes(writer, "ingest-1", until=now())
+    with writer.engine.transaction() as s:  # as a foreign loader leaves it: nothing says how far it read
+        s.execute("UPDATE _recovery.generations SET source_watermark = NULL")
+    result = verify_convergence(writer.engine, spec)
+    with writer.engine.session(read_only=True) as s:
+        latest = s.scalar("SELECT max(loaded_at) FROM src.order_events")
+    assert result.watermark == latest and result.converged
+    assert "None" not in result.summary()
+    assert f"as of {latest:%Y-%m-%d %H:%M:%S} (the source's latest change: no generation recorded a watermark)" in result.summary()

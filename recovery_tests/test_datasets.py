@@ -121,7 +121,7 @@ def test_the_orders_containment_job_fences_only_the_orders_backfill(two_datasets
         assert run_job(defs, "contain_backfill__orders", instance, run_config=CONTAIN.run_config(str(incident))).success
         with pytest.raises(RecoveryError, match="spec"):
             run_job(defs, "contain_backfill__orders", instance,
-                    run_config=contain_run_config(str(example.with_name("incident.yaml"))))
+                    run_config=CONTAIN.run_config(str(example.with_name("incident.yaml"))))
     assert writer.is_fenced("bf-orders")
     transactions = load_spec(example)
     with open_engine(transactions.warehouse).session(read_only=True) as s:

@@ -105,6 +105,9 @@ def test_backfill_is_a_real_dagster_backfill_with_one_dead_run_and_one_retry(fai
     flaky = SCENARIO.flaky_partitions[0].isoformat()
     assert retried[0].tags["dagster/asset_partition_range_start"] <= flaky <= retried[0].tags["dagster/asset_partition_range_end"]
     assert retried[0].status == dg.DagsterRunStatus.SUCCESS
+    # the reordered partition sits after the flaky one in the same run: its retry wrote it
+    for p in SCENARIO.reordered_partitions:
+        assert flaky < p.isoformat() <= retried[0].tags["dagster/asset_partition_range_end"]
     assert dg.DagsterEventType.STEP_UP_FOR_RETRY not in set(types(dead.run_id))
 
     # ingestion and the consumers' refresh ran as ordinary successful runs
@@ -121,7 +124,7 @@ def test_backfill_is_a_real_dagster_backfill_with_one_dead_run_and_one_retry(fai
 def test_every_label_occurs_and_counts_match_the_build(failed_example, con):
     counts = dict(con.execute("SELECT label, count(*) FROM truth.damage GROUP BY 1").fetchall())
     assert set(counts) == set(LABELS) == {
-        "duplicate", "resurrected", "unexpected", "missing", "deleted",
+        "duplicate", "out_of_order", "resurrected", "unexpected", "missing", "deleted",
         "mispartitioned", "overwritten", "stale", "incorrectly_transformed",
     }
     assert all(n > 0 for n in counts.values()), counts
@@ -272,6 +275,31 @@ def test_stale_keys_sit_where_an_outdated_input_was_read(con):
     for txn, t_sv, e_sv, newer_at in rows:
         assert t_sv < e_sv, txn
         assert SCENARIO.stale_watermark < newer_at <= SCENARIO.backfill_start, (txn, newer_at)
+
+
+def test_out_of_order_keys_got_an_earlier_version_after_the_latest_one_in_the_retried_step(con):
+    ooo = labelled(con, "out_of_order")
+    assert ooo
+    parts = ", ".join(_d(p) for p in SCENARIO.reordered_partitions)
+    # independently of truth.py: keys of the reordered partitions whose target row holds the upsert
+    # before their latest upsert as of the backfill's read, written by the failed generation
+    expected = keys(con, f"""
+        SELECT t.txn_id FROM {TARGET} t
+        WHERE t._generation = '{GEN}' AND t.event_date IN ({parts})
+          AND t._source_version < (SELECT max(version) FROM {SOURCE} s WHERE s.txn_id = t.txn_id AND op = 'upsert'
+                                   AND s.ingested_at <= {_ts(SCENARIO.backfill_start)})""")
+    assert ooo == expected
+    # the write log shows the newer version written first, the older one last, by the same generation
+    rows = con.execute(f"""
+        SELECT txn_id, arg_max(_source_version, _delta_seq), max(_source_version)
+        FROM _recovery."delta__transactions"
+        WHERE _generation = '{GEN}' AND _delta_op = 'upsert'
+          AND txn_id IN (SELECT txn_id FROM truth.damage WHERE label = 'out_of_order') GROUP BY 1""").fetchall()
+    assert {r[0] for r in rows} == ooo
+    for txn, last, newest in rows:
+        assert last < newest, txn
+    notes = keys(con, f"SELECT note FROM _recovery.writes WHERE generation = '{GEN}' AND mode = 'upsert_keys'")
+    assert any("earlier versions" in (n or "") for n in notes)
 
 
 def test_mispartitioned_rows_sit_in_their_landing_date_partition(con):

@@ -174,9 +174,9 @@ def test_a_dataset_with_other_names_reconciles_from_its_spec_alone(tmp_path):
                              GROUP BY ALL HAVING arg_max(change, rev) = 'drop' ORDER BY ALL""").fetchall()
     con.close()
     key = lambda r: f"region = '{r[0]}' AND order_no = {r[1]}"  # noqa: E731
-    stale_k, over_k = multi[0], multi[1]
+    stale_k, over_k, ooo_k = multi[0], multi[1], multi[2]
     dup_k, del_k, mis_k, bad_k = live[10], live[20], live[30], live[40]
-    assert len({tuple(x[:2]) for x in (stale_k, over_k, dup_k, del_k, mis_k, bad_k)}) == 6
+    assert len({tuple(x[:2]) for x in (stale_k, over_k, ooo_k, dup_k, del_k, mis_k, bad_k)}) == 7
     # a newer version of over_k arrives after the failed generation starts and ingestion writes it
     writer.register_generation("bf-7", "backfill")
     later = _now() + timedelta(seconds=1)
@@ -198,6 +198,12 @@ def test_a_dataset_with_other_names_reconciles_from_its_spec_alone(tmp_path):
     writer.write("bf-7", _rows(spec, key(stale_k), rev=stale_k[2][0]), mode="upsert_keys")
     writer.write("bf-7", _rows(spec, key(over_k), rev=over_k[2][-1]), mode="upsert_keys")
     writer.write("bf-7", f"SELECT * REPLACE (qty + 1 AS qty) FROM ({_rows(spec, key(bad_k))})", mode="upsert_keys")
+    # out of order: the latest version, then an earlier one on top; and the tombstone, then an earlier put
+    writer.write("bf-7", _rows(spec, key(ooo_k), rev=ooo_k[2][-1]), mode="upsert_keys")
+    writer.write("bf-7", _rows(spec, key(ooo_k), rev=ooo_k[2][0]), mode="upsert_keys")
+    writer.write("bf-7", f"SELECT region, order_no, max(rev) AS src_rev FROM src.order_events WHERE {key(dropped[1])} GROUP BY ALL",
+                 mode="delete_keys")
+    writer.write("bf-7", _rows(spec, key(dropped[1]), rev=dropped[1][2]), mode="upsert_keys")
 
     summary, _ = run_reconciliation(spec, ["bf-7"], incident_id="INC-small")
     with writer.engine.session() as s:
@@ -212,9 +218,42 @@ def test_a_dataset_with_other_names_reconciles_from_its_spec_alone(tmp_path):
         tuple(over_k[:2]): "overwritten",
         tuple(stale_k[:2]): "stale",
         tuple(bad_k[:2]): "incorrectly_transformed",
+        tuple(ooo_k[:2]): "out_of_order",
+        tuple(dropped[1][:2]): "out_of_order",
     }
     assert summary.unexplained == 0
+    assert summary.out_of_order_basis == "write_log"
     assert "moved-000000" in {p.partition for p in summary.partitions}
+
+
+def test_out_of_order_without_a_write_log_is_read_from_the_metadata_columns(tmp_path):
+    """A foreign target keeps no write log of the failed generation: one write that read a key's
+    newer version (it wrote other keys' later arrivals) yet holds an older one is out_of_order;
+    a write whose whole read predates the newer version is stale."""
+    spec, writer = _small(tmp_path)
+    con = duckdb.connect(str(spec.warehouse.path), read_only=True)
+    multi = con.execute("""SELECT region, order_no, list(rev ORDER BY rev), max(loaded_at) FROM src.order_events GROUP BY ALL
+                           HAVING count(*) >= 2 AND arg_max(change, rev) = 'put' ORDER BY 4""").fetchall()
+    newest = con.execute("""SELECT region, order_no FROM src.order_events GROUP BY ALL
+                            HAVING arg_max(change, rev) = 'put' ORDER BY max(loaded_at) DESC LIMIT 1""").fetchone()
+    con.close()
+    key = lambda r: f"region = '{r[0]}' AND order_no = {r[1]}"  # noqa: E731
+    ooo_k, stale_k = multi[0], multi[1]
+    assert tuple(newest) not in {tuple(ooo_k[:2]), tuple(stale_k[:2])}
+    writer.register_generation("bf-8", "backfill")
+    at = _now()
+    # one write: ooo_k's first version together with the newest arrival of the source
+    writer.write("bf-8", f"SELECT * FROM ({_rows(spec, key(ooo_k), rev=ooo_k[2][0])}) UNION ALL SELECT * FROM ({_rows(spec, key(newest))})",
+                 mode="upsert_keys", at=at)
+    # another write that read nothing newer than stale_k's first version
+    writer.write("bf-8", _rows(spec, key(stale_k), rev=stale_k[2][0]), mode="upsert_keys", at=at + timedelta(seconds=1))
+    with writer.engine.transaction() as s:  # as on a foreign target: no write log of the failed generation
+        s.execute("DELETE FROM _recovery.\"delta__orders\" WHERE gen_id = 'bf-8'")
+    summary, _ = run_reconciliation(spec, ["bf-8"], incident_id="INC-meta")
+    with writer.engine.session() as s:
+        got = {(r[0], r[1]): r[2] for r in s.fetchall(f"SELECT region, order_no, label FROM {recon_table(spec)} WHERE incident_id = 'INC-meta'")}
+    assert got == {tuple(ooo_k[:2]): "out_of_order", tuple(stale_k[:2]): "stale"}
+    assert summary.out_of_order_basis == "metadata"
 
 
 def test_rollback_is_chosen_only_when_a_complete_prior_generation_exists_and_nothing_would_be_lost(tmp_path):

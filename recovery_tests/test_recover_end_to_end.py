@@ -23,6 +23,7 @@ from recovery.lib.incident import check_incident, parse_incident
 from recovery.lib.repair.plan import load_plan
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.recover import run_recovery
+from recovery_tests.report_checks import check_done_reports
 from recovery_tests.test_reports import _Page
 
 
@@ -49,7 +50,7 @@ def recovered(failed_example, example_copy: Path, tmp_path: Path, monkeypatch):
     return incident, spec, run, notes
 
 
-def test_ingestion_during_the_repair_is_replayed_into_the_published_table_and_reported(recovered):
+def test_ingestion_during_the_repair_is_replayed_into_the_published_table_and_reported(recovered, failed_example):
     incident, spec, run, notes = recovered
     assert [p.phase for p in run.phases] == ["contain", "evidence", "assess", "repair", "publish", "restate", "verify",
                                              "reports"]
@@ -105,3 +106,9 @@ def test_ingestion_during_the_repair_is_replayed_into_the_published_table_and_re
     assert section.startswith("Concurrentwritespreserved")
     for name, value in totals.items():
         assert f"{value:,}{name}" in section, (name, value, section[:300])
+    # the three reports' Done checklists: every item verified or qualified with its reason, from this run's records
+    result = check_done_reports(incident.reports_dir(spec), evidence_dir=incident.evidence_dir(spec),
+                                run_ids=set(failed_example.info["run_ids"]["backfill"]), consumers=[c.name for c in spec.downstream])
+    timeline = result["lists"]["timeline"]
+    assert timeline["retries"]["status"] == "verified" and "retry" in timeline["retries"]["evidence"]
+    assert "out of order" in result["lists"]["reconciliation"]["concurrent"]["evidence"]

@@ -180,6 +180,21 @@ def test_reports_state_the_figures_the_control_plane_holds(reported, failed_exam
     assert set(failed_example.info["run_ids"]["backfill"]) <= run_ids
     assert any(row[4] == "reconciliation" for row in timeline.tables["events"][1:])
 
+    # Done checklists: the reconciliation's items are verified from its records; the recovery's phases
+    # have not run, so each recovery item names the command that would verify it
+    recon_done = {r[0]: r[1:] for r in recon.tables["done-checklist"][1:]}
+    assert all(v[0] == "verified" for k, v in recon_done.items()), recon_done
+    assert f"{sum(labels.values()):,} damaged keys" in recon_done["keys"][1]
+    assert "out of order" in recon_done["concurrent"][1] and "write log" in recon_done["concurrent"][1]
+    rec_done = {r[0]: r[1:] for r in _Page(html["recovery"]).tables["done-checklist"][1:]}
+    assert {k: v[0] for k, v in rec_done.items() if k != "tested backfill gates"} == {
+        k: "not verifiable" for k in rec_done if k != "tested backfill gates"}
+    assert all("recovery " in v[2] for v in rec_done.values())
+    tl_done = {r[0]: r[1:] for r in timeline.tables["done-checklist"][1:]}
+    assert tl_done["runs"][0] == tl_done["retries"][0] == tl_done["decisions"][0] == "verified"
+    assert any(r[:8] in tl_done["runs"][1] for r in failed_example.info["run_ids"]["backfill"])
+    assert tl_done["containment"][0] == "not verifiable" and "recovery contain" in tl_done["containment"][2]
+
     # recovery: every section present; none has run on the failed example, and the recurrence
     # gates of the spec's policy are listed as in force
     recovery = html["recovery"]
@@ -260,6 +275,20 @@ def test_the_recovery_report_shows_what_the_repair_recorded(tmp_path):
     md = (tmp_path / "out" / "recovery.md").read_text()
     assert "| Recurrence gates in force | in force |" in md and "| order_totals | ops | 2 | 1 | not yet |" in md
     assert "upserted 46, deleted 3, skipped_older 2" in md
+    # the Done checklist reads the same records: what ran is verified or qualified, what did not names its command
+    done = {r["item"]: r for r in reports.contexts["recovery"]["done"]}
+    assert done["concurrent-write preservation"]["status"] == "verified" and "46 upserts and 3 deletes" in done[
+        "concurrent-write preservation"]["evidence"]
+    assert done["canaries"]["status"] == "verified" and "canary of 1 partitions" in done["canaries"]["evidence"]
+    assert done["current-ingestion validation"]["status"] == "verified"
+    assert done["downstream correction"]["status"] == "verified" and "2 ledger rows, 1 material" in done["downstream correction"]["evidence"]
+    assert done["isolated repair"]["status"] == "qualified" and "recovery publish" in done["isolated repair"]["why"]
+    assert done["tested backfill gates"]["status"] == "qualified" and "recovery backfill plan" in done["tested backfill gates"]["why"]
+    assert _Page(html).tables["done-checklist"][1][0] == "isolated repair"
+    recon_done = {r["item"]: r for r in reports.contexts["reconciliation"]["done"]}
+    assert {r["status"] for r in recon_done.values()} == {"not verifiable"}
+    assert all("recovery reconcile" in r["why"] or "assess_incident" in r["why"] for r in recon_done.values())
+    assert {r["item"]: r["status"] for r in reports.contexts["timeline"]["done"]}["evidence"] == "not verifiable"
     # no reconciliation in this warehouse: that report says so instead of failing
     assert reports.contexts["reconciliation"]["labels"]["status"] == "not run yet"
     assert "not run yet" in (tmp_path / "out" / "reconciliation.html").read_text()

@@ -158,6 +158,36 @@ def test_a_plain_consumer_table_is_adopted_as_the_first_namespace(tmp_path):
         ("adopted",), (f"restatement of incident {INCIDENT}",)]
 
 
+def test_a_consumer_never_materialized_from_the_damage_gets_its_original_from_the_preserved_damaged_generation(tmp_path):
+    r = build_damaged(tmp_path / "orders")
+    c, d = r.spec.downstream   # c: only ever materialized after the repair; d: never materialized at all
+    with r.engine.transaction() as s:  # as if neither consumer existed while the damage was exposed
+        for name in (c.name, d.name):
+            s.execute(f"DROP VIEW consumers.{name}")
+            s.execute(f"DELETE FROM {SCHEMA}.consumer_builds WHERE consumer = ?", [name])
+            for table in ("pointers", "pointer_history", "namespaces"):
+                s.execute(f"DELETE FROM {SCHEMA}.{table} WHERE public_name = ?", [f"consumers.{name}"])
+            s.execute(f"DROP TABLE consumers.{name}__g0001")
+    damaged_ns = r.fetch(f"SELECT namespace FROM {SCHEMA}.pointers WHERE public_name = 'mart.orders'")[0][0]
+    publish_repair(r)
+    materialize_consumer(r.engine, r.spec, c)   # built from the repaired target: not the original outcome
+    results = restate_consumers(r.engine, r.spec, INCIDENT, failed_generations=[FAILED])
+    for x, res in zip((c, d), results):
+        assert res.original_basis.startswith("original computed from the preserved damaged generation " + damaged_ns)
+        assert res.original_total is not None and res.corrected_total is not None
+        assert res.original_total != res.corrected_total and res.affected and res.material_rows > 0
+        # the original equals the consumer's SQL over the damaged namespace; the public name never pointed at it
+        assert _diff(r, f"SELECT * FROM {res.original_namespace}", consumer_sql(r.spec, x, f"SELECT * FROM {damaged_ns}")) == 0
+        assert r.fetch(f"SELECT count(*) FROM {SCHEMA}.pointer_history WHERE to_namespace = ?", [res.original_namespace]) == [(0,)]
+        assert r.fetch(f"SELECT status FROM {SCHEMA}.namespaces WHERE namespace = ?", [res.original_namespace]) == [("retained",)]
+        ledger = r.fetch(f"SELECT original_value, corrected_value FROM {ledger_table(r.spec)} WHERE consumer = ?", [x.name])
+        assert ledger and all(o is not None or cv is not None for o, cv in ledger)
+        assert any(o is not None and cv is not None and o != cv for o, cv in ledger)
+    # a re-run keeps the same original (it is recorded by the restatement)
+    again = restate_consumers(r.engine, r.spec, INCIDENT, failed_generations=[FAILED])
+    assert [x.original_namespace for x in again] == [x.original_namespace for x in results]
+
+
 def test_restating_before_the_repair_is_published_or_with_bad_input_is_refused_and_writes_nothing(tmp_path):
     r = build_damaged(tmp_path / "orders")
     db = r.spec.warehouse.path

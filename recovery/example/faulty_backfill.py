@@ -12,7 +12,10 @@ This is deliberately wrong code, kept readable so each bug is visible:
 6. a run dies mid-partition (rows deleted chunk by chunk, not re-inserted) and is
    never retried;
 7. rows from a staging feed that never belonged to the source are unioned in;
-8. (in the launcher) the range reaches the current partitions ingestion is writing.
+8. (in the launcher) the range reaches the current partitions ingestion is writing;
+9. a retried step re-applies changes out of order: in a reordered partition, the
+   retry writes the partition's latest versions, then applies the queue's
+   redelivered batch of each corrected key's earlier version on top of them.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ class WorkerLost(Exception):
     """The run's worker died mid-partition."""
 
 
-def _buggy_source_sql(partitions: list[date], watermark: datetime, scenario: Scenario) -> str:
-    """The 2.3.0 read of the source for some partitions, as of one watermark."""
+def _buggy_source_sql(partitions: list[date], watermark: datetime, scenario: Scenario, *, rank: int = 1) -> str:
+    """The 2.3.0 read of the source for some partitions, as of one watermark (``rank`` 2: each
+    key's upsert before its latest one, the redelivered batch of bug 9)."""
     days = ", ".join(f"DATE '{p.isoformat()}'" for p in partitions)
     staging = ""
     lo, hi = scenario.staging_range
@@ -47,7 +51,7 @@ def _buggy_source_sql(partitions: list[date], watermark: datetime, scenario: Sce
             SELECT * EXCLUDE (rn) FROM (
                 SELECT e.*, row_number() OVER (PARTITION BY txn_id ORDER BY version DESC) AS rn
                 FROM raw.transaction_events e
-                WHERE ingested_at <= {ts_literal(watermark)} AND op = 'upsert') WHERE rn = 1),
+                WHERE ingested_at <= {ts_literal(watermark)} AND op = 'upsert') WHERE rn = {int(rank)}),
         landing AS (
             SELECT txn_id, CAST(min(ingested_at) AS DATE) AS landing_date
             FROM raw.transaction_events WHERE ingested_at <= {ts_literal(watermark)} GROUP BY txn_id),
@@ -57,7 +61,7 @@ def _buggy_source_sql(partitions: list[date], watermark: datetime, scenario: Sce
                CAST(CASE WHEN landing_date < DATE '{scenario.buggy_cutover.isoformat()}' THEN amount / 100
                          ELSE amount * CASE currency WHEN 'EUR' THEN 1.08 WHEN 'GBP' THEN 1.27 ELSE 1.00 END
                     END AS DECIMAL(18, 2)) AS amount_usd,
-               status, version AS _source_version, landing_date
+               status, version AS _source_version, landing_date, {'true' if rank > 1 else 'false'} AS _queued
         FROM src WHERE landing_date IN ({days})
     """
 
@@ -72,11 +76,16 @@ def stage_sql(partitions: list[date], snapshot: datetime, scenario: Scenario = S
     stale = [p for p in partitions if lo <= p <= hi]
     fresh = [p for p in partitions if not lo <= p <= hi]
     parts = [_buggy_source_sql(group, wm, scenario) for group, wm in ((fresh, snapshot), (stale, scenario.stale_watermark)) if group]
+    reordered = [p for p in partitions if p in scenario.reordered_partitions]
+    if reordered:
+        parts.append(_buggy_source_sql(reordered, snapshot, scenario, rank=2))
     return " UNION ALL ".join(f"({q})" for q in parts)
 
 
-def buggy_rows_sql(partition: date, stage: str) -> str:
-    return f"SELECT * EXCLUDE (landing_date) FROM {stage} WHERE landing_date = DATE '{partition.isoformat()}'"
+def buggy_rows_sql(partition: date, stage: str, *, queued: bool = False) -> str:
+    """A partition's staged rows (``queued``: the redelivered earlier versions of bug 9)."""
+    return (f"SELECT * EXCLUDE (landing_date, _queued) FROM {stage} "
+            f"WHERE landing_date = DATE '{partition.isoformat()}' AND {'' if queued else 'NOT '}_queued")
 
 
 def write_time(partition: date, scenario: Scenario = SCENARIO) -> datetime:
@@ -107,6 +116,11 @@ def recompute_partition(
         writer.write(generation, rows, mode="append", note="append after checkpointed clear", **kw)
         if retry_number == 0:
             raise CatalogTimeout(f"catalog update for partition {key} timed out after the data was written")
+        return "done"
+    if partition in scenario.reordered_partitions and retry_number > 0:
+        writer.write(generation, rows, mode="replace_partitions", partitions=[key], **kw)
+        writer.write(generation, buggy_rows_sql(partition, stage, queued=True), mode="upsert_keys",
+                     note="retry applied the redelivered batch of earlier versions", **kw)
         return "done"
     if partition == scenario.dying_partition:
         chunk = lambda k: f"SELECT * FROM ({rows}) WHERE hash(txn_id) % 4 = {k}"  # noqa: E731

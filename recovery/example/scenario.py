@@ -32,6 +32,9 @@ class Scenario:
     # bugs of the backfill code (code version 2.3.0)
     buggy_cutover: date = date(2024, 3, 1)        # reads v1 cents as dollars from here
     flaky_partitions: tuple[date, ...] = (date(2024, 2, 14),)
+    # a partition after the flaky one in the same run: written by the retried step, which
+    # applies a redelivered batch of earlier versions after the latest ones (out of order)
+    reordered_partitions: tuple[date, ...] = (date(2024, 2, 21),)
     dying_partition: date = date(2024, 3, 20)
     staging_range: tuple[date, date] = (date(2024, 4, 10), date(2024, 4, 20))
     stale_range: tuple[date, date] = (date(2024, 5, 4), date(2024, 6, 3))

@@ -18,7 +18,7 @@ from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec
 
 LABELS = [
-    "duplicate", "resurrected", "unexpected", "missing", "deleted",
+    "duplicate", "out_of_order", "resurrected", "unexpected", "missing", "deleted",
     "mispartitioned", "overwritten", "stale", "incorrectly_transformed",
 ]
 
@@ -53,6 +53,19 @@ def build_truth(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, *, failed_gen
     for k in counts[counts > 1].index:
         labels[k] = "duplicate"
     single = T[T[key].map(counts) == 1].set_index(key)
+    # out_of_order: the failed generation wrote the key's row after it had already written a
+    # newer version of the key, or applied its tombstone (a delete_keys write), per its write log
+    tomb_seqs = set(con.execute("SELECT seq FROM _recovery.writes WHERE generation = ? AND mode = 'delete_keys'",
+                                [failed_generation]).df()["seq"])
+    f_log = delta[(delta["gen"] == failed_generation) & ((delta["op"] == "upsert") | delta["seq"].isin(tomb_seqs))]
+    mine = single[single[meta.generation] == failed_generation][meta.source_version].rename("t_sv").reset_index()
+    j = f_log.merge(mine, on=key)
+    held_seq = j[(j["op"] == "upsert") & (j["sv"] == j["t_sv"])].groupby(key)["seq"].max()
+    j["held_seq"] = j[key].map(held_seq)
+    for k in set(j.loc[(j["sv"] > j["t_sv"]) & (j["seq"] < j["held_seq"]), key]):
+        if k in E.index and all(_same(pd.Series([single.at[k, c]]), pd.Series([E.at[k, c]])).iloc[0] for c in E.columns):
+            continue  # the row equals the expected one: no damage
+        labels.setdefault(k, "out_of_order")
     tomb = latest.index[latest["op"] == "delete"]
     for k in single.index.intersection(tomb):
         labels.setdefault(k, "resurrected")

@@ -137,5 +137,55 @@ def damaged_output(s: Session, spec: DatasetSpec, consumer: str, generations: li
     )
 
 
+ORIGINAL_FROM_DAMAGE = "original computed from the preserved damaged generation"
+
+
+def damaged_target(s: Session, spec: DatasetSpec, generations: list[str] | None) -> str | None:
+    """The target namespace the failed generations last wrote (kept after the repair's publish):
+    what a consumer built during the damage would have read."""
+    from recovery.lib.control_plane import delta_table
+
+    if s.object_kind(SCHEMA, f"delta__{spec.dataset}") is None:
+        return None
+    wanted = (str_list(generations) if generations
+              else f"SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL AND dataset = '{spec.dataset}'")
+    ns = s.scalar(f"SELECT arg_max(_delta_namespace, _delta_seq) FROM {delta_table(spec.dataset)} "
+                  f"WHERE {quote(spec.target.metadata.generation)} IN ({wanted})")
+    if ns is None or s.scalar(f"SELECT count(*) FROM {SCHEMA}.namespaces WHERE namespace = ?", [ns]) == 0:
+        return None
+    return ns
+
+
+def build_original(s: Session, spec: DatasetSpec, consumer: str, select_sql: str, damaged_ns: str, *, actor: str,
+                   incident_id: str) -> str:
+    """The consumer's output as the damage would have produced it (no earlier materialization
+    exists): built over the damaged namespace into a kept namespace the public name never points
+    at, and recorded as built from that namespace, so the ledger holds original values."""
+    ensure_tables(s)
+    m = managed(spec, consumer)
+    seq = next_seq(s)
+    note = f"{ORIGINAL_FROM_DAMAGE} {damaged_ns} (incident {incident_id})"
+    ns = build(s, m, select_sql, actor=actor, seq=seq, note=note)
+    s.execute(f"UPDATE {SCHEMA}.namespaces SET status = 'retained' WHERE namespace = ?", [ns])
+    gen = quote(spec.target.metadata.generation)
+    s.execute(
+        f"INSERT INTO {BUILDS} SELECT ?, ?, ?, ?, ?, ?, "
+        f"(SELECT coalesce(list(DISTINCT {gen} ORDER BY {gen}), []) FROM {TableName.parse(damaged_ns).sql()} WHERE {gen} IS NOT NULL), "
+        f"(SELECT count(*) FROM {TableName.parse(ns).sql()}), ?, ?",
+        [ns, spec.dataset, consumer, seq, utcnow(), damaged_ns, actor, note],
+    )
+    return ns
+
+
+def original_basis(s: Session, namespace: str | None) -> str:
+    """How an incident's original output came to be: kept as materialized, or computed."""
+    if namespace is None:
+        return "none: never materialized and no damaged generation preserved"
+    reason = s.scalar(f"SELECT reason FROM {BUILDS} WHERE namespace = ?", [namespace])
+    if reason and reason.startswith(ORIGINAL_FROM_DAMAGE):
+        return reason
+    return f"materialized output kept as built ({namespace})"
+
+
 def current_output(s: Session, spec: DatasetSpec, consumer: str) -> str | None:
     return current(s, managed(spec, consumer))

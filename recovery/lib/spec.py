@@ -225,6 +225,13 @@ class Materiality(_Strict):
         return self
 
 
+class ConsumerDecision(_Strict):
+    """A decision a consumer's output fed (statements sent, features served, an extract filed):
+    what the reconciliation lists per consumer and the recovery report shows original vs corrected for."""
+    name: str = Field(min_length=1, description="What was decided from the output, e.g. 'June statements sent'.")
+    remediation: str = Field(min_length=1, description="What correcting it takes, e.g. 're-issue the statements'.")
+
+
 class DownstreamSpec(_Strict):
     name: str
     kind: ConsumerKind
@@ -232,6 +239,7 @@ class DownstreamSpec(_Strict):
     sql: Path = Field(description="SQL over {{ target }}, relative to the spec file.")
     key: list[str]
     materiality: Materiality | None = None
+    decisions: list[ConsumerDecision] = Field(default_factory=list, description="Decisions the output fed (optional).")
 
     @field_validator("name")
     @classmethod

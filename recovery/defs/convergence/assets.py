@@ -59,7 +59,7 @@ def _check(result: ConvergenceResult, scope: str, name: str) -> dg.AssetCheckRes
         asset_key=CONVERGENCE_KEY, check_name=name, passed=not bad, severity=dg.AssetCheckSeverity.ERROR,
         description=(f"{len(bad)} of {len(partitions)} {scope} partitions drift from the source: "
                      + ", ".join(p.partition for p in bad[:10])) if bad else
-                    f"{len(partitions)} {scope} partitions equal the source as of {result.watermark}",
+                    f"{len(partitions)} {scope} partitions equal the source as of {result.as_of()}",
         metadata={"partitions_checked": len(partitions), "partitions_drifting": len(bad),
                   "drift_keys": sum(p.drift_keys for p in bad), "check_id": result.check_id,
                   "drift": dg.MetadataValue.md(_table(result, scope))},

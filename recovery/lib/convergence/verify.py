@@ -20,6 +20,7 @@ from recovery.lib.convergence.drift import stage_drift
 from recovery.lib.convergence.scope import applied_watermark, pending_changes, recent_partitions, repaired_partitions
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError, SpecError
+from recovery.lib.identifiers import quote
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.writer import retrying
 
@@ -56,6 +57,7 @@ class ConvergenceResult(BaseModel):
     recent_partitions: list[str]
     repaired_partitions: list[str]
     partitions: list[PartitionDrift]
+    watermark_basis: str = ""    # where the watermark came from (never left unresolved)
 
     def drifted(self, scope: str | None = None) -> list[PartitionDrift]:
         """Partitions that drift (``scope``: 'recent', 'repaired' or None for both)."""
@@ -77,10 +79,16 @@ class ConvergenceResult(BaseModel):
         bad = self.drifted()
         if not bad:
             return (f"converged: {len(self.recent_partitions)} recent and {len(self.repaired_partitions)} repaired "
-                    f"partitions equal the source as of {self.watermark} ({self.pending_changes} changes pending)")
+                    f"partitions equal the source as of {self.as_of()} ({self.pending_changes} changes pending)")
         return (f"drift in {len(bad)} partition(s): "
                 + ", ".join(f"{p.partition} ({p.drift_keys} keys)" for p in bad[:10])
-                + (" ..." if len(bad) > 10 else "") + f"; source as of {self.watermark}")
+                + (" ..." if len(bad) > 10 else "") + f"; source as of {self.as_of()}")
+
+    def as_of(self) -> str:
+        """The watermark as a reader needs it: the timestamp and where it came from."""
+        if self.watermark is None:
+            return "its latest change (the source is empty)"
+        return f"{self.watermark:%Y-%m-%d %H:%M:%S}" + (f" ({self.watermark_basis})" if self.watermark_basis else "")
 
 
 def history_table(spec: DatasetSpec) -> str:
@@ -118,7 +126,13 @@ def verify_convergence(engine: Engine, spec: DatasetSpec, *, recent: int = 3, wa
 
 def _check(s: Session, spec: DatasetSpec, recent: int, watermark: datetime | None, incident_id: str | None,
            actor: str, run_id: str | None) -> ConvergenceResult:
-    wm = watermark or applied_watermark(s, spec)
+    wm, basis = watermark, "given"
+    if wm is None:
+        wm, basis = applied_watermark(s, spec), "how far ingestion has applied the source"
+    if wm is None:  # no generation recorded what it read: the whole source, as of its latest change now
+        src = spec.source
+        wm = s.scalar(f"SELECT max({quote(src.ingested_at)}) FROM {src.table_name.sql()}")
+        basis = "the source's latest change: no generation recorded a watermark"
     rec = recent_partitions(s, spec, recent)
     rep = repaired_partitions(s, spec)
     stage_drift(s, spec, wm, sorted(set(rec) | set(rep)))
@@ -150,7 +164,7 @@ def _check(s: Session, spec: DatasetSpec, recent: int, watermark: datetime | Non
                             drifting_since=r[11]) for r in rows]
     result = ConvergenceResult(check_id=check_id, dataset=spec.dataset, checked_at=at, watermark=wm,
                                pending_changes=pending_changes(s, spec, wm), recent_partitions=rec,
-                               repaired_partitions=rep, partitions=parts)
+                               repaired_partitions=rep, partitions=parts, watermark_basis=basis)
     s.execute("DROP TABLE IF EXISTS __cv_drift")
     s.execute("DROP TABLE IF EXISTS __cv_e")
     record_event(s, kind="convergence", dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id,

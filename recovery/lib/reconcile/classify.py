@@ -26,7 +26,7 @@ from recovery.lib.snapshot import expected_rows_sql, latest_versions_sql, str_li
 from recovery.lib.spec import DatasetSpec
 
 LABELS = (
-    "duplicate", "resurrected", "unexpected", "missing", "deleted",
+    "duplicate", "out_of_order", "resurrected", "unexpected", "missing", "deleted",
     "mispartitioned", "overwritten", "stale", "incorrectly_transformed", "unexplained",
 )
 
@@ -125,7 +125,16 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
             s.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {key}, CAST(NULL AS VARCHAR) AS __by FROM __e WHERE false")
     else:
         basis = registry
-    return {"watermark": watermark, "failed_start": start, "columns": columns, "basis": basis}
+    # out_of_order from the failed generations' own write log where it holds their writes
+    # (an adopted foreign table's log starts at adoption), else from the metadata columns
+    has_delta = s.object_kind(SCHEMA, f"delta__{spec.dataset}") is not None
+    logged = has_delta and s.scalar(f"SELECT count(*) FROM (SELECT 1 FROM {delta} WHERE {gen} IN ({gens}) LIMIT 1)")
+    ooo_basis = "write_log" if logged else "metadata"
+    reordered = reordered_from_write_log_sql(inputs) if logged else reordered_from_metadata_sql(inputs)
+    s.execute(f"CREATE OR REPLACE TEMP TABLE __reordered AS {reordered}")
+    basis = {**basis, "out_of_order": ooo_basis}
+    return {"watermark": watermark, "failed_start": start, "columns": columns, "basis": basis,
+            "out_of_order_basis": ooo_basis}
 
 
 def _registry_basis(s: Session, inputs: ReconcileInputs, start: datetime | None, watermark: datetime | None) -> dict | None:
@@ -164,6 +173,62 @@ def _registry_basis(s: Session, inputs: ReconcileInputs, start: datetime | None,
     used = [r[0] for r in s.fetchall("SELECT DISTINCT __by FROM (SELECT __by FROM __held UNION ALL SELECT __by FROM __concurrent) "
                                      "WHERE __by IS NOT NULL ORDER BY 1 LIMIT 50")]
     return {"absent": where, "older": where, "registry_rows": used, "held_as_of": str(held_wm), "held_by": held_gen}
+
+
+
+
+def reordered_from_write_log_sql(inputs: ReconcileInputs) -> str:
+    """Keys whose single target row a failed generation wrote after it had already applied a
+    newer change of the key: an upsert of a higher source version, or the key's tombstone
+    (a ``delete_keys`` write; a partition replace's removals are not source changes).
+
+    The write log orders the generation's own writes (``_delta_seq``), so a retry or a
+    parallel run of the failed generation that lands version n after version m > n shows
+    here, and is told apart from ``stale`` (the generation never wrote the newer version).
+    """
+    spec = inputs.spec
+    meta = spec.target.metadata
+    gens = str_list(list(inputs.failed_generations))
+    key = quote_all(spec.key)
+    gen, sv = quote(meta.generation), quote(meta.source_version)
+    return (
+        f"WITH cand AS (SELECT {key}, {side('t', meta.source_version)} AS __tsv FROM __diff "
+        f"WHERE __n = 1 AND {side('t', meta.generation)} IN ({gens})), "
+        f"w AS (SELECT d.* FROM {delta_table(spec.dataset)} d SEMI JOIN cand USING ({key}) WHERE d.{gen} IN ({gens}) "
+        f"AND (d._delta_op = 'upsert' OR d._delta_seq IN (SELECT seq FROM {SCHEMA}.writes "
+        f"WHERE mode = 'delete_keys' AND dataset = '{spec.dataset}' AND generation IN ({gens})))), "
+        f"held AS (SELECT {key}, max(w._delta_seq) AS __seq FROM w JOIN cand USING ({key}) "
+        f"WHERE w._delta_op = 'upsert' AND w.{sv} = cand.__tsv GROUP BY ALL) "
+        f"SELECT DISTINCT {', '.join(f'w.{quote(k)}' for k in spec.key)} FROM w JOIN cand USING ({key}) JOIN held USING ({key}) "
+        f"WHERE w.{sv} > cand.__tsv AND w._delta_seq < held.__seq"
+    )
+
+
+def reordered_from_metadata_sql(inputs: ReconcileInputs) -> str:
+    """Without a write log: keys whose failed-generation row holds version n although the same
+    write (same generation and ``written_at``, from the metadata columns) wrote other keys'
+    versions that arrived after the key's newer version m: that write had read m, so writing n
+    applied the key's changes out of order. A write whose whole read predates m is ``stale``.
+    """
+    spec = inputs.spec
+    src, meta = spec.source, spec.target.metadata
+    gens = str_list(list(inputs.failed_generations))
+    key = quote_all(spec.key)
+    gen, sv, wat = quote(meta.generation), quote(meta.source_version), quote(meta.written_at)
+    ver, at = quote(src.version), quote(src.ingested_at)
+    source = src.table_name.sql()
+    on = " AND ".join(f"x.{quote(k)} = e.{quote(k)}" for k in spec.key)
+    return (
+        f"WITH rows AS (SELECT {key}, {gen} AS __g, {wat} AS __w, {sv} AS __sv FROM {spec.target.table_name.sql()} "
+        f"WHERE {gen} IN ({gens})), "
+        f"seen AS (SELECT x.__g, x.__w, max(e.{at}) AS __read FROM rows x JOIN {source} e ON {on} AND e.{ver} = x.__sv "
+        f"GROUP BY ALL), "
+        f"cand AS (SELECT {key}, {side('t', meta.generation)} AS __g, {side('t', meta.written_at)} AS __w, "
+        f"{side('t', meta.source_version)} AS __tsv FROM __diff "
+        f"WHERE __n = 1 AND {side('t', meta.generation)} IN ({gens}) AND {side('t', meta.source_version)} < {side('e', meta.source_version)}) "
+        f"SELECT DISTINCT {', '.join(f'x.{quote(k)}' for k in spec.key)} FROM cand x JOIN seen USING (__g, __w) "
+        f"JOIN {source} e ON {on} AND e.{ver} > x.__tsv WHERE e.{at} <= seen.__read"
+    )
 
 
 def side(which: str, column: str) -> str:
@@ -207,6 +272,7 @@ def classification_sql(inputs: ReconcileInputs, start: datetime | None, columns:
            coalesce(__n, 0) AS rows_in_target,
            CASE
              WHEN __n > 1 THEN 'duplicate'
+             WHEN ro.__reordered THEN 'out_of_order'
              WHEN __n IS NOT NULL AND NOT __in_e AND tomb.__tomb THEN 'resurrected'
              WHEN __n IS NOT NULL AND NOT __in_e THEN 'unexpected'
              WHEN __n IS NULL THEN CASE WHEN h.__held THEN 'deleted' ELSE 'missing' END
@@ -222,6 +288,7 @@ def classification_sql(inputs: ReconcileInputs, start: datetime | None, columns:
     LEFT JOIN (SELECT {key}, true AS __tomb FROM __tomb) tomb USING ({key})
     LEFT JOIN (SELECT {key}, true AS __held, __by FROM __held) h USING ({key})
     LEFT JOIN (SELECT {key}, true AS __concurrent, __by FROM __concurrent) c USING ({key})
+    LEFT JOIN (SELECT {key}, true AS __reordered FROM __reordered) ro USING ({key})
     LEFT JOIN __arrived a USING ({key})
     """
     # a duplicated key has one __diff row per copy: keep one, without sorting the single-row keys
@@ -234,7 +301,8 @@ def classification_sql(inputs: ReconcileInputs, start: datetime | None, columns:
     # what each label rests on: the rows themselves, or (deleted/missing, overwritten/stale) the
     # package's write log or an inference from the generations' registry
     return (f"SELECT * EXCLUDE (evidence_generation), CASE WHEN label IN ('deleted', 'missing') THEN {lit(b.get('absent', 'write_log'))} "
-            f"WHEN label IN ('overwritten', 'stale') THEN {lit(b.get('older', 'write_log'))} ELSE 'rows' END AS basis, "
+            f"WHEN label IN ('overwritten', 'stale') THEN {lit(b.get('older', 'write_log'))} "
+            f"WHEN label = 'out_of_order' THEN {lit(b.get('out_of_order', 'write_log'))} ELSE 'rows' END AS basis, "
             f"CASE WHEN label IN ('deleted', 'overwritten') THEN evidence_generation END AS evidence_generation "
             f"FROM ({labelled})")
 

@@ -39,6 +39,9 @@ class ReconciliationSummary(BaseModel):
     total_actual: float | None
     basis: dict = {}           # what deleted/missing and overwritten/stale rest on: write_log, registry <table>, none
     contained: bool = True     # False: a read-only look at a target not yet fenced (nothing was recorded)
+    # where out_of_order was read from: the failed generations' write log, or (a target
+    # without one) the metadata columns of the rows each write left
+    out_of_order_basis: str | None = None
 
     @property
     def damaged_keys(self) -> int:
@@ -85,4 +88,5 @@ def summarize(s: Session, inputs: ReconcileInputs, facts: dict) -> Reconciliatio
         total_expected=sum(p.expected_total or 0 for p in parts) if spec.target.amount else None,
         total_actual=sum(p.actual_total or 0 for p in parts) if spec.target.amount else None,
         basis=facts.get("basis", {}), contained=inputs.persist,
+        out_of_order_basis=facts.get("out_of_order_basis"),
     )

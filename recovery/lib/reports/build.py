@@ -9,6 +9,7 @@ from pathlib import Path
 from recovery.lib.control_plane import utcnow
 from recovery.lib.engine.base import Engine
 from recovery.lib.incident import Incident
+from recovery.lib.reports import done
 from recovery.lib.reports.reconciliation import reconciliation_context
 from recovery.lib.reports.recovery import recovery_context
 from recovery.lib.reports.render import render, write_text
@@ -66,13 +67,23 @@ def build_reports(incident: Incident, spec: DatasetSpec, engine: Engine, timelin
     with engine.session(read_only=True) as s:
         recon = reconciliation_context(s, spec, incident)
         recovery = recovery_context(s, spec, incident)
+        propagation = done.consumer_builds_from_damage(s, spec, incident)
+        write_log, recorded_sha = done.write_log_holds(s, spec, incident), done.recorded_manifest(s, incident)
     recon["summary"] = _summary_json(summary_json, incident.incident_id)
     tl = timeline_context(timeline) if timeline is not None else None
     common = {"generated_at": utcnow(), "titles": TITLES, "incident_id": incident.incident_id, "dataset": spec.dataset}
-    contexts = {"timeline": {"timeline": tl, **common}, "reconciliation": {**recon, **common}, "recovery": {**recovery, **common}}
+    evidence = done.evidence_check(incident.evidence_dir(spec), recorded_sha)
+    basis = (recon["summary"] or {}).get("out_of_order_basis") or ("write_log" if write_log else "metadata")
+    checklists = {"timeline": done.timeline_checklist(tl, propagation=propagation, evidence=evidence),
+                  "reconciliation": done.reconciliation_checklist(recon, write_log=write_log, out_of_order_basis=basis),
+                  "recovery": done.recovery_checklist(recovery)}
+    contexts = {"timeline": {"timeline": tl, **common, "done": checklists["timeline"]},
+                "reconciliation": {**recon, **common, "done": checklists["reconciliation"]},
+                "recovery": {**recovery, **common, "done": checklists["recovery"]}}
     html = {name: render(f"{name}.html.j2", report=name, **ctx) for name, ctx in contexts.items()}
     markdown = {
-        "timeline": render_markdown(timeline) if timeline is not None else f"# Incident timeline: {incident.incident_id}\n\n{NOT_RUN}\n",
+        "timeline": done.with_checklist(render_markdown(timeline) if timeline is not None
+                                        else f"# Incident timeline: {incident.incident_id}\n\n{NOT_RUN}\n", checklists["timeline"]),
         "reconciliation": render("reconciliation.md.j2", **contexts["reconciliation"]),
         "recovery": render("recovery.md.j2", **contexts["recovery"]),
     }

@@ -150,7 +150,13 @@ def decisions(s: Session, spec: DatasetSpec, incident: Incident, impact: dict) -
                         "run_id": row[3]}
     affected = [{"consumer": c["consumer"], "owner": c["owner"], "decision": c["decision"], "material_rows": c["material_rows"]}
                 for c in impact.get("rows", []) if c["material_rows"]]
-    return {"recorded": recorded, "affected": affected, "vocabulary": DECISIONS}
+    # the decisions each consumer's output fed, as the spec declares them: crossed materiality when
+    # the consumer has material rows; the remediation is the one declared for it
+    by_name = {c.name: c for c in spec.downstream}
+    per_consumer = [{"consumer": c["consumer"], "decision": d.name, "remediation": d.remediation,
+                     "material_rows": c["material_rows"], "material": c["material_rows"] > 0}
+                    for c in impact.get("rows", []) for d in by_name[c["consumer"]].decisions]
+    return {"recorded": recorded, "affected": affected, "vocabulary": DECISIONS, "per_consumer": per_consumer}
 
 
 def reconciliation_context(s: Session, spec: DatasetSpec, incident: Incident) -> dict:

@@ -140,20 +140,52 @@ def totals(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
 
 
 def downstream_corrections(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
-    """Per consumer, from the restatement ledger: rows restated, material ones, original vs corrected, owner notified."""
+    """Per consumer, from the restatement phase's record (``restatements``) and its ledger: rows
+    restated, material ones, the output's original vs corrected total, where the original came
+    from, owner notified. A consumer restated with nothing to change says so; the section is
+    "not run" only when neither table holds anything for the incident."""
+    from recovery.lib.consumer_outputs import RESTATEMENTS, original_basis
+
     name = ledger_name(spec)
-    if not exists(s, name):
-        return _not_run(name)
-    rows = rows_as_dicts(
-        s, f"SELECT consumer, any_value(kind) AS kind, any_value(owner) AS owner, count(*) AS rows_restated, "
-           f"count(*) FILTER (WHERE material) AS material, CAST(sum(original_value) AS DOUBLE) AS original_total, "
-           f"CAST(sum(corrected_value) AS DOUBLE) AS corrected_total, any_value(decision) AS decision, "
-           f"max(notified_at) AS notified_at FROM {qualified(name)} WHERE incident_id = ? GROUP BY consumer ORDER BY consumer",
-        [incident.incident_id])
-    if not rows:
-        return _not_run(name)
-    return {"status": "recorded", "consumers": rows, "material": sum(r["material"] for r in rows),
+    ledger: dict[str, dict] = {}
+    if exists(s, name):
+        ledger = {r["consumer"]: r for r in rows_as_dicts(
+            s, f"SELECT consumer, any_value(kind) AS kind, any_value(owner) AS owner, count(*) AS rows_restated, "
+               f"count(*) FILTER (WHERE material) AS material, CAST(sum(original_value) AS DOUBLE) AS original_total, "
+               f"CAST(sum(corrected_value) AS DOUBLE) AS corrected_total, any_value(decision) AS decision, "
+               f"max(notified_at) AS notified_at FROM {qualified(name)} WHERE incident_id = ? GROUP BY consumer ORDER BY consumer",
+            [incident.incident_id])}
+    restated: dict[str, dict] = {}
+    if exists(s, "restatements"):
+        restated = {r["consumer"]: r for r in rows_as_dicts(
+            s, f"SELECT consumer, kind, owner, original_namespace, corrected_namespace, ledger_rows, material_rows, "
+               f"original_total, corrected_total, watermark, restated_at, run_id, notified_at FROM {RESTATEMENTS} "
+               f"WHERE incident_id = ? AND dataset = ? ORDER BY consumer", [incident.incident_id, spec.dataset])}
+    if not ledger and not restated:
+        return _not_run(f"restatements, {SCHEMA}.{name}")
+    rows = []
+    for consumer in sorted(set(ledger) | set(restated)):
+        led, rec = ledger.get(consumer, {}), restated.get(consumer)
+        row = {"consumer": consumer, "kind": (rec or led).get("kind"), "owner": (rec or led).get("owner"),
+               "rows_restated": led.get("rows_restated", 0), "material": led.get("material", 0),
+               "original_total": led.get("original_total"), "corrected_total": led.get("corrected_total"),
+               "decision": led.get("decision"), "notified_at": led.get("notified_at"), "basis": "restatement ledger",
+               "run_id": None, "outcome": "values restated" if led else "restated: no published value changed"}
+        if rec:
+            row.update(original_total=rec["original_total"], corrected_total=rec["corrected_total"], run_id=rec["run_id"],
+                       notified_at=led.get("notified_at") or rec["notified_at"],
+                       basis=original_basis(s, rec["original_namespace"]), original_namespace=rec["original_namespace"],
+                       corrected_namespace=rec["corrected_namespace"])
+        rows.append(row)
+    decisions = []
+    if exists(s, "restatement_decisions"):  # recorded by the restatement, per declared decision
+        decisions = [d | {"ledger": f"{SCHEMA}.restatement_decisions"} for d in rows_as_dicts(
+            s, f"SELECT consumer, decision, remediation, original_total, corrected_total, material_rows AS material "
+               f"FROM {SCHEMA}.restatement_decisions WHERE incident_id = ? AND dataset = ? ORDER BY consumer, decision",
+            [incident.incident_id, spec.dataset])]
+    return {"status": "recorded", "consumers": rows, "decisions": decisions, "material": sum(r["material"] for r in rows),
             "rows_restated": sum(r["rows_restated"] for r in rows),
+            "computed_originals": [r["consumer"] for r in rows if str(r["basis"]).startswith("original computed")],
             "unnotified": [r["consumer"] for r in rows if r["material"] and not r["notified_at"]]}
 
 
@@ -185,11 +217,13 @@ def recurrence_gates(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
 
     gates = active_gates(spec)
     stops: dict[str, int] = {}
+    tested = 0
     if exists(s, "backfill_gates"):
         stops = dict(s.fetchall(f"SELECT gate, count(*) FILTER (WHERE NOT passed) FROM {SCHEMA}.backfill_gates GROUP BY 1"))
+        tested = int(s.scalar(f"SELECT count(*) FROM {SCHEMA}.backfill_gates") or 0)
     rows = [{"gate": g["gate"], "applies": g["applies"], "guarded backfills stopped": stops.get(g["gate"], 0)} for g in gates]
     return {"status": "in force", "columns": ["gate", "applies", "guarded backfills stopped"], "rows": rows,
-            "total": len(rows), "source": "spec recurrence policy; _recovery.backfill_gates"}
+            "total": len(rows), "tested": tested, "source": "spec recurrence policy; _recovery.backfill_gates"}
 
 
 SECTIONS = (

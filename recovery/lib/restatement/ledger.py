@@ -86,6 +86,26 @@ def write_ledger(s: Session, spec: DatasetSpec, c: DownstreamSpec, *, incident_i
     )
 
 
+DECISIONS_LEDGER = f"{SCHEMA}.restatement_decisions"
+
+
+def write_decisions(s: Session, spec: DatasetSpec, c: DownstreamSpec, *, incident_id: str, material_rows: int,
+                    original_total: float | None, corrected_total: float | None) -> None:
+    """One row per decision the spec says consumer ``c``'s output fed: whether it crossed
+    materiality (the restated output has material rows), the remediation owed, and the output's
+    original vs corrected total. Replaced per incident and consumer, so a re-run gives the same rows."""
+    s.execute(
+        f"""CREATE TABLE IF NOT EXISTS {DECISIONS_LEDGER} (
+            incident_id VARCHAR, dataset VARCHAR, consumer VARCHAR, decision VARCHAR, material BOOLEAN,
+            material_rows BIGINT, remediation VARCHAR, original_total DOUBLE, corrected_total DOUBLE)""")
+    s.execute(f"DELETE FROM {DECISIONS_LEDGER} WHERE incident_id = ? AND dataset = ? AND consumer = ?",
+              [incident_id, spec.dataset, c.name])
+    for d in c.decisions:
+        s.execute(f"INSERT INTO {DECISIONS_LEDGER} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  [incident_id, spec.dataset, c.name, d.name, material_rows > 0, material_rows,
+                   d.remediation if material_rows > 0 else BELOW_MATERIALITY, original_total, corrected_total])
+
+
 def ledger_counts(s: Session, spec: DatasetSpec, *, incident_id: str, consumer: str) -> dict[str, int]:
     row = s.fetchone(
         f"SELECT count(*) FILTER (WHERE change = 'changed'), count(*) FILTER (WHERE change = 'missing'), "

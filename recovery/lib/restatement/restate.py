@@ -27,9 +27,19 @@ from recovery.lib.errors import FencedGenerationError, RecoveryError, SpecError
 from recovery.lib.identifiers import TableName
 from recovery.lib.impact import DECISIONS
 from recovery.lib.notify import Notifier
-from recovery.lib.restatement.ledger import ledger_counts, ledger_table, output_total, write_ledger
-from recovery.lib.consumer_outputs import RESTATEMENTS, damaged_output, ensure_tables, managed, publish_output
+from recovery.lib.consumer_outputs import (
+    RESTATEMENTS,
+    build_original,
+    damaged_output,
+    damaged_target,
+    ensure_tables,
+    managed,
+    original_basis,
+    preserved_because,
+    publish_output,
+)
 from recovery.lib.managed_names import adopt_if_plain
+from recovery.lib.restatement.ledger import ledger_counts, ledger_table, output_total, write_decisions, write_ledger
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec, DownstreamSpec
 from recovery.lib.writer import retrying
@@ -56,6 +66,7 @@ class ConsumerRestatement(BaseModel):
     watermark: datetime | None
     mismatches_vs_source: int    # rows where the corrected output differs from the consumer on the source's expected rows
     notified_at: datetime | None = None
+    original_basis: str = ""     # kept as materialized, or computed from the preserved damaged generation
 
     @property
     def ledger_rows(self) -> int:
@@ -107,8 +118,14 @@ def _restate_one(s: Session, spec: DatasetSpec, c: DownstreamSpec, *, incident_i
     current = adopt_if_plain(s, m, actor=actor)
     prior = s.fetchone(f"SELECT original_namespace, corrected_namespace FROM {RESTATEMENTS} "
                        f"WHERE incident_id = ? AND dataset = ? AND consumer = ?", [incident_id, spec.dataset, c.name])
-    original = prior[0] if prior else (damaged_output(s, spec, c.name, failed_generations) or current)
     select_sql = consumer_sql(spec, c)
+    original = prior[0] if prior else damaged_output(s, spec, c.name, failed_generations)
+    if original is None and current is not None and preserved_because(s, current) is not None:
+        original = current  # e.g. adopted: what it was built from is unknown, so it is what was published
+    if original is None:  # no output was built from the damage: compute what it would have been
+        damaged = damaged_target(s, spec, failed_generations)
+        original = build_original(s, spec, c.name, consumer_sql(spec, c, f"SELECT * FROM {TableName.parse(damaged).sql()}"),
+                                  damaged, actor=actor, incident_id=incident_id) if damaged else current
     reused = bool(prior and prior[1] == current and _mismatches(s, f"SELECT * FROM {TableName.parse(current).sql()}", select_sql) == 0)
     corrected = current if reused else publish_output(s, spec, c.name, select_sql, actor=actor,
                                                       reason=f"restatement of incident {incident_id}")
@@ -118,6 +135,8 @@ def _restate_one(s: Session, spec: DatasetSpec, c: DownstreamSpec, *, incident_i
     corrected_rel = f"SELECT * FROM {TableName.parse(corrected).sql()}"
     mismatches = _mismatches(s, corrected_rel, consumer_sql(spec, c, expected_rows_sql(spec, watermark)))
     totals = output_total(s, original, c), output_total(s, corrected, c)
+    write_decisions(s, spec, c, incident_id=incident_id, material_rows=counts["material"],
+                    original_total=totals[0], corrected_total=totals[1])
     seq = next_seq(s)
     s.execute(f"DELETE FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ? AND consumer = ?", [incident_id, spec.dataset, c.name])
     s.execute(
@@ -134,7 +153,7 @@ def _restate_one(s: Session, spec: DatasetSpec, c: DownstreamSpec, *, incident_i
         original_namespace=original, corrected_namespace=corrected, reused=reused, rows_changed=counts["changed"],
         rows_missing=counts["missing"], rows_extra=counts["extra"], material_rows=counts["material"],
         original_total=totals[0], corrected_total=totals[1], watermark=watermark, mismatches_vs_source=mismatches,
-        notified_at=notified)
+        notified_at=notified, original_basis=original_basis(s, original))
     record_event(s, kind="restatement", dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id,
                  summary=f"{c.name} restated into {corrected}"
                  + (f" (original kept in {original})" if original and original != corrected else "")

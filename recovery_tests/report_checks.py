@@ -1,0 +1,83 @@
+"""Read the three rendered reports of a recovered incident back and check their Done checklists.
+
+Shared by the worked example's end-to-end recovery and the orders dataset's: every
+Done item of the runbook is present in its report with a status, the evidence a
+verified item cites is the control plane's (or the bundle's) own, a qualified item
+says why, and no section reads "not run yet" for a phase the recovery ran.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recovery.lib.evidence.manifest import sha256_file
+from recovery.lib.reports.done import RECONCILIATION_ITEMS, RECOVERY_ITEMS, TIMELINE_ITEMS
+from recovery.lib.reports.recovery import SECTIONS
+from recovery_tests.test_reports import _Page
+
+
+def checklist(page: _Page) -> dict[str, dict[str, str]]:
+    """The Done checklist table of a report: item -> {status, evidence, why}."""
+    rows = page.tables["done-checklist"]
+    assert rows[0] == ["Done item", "status", "evidence", "why not verified, and what would verify it"]
+    out = {r[0]: {"status": r[1], "evidence": r[2], "why": r[3]} for r in rows[1:]}
+    assert len(out) == len(rows) - 1, "an item is listed twice"
+    return out
+
+
+def check_done_reports(reports_dir: Path, *, evidence_dir: Path, run_ids: set[str], consumers: list[str],
+                       computed_originals: set[str] = frozenset(), qualified: dict[str, str] | None = None) -> dict[str, dict]:
+    """``run_ids``: the failed generations' Dagster runs the timeline must cite; ``qualified``: timeline
+    items expected to be qualified, with a phrase their reason must hold."""
+    """Assert what every recovered incident's reports must say; return the checklists for more."""
+    pages = {name: _Page((reports_dir / f"{name}.html").read_text()) for name in ("timeline", "reconciliation", "recovery")}
+    lists = {name: checklist(page) for name, page in pages.items()}
+    assert list(lists["timeline"]) == list(TIMELINE_ITEMS)
+    assert list(lists["reconciliation"]) == list(RECONCILIATION_ITEMS)
+    assert list(lists["recovery"]) == list(RECOVERY_ITEMS)
+    for items in lists.values():
+        for item, r in items.items():
+            assert r["status"] in ("verified", "qualified", "not verifiable"), (item, r)
+            assert r["evidence"], item
+            assert r["status"] == "verified" or r["why"], f"{item} is {r['status']} without saying why"
+            assert r["status"] != "not verifiable", f"{item}: every phase ran, yet {r}"
+
+    # timeline: authority, runs, containment and the evidence bundle re-checked against its manifest now
+    tl = lists["timeline"]
+    for item in TIMELINE_ITEMS:
+        if item in (qualified or {}):
+            assert tl[item]["status"] == "qualified" and qualified[item] in tl[item]["why"], (item, tl[item])
+        elif item != "retries":
+            assert tl[item]["status"] == "verified", (item, tl[item])
+    manifest = sha256_file(evidence_dir / "manifest.json")
+    assert manifest[:16] in tl["evidence"]["evidence"] and "re-checked now" in tl["evidence"]["evidence"]
+    if tl["runs"]["status"] == "verified":
+        shown = tl["runs"]["evidence"]
+        assert any(r[:8] in shown for r in run_ids), shown
+
+    # reconciliation: every key-level item from the recorded classification, downstream and decisions
+    rc = lists["reconciliation"]
+    for item in RECONCILIATION_ITEMS:
+        assert rc[item]["status"] == "verified", (item, rc[item])
+    assert "_recovery.impact__" in rc["downstream"]["evidence"]
+
+    # recovery: every phase that ran is reported from its record, never as "not run yet"
+    rv = lists["recovery"]
+    for item in ("isolated repair", "concurrent-write preservation", "canaries", "downstream correction",
+                 "current-ingestion validation"):
+        assert rv[item]["status"] == "verified", (item, rv[item])
+    assert rv["tested backfill gates"]["status"] in ("verified", "qualified")
+    html = (reports_dir / "recovery.html").read_text()
+    for sid, title, _ in SECTIONS:
+        section = html[html.index(f'<section id="{sid}">'):]
+        section = section[:section.index("</section>")]
+        assert "not run yet" not in section.lower() and "Not run yet" not in section, sid
+    corrections = {r[0]: r for r in pages["recovery"].tables["corrections"][1:]}
+    assert sorted(corrections) == sorted(consumers)
+    header = pages["recovery"].tables["corrections"][0]
+    for consumer, cells in corrections.items():
+        original, corrected = cells[header.index("original total")], cells[header.index("corrected total")]
+        assert {original, corrected}.isdisjoint({"", "—", "–", "-"}), (consumer, original, corrected)
+        basis = cells[header.index("original from")]
+        assert basis.startswith("original computed") == (consumer in computed_originals), (consumer, basis)
+    return {"lists": lists, "pages": pages}
