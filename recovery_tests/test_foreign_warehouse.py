@@ -60,9 +60,11 @@ def test_a_verb_run_before_the_one_it_needs_names_that_verb_and_writes_nothing(w
         assert "Traceback" not in r.out
     assert file_digest(warehouse / "warehouse.duckdb") == before
     assert cli(tmp_path / "home", "contain", "--incident", incident).code == 0
-    for verb, first in [("repair", "assess"), ("publish", "assess"), ("restate", "publish")]:
+    for verb, first in [("repair", "assess"), ("publish", "assess")]:
         r = cli(tmp_path / "home", verb, "--incident", incident)
         assert r.code == 2 and f"run `recovery {first} --incident" in r.out, (verb, r.out)
+    r = cli(tmp_path / "home", "restate", "--incident", incident)
+    assert r.code == 2 and "publish the repair first" in r.out, r.out
 
 
 def test_partition_range_is_given_in_the_partition_columns_own_format(warehouse, tmp_path):

@@ -238,7 +238,7 @@ def test_the_restate_cli_refuses_before_publish_then_restates_and_prints_each_co
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.setenv("RECOVERY_SPEC", str(r.spec_path))
     assert main(["restate", "--incident", str(r.incident_path)]) == 2
-    assert "the repair is not published; run `recovery publish --incident" in " ".join(capsys.readouterr().out.split())
+    assert "Fix: publish the repair first" in " ".join(capsys.readouterr().out.split())
     publish_repair(r)
     assert main(["restate", "--incident", str(r.incident_path)]) == 0
     out = " ".join(capsys.readouterr().out.split())

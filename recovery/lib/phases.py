@@ -39,7 +39,7 @@ CANARY = Phase("canary", "repair_canary", ("repair__generation",), needs=("plann
 WAVE = Phase("wave", "repair_waves", ("repair__generation",), needs=("planned",))
 PUBLISH = Phase("publish", "publish_repair", ("repair__candidate", "repair__publication"), needs=("contained", "assessed", "built"))
 ROLLBACK = Phase("rollback", "rollback_incident", ("roll_back",), needs=("contained", "assessed"))
-RESTATE = Phase("restate", "restate_consumers", ("restatement",), needs=("published",))
+RESTATE = Phase("restate", "restate_consumers", ("restatement",), needs=("managed",))  # + check_request: no fenced row published
 VERIFY = Phase("verify", "verify_convergence", ("convergence__drift",), needs=("managed",))
 REPORT = Phase("report", "render_incident_reports", ("incident__reports",), needs=("managed",))
 
