@@ -34,6 +34,8 @@ DESCRIPTIONS = {
     "fencing": "Own generation, namespace and token; the pointer has not moved and no write landed in the range since.",
     "invariants": "The spec's SQL invariants and GE suites, plus key/version/tombstone invariants, on every backfilled partition.",
     "anomaly": "Per-partition rows and totals within the thresholds of the published generation and of history.",
+    "values": "Key by key and column by column vs published: undeclared columns barely change; per-partition mean, "
+              "quantiles, null share and distinct count hold.",
     "rollback_readiness": "The prior generation is complete and retained until convergence verification passes.",
 }
 
