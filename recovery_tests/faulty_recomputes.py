@@ -15,13 +15,12 @@ amount column).
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.recurrence.recompute import RecomputeContext
-from recovery.lib.snapshot import expected_rows_sql, str_list
+from recovery.lib.snapshot import expected_rows_sql, latest_versions_sql, str_list
 
 # {rows}: the correct rows of the range. {source_upserts}: the latest upsert of every key, tombstones ignored.
+# {stale}: a snapshot one version behind (every key's last correction missed).
 BUGS: dict[str, dict[str, str]] = {
     "transactions": {
         "unit_change": "SELECT * REPLACE (CAST(amount_usd * 100 AS DECIMAL(18, 2)) AS amount_usd) FROM {rows}",
@@ -49,14 +48,12 @@ BUGS: dict[str, dict[str, str]] = {
         "lookup_fanout": "SELECT r.* FROM {rows} r JOIN (SELECT 1 AS copy UNION ALL SELECT 2) l "
                          "ON l.copy = 1 OR r.sku IN ('SKU-001', 'SKU-002', 'SKU-003')",
         "duplicate_retries": "SELECT * FROM {rows} UNION ALL SELECT * FROM {rows} WHERE shard = (SELECT min(shard) FROM {rows})",
-        "half_dropped": "SELECT * FROM {rows} WHERE order_no % 2 = 0",
+        "half_dropped": "SELECT * FROM {rows} WHERE hash(order_no) % 2 = 0",
         "stale_snapshot": "SELECT * FROM {stale} WHERE {in_range}",
         "tombstones_ignored": "SELECT * FROM {source_upserts} WHERE {in_range}",
         "wrong_partition": "SELECT * REPLACE (region || '-' || strftime(placed_at + INTERVAL 31 DAY, '%Y%m') AS shard) FROM {rows}",
     },
 }
-
-STALE_BY = timedelta(hours=36)     # the stale snapshot: the source as it was this long before the watermark
 
 
 def _write(ctx: RecomputeContext, bug: str) -> None:
@@ -68,8 +65,15 @@ def _write(ctx: RecomputeContext, bug: str) -> None:
                f"AND {quote(src.ingested_at)} <= TIMESTAMP '{ctx.watermark.isoformat(sep=' ')}' "
                f"QUALIFY row_number() OVER (PARTITION BY {quote_all(spec.key)} ORDER BY {quote(src.version)} DESC) = 1")
     source_upserts = f"({expected_rows_sql(spec, ctx.watermark, source_relation=upserts)})"
+    key, version = quote_all(spec.key), quote(src.version)
+    latest = latest_versions_sql(spec, ctx.watermark, include_deleted=True)
+    behind = (f"SELECT * EXCLUDE (__rn, __n) FROM (SELECT src.*, row_number() OVER (PARTITION BY {key} ORDER BY {version} DESC) "
+              f"AS __rn, count(*) OVER (PARTITION BY {key}) AS __n FROM {src.table_name.sql()} src "
+              f"WHERE {quote(src.ingested_at)} <= TIMESTAMP '{ctx.watermark.isoformat(sep=' ')}' "
+              f"AND {quote(src.op)} IN ({str_list(src.upsert_ops)})) WHERE __rn = least(2, __n) "
+              f"AND ({key}) NOT IN (SELECT ({key}) FROM ({latest}) WHERE {quote(src.op)} IN ({str_list(src.delete_ops)}))")
+    stale = f"({expected_rows_sql(spec, ctx.watermark, source_relation=behind)})"
     correct = f"(SELECT * FROM ({expected_rows_sql(spec, ctx.watermark)}) WHERE {in_range})"
-    stale = f"({expected_rows_sql(spec, ctx.watermark - STALE_BY)})"
     sql = BUGS[spec.dataset][bug].format(rows=correct, stale=stale, in_range=in_range, source_upserts=source_upserts)
     ctx.writer.write(ctx.generation, sql, mode="replace_partitions", partitions=ctx.partitions, run_id=ctx.run_id,
                      note=f"faulty recompute ({bug}) of guarded backfill {ctx.backfill_id}")
