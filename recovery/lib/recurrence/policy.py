@@ -13,7 +13,8 @@ from recovery.lib.repair.gates import GateResult
 from recovery.lib.spec import DatasetSpec
 
 PRE_WRITE = ("approval", "scope", "capacity")
-GATES = ("approval", "scope", "capacity", "manifest", "fencing", "invariants", "anomaly", "values", "rollback_readiness")
+GATES = ("approval", "scope", "capacity", "manifest", "fencing", "invariants", "anomaly", "values", "profile",
+         "rollback_readiness")
 
 
 def required_approvals(spec: DatasetSpec, preview: ScopePreview) -> tuple[int, list[str]]:
@@ -119,5 +120,8 @@ def active_gates(spec: DatasetSpec) -> list[dict]:
                                       f"added; per partition mean and p10/p50/p90 within {p.anomaly.max_mean_shift} std devs, "
                                       f"null share within {p.anomaly.max_null_share_change:.0%}, distinct count within "
                                       f"{p.anomaly.max_distinct_change:.0%} of published"},
+        {"gate": "profile", "applies": "the published generation's profile (null shares, distinct counts, value sets, "
+                                       "means and p10/p50/p90 within the value gate's tolerances) as a Great Expectations "
+                                       "suite, computed by the warehouse on the candidate's partitions"},
         {"gate": "rollback_readiness", "applies": "the prior generation is complete, and retained until convergence passes"},
     ]

@@ -28,6 +28,7 @@ from recovery.lib.namespaces import current_namespace, move_pointer, namespace_s
 from recovery.lib.recurrence.anomaly import evaluate_anomaly
 from recovery.lib.recurrence.invariants import InvariantResult, evaluate_invariants
 from recovery.lib.recurrence.policy import GATES
+from recovery.lib.recurrence.profile import evaluate_profile
 from recovery.lib.recurrence.preview import in_partitions
 from recovery.lib.recurrence.record import BackfillRecord, latest_gates, load_backfill, record_gates, set_status
 from recovery.lib.recurrence.tables import BACKFILLS
@@ -52,6 +53,16 @@ def _since_seed(s: Session, spec: DatasetSpec, rec: BackfillRecord) -> tuple[lis
 def declared_of(rec: BackfillRecord) -> Declared:
     """The intent the request declared, as its manifest (the approval record) stores it."""
     return Declared.from_mapping(rec.manifest.get("declared_intent"))
+
+
+def profile_gate(s: Session, writer: Writer, rec: BackfillRecord, declared: Declared) -> GateResult:
+    """The published profile as a GE suite on the candidate, computed by DuckDB (GE's SQL datasource)."""
+    spec = writer.spec
+    if spec.warehouse.engine != "duckdb":
+        return GateResult("profile", True, 0, "not evaluated: the profile suite runs through GE's SQL datasource on "
+                                              "DuckDB; on Spark the values gate holds the same profile checks")
+    out = evaluate_profile(s, spec, rec.namespace, rec.from_namespace, rec.partitions, declared)
+    return out.gate
 
 
 def fencing_gate(s: Session, spec: DatasetSpec, rec: BackfillRecord) -> GateResult:
@@ -109,7 +120,7 @@ def gate_backfill(writer: Writer, backfill_id: str, *, run_id: str | None = None
             values, _ = evaluate_values(s, spec, rec.namespace, rec.from_namespace, rec.partitions, declared)
             results = [fencing_gate(s, spec, rec), inv,
                        evaluate_anomaly(s, spec, rec.namespace, rec.from_namespace, rec.partitions, declared),
-                       values, readiness_gate(s, spec, rec)]
+                       values, profile_gate(s, writer, rec, declared), readiness_gate(s, spec, rec)]
             record_gates(s, backfill_id, rec.generation, spec.dataset, "candidate", results, run_id=run_id)
             return results, details
 
