@@ -192,3 +192,21 @@ def test_correct_and_declared_corrections_publish_undeclared_ones_do_not(name, f
                     f"SELECT * FROM ({expected_rows_sql(ds.spec, None)}))")[0][0]
     assert diff == 0
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_per_column_overrides_in_the_spec_and_unknown_columns_are_named(tmp_path):
+    ds = orders_dataset(tmp_path)
+    raw = yaml.safe_load(ds.spec_path.read_text())
+    raw["recurrence"] = {"anomaly": {"columns": {"qty": {"max_changed_share": 1.0, "max_mean_shift": 100,
+                                                         "max_quantile_shift": 100, "max_distinct_change": 10}}}}
+    ds.spec_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    flipped = ds.launch("recovery_tests.faulty_recomputes:sign_flip")      # qty may change as much as it likes
+    assert flipped.gates["values"].passed and flipped.gates["profile"].passed, flipped.gates["values"].details
+    assert "qty 100.0%" in flipped.gates["values"].details
+    raw["recurrence"]["anomaly"]["columns"] = {"quantity": {"max_changed_share": 1.0}}
+    ds.spec_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    from recovery.lib.errors import SpecError
+
+    with pytest.raises(SpecError) as err:
+        ds.launch("recovery_tests.faulty_recomputes:rounding")
+    assert err.value.field == "recurrence.anomaly.columns.quantity" and "qty" in str(err.value)

@@ -41,7 +41,7 @@ def _cli(ds, tmp_path: Path, capfd, action: str, *extra: str) -> tuple[int, str,
 
 def test_plan_exits_1_exactly_when_run_refuses_and_names_the_changed_columns(orders, tmp_path, capfd):
     before = _file_hash(orders)
-    code, out, err = _cli(orders, tmp_path, capfd, "plan", "--recompute", SWAPPED)
+    code, out, _ = _cli(orders, tmp_path, capfd, "plan", "--recompute", SWAPPED)
     assert code == 1, out
     assert _file_hash(orders) == before                          # rehearsed on a copy: nothing written
     changed_row = next(line for line in out.splitlines() if "columns that would change" in line)
@@ -56,7 +56,7 @@ def test_plan_exits_1_exactly_when_run_refuses_and_names_the_changed_columns(ord
     code_run, out_run, err_run = _cli(orders, tmp_path, capfd, "run", "--recompute", SWAPPED)
     assert code_run == code == 1
     run_lines = [line for line in out_run.splitlines() if line.startswith("gate ")]
-    assert len(run_lines) == len(refusals) == 1                  # one line per refusing gate
+    assert [line.split()[1] for line in run_lines] == ["values", "profile"]   # one line per refusing gate
     assert [line.split(": preview")[0].split("; preview")[0] for line in run_lines] == \
            [line.split("; preview")[0] for line in refusals]     # the same decision, the same words
     assert "Traceback" not in out_run + err_run and "DagsterAssetCheckFailedError" not in out_run + err_run
@@ -90,11 +90,16 @@ def test_refusal_is_the_check_description_the_run_failure_and_the_alert(orders, 
         assert not values.passed and values.description.startswith("gate values refused: changed_share of price")
         assert "price" in values.metadata["changed_columns"].value
         assert str(values.metadata["preview"].value).endswith("-run.html")
+        profile = checks["profile"]                              # the GE suite's expectations, one by one
+        assert not profile.passed and profile.metadata["failing_columns"].value == "price"
+        table = profile.metadata["expectations"].value
+        assert "| expect_column_mean_to_be_between(price) | **failed** |" in table
+        assert "| expect_column_mean_to_be_between(qty) | passed |" in table
         failure = next(e for e in result.all_events if e.is_step_failure)
         message = failure.step_failure_data.error.message
         assert values.description in message and "DagsterAssetCheckFailedError" not in message
         alerts = [f for f in failed_checks(instance, d.resolve_asset_graph()) if f.key.name == "values"]
-        subject, body, _ = alerts[0].alert("http://ui")
+        _, body, _ = alerts[0].alert("http://ui")
         assert values.description in body and f"http://ui/runs/{result.run_id}" in body
 
 

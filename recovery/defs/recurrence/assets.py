@@ -81,6 +81,9 @@ def preview_backfill_scope(context: dg.OpExecutionContext, config: BackfillConfi
                else f"would refuse: {', '.join(g for g, r in gates.items() if not r.passed)}")
     path = write_preview(writer.spec, request.id, "plan", verdict, gates, rehearsal.report, rehearsal.note)
     lines = refusal_lines(gates, rehearsal.report, path)
+    if not rehearsal.would_publish and not lines:   # e.g. the recompute raised: no gate said no, the backfill did not finish
+        o = rehearsal.outcome
+        lines = [f"backfill would end {o.status}: {o.reason or 'see the preview'}; preview: {path}"]
     summary = {"passed": rehearsal.would_publish, "preview": pf.preview.model_dump(mode="json"), "preview_path": str(path),
                "gates": [{"gate": g.gate, "passed": g.passed, "details": g.details} for g in gates.values()],
                "refusals": lines, "note": rehearsal.note,
@@ -95,6 +98,17 @@ def _changes(report) -> list[dict]:
     return [{"column": c.column, "changed": c.changed, "keys": c.matched, "share": c.share, "allowed": c.allowed,
              "declared": c.declared, "refused": c.refused, "worst_partition": c.worst_partition,
              "samples": [list(x) for x in c.samples]} for c in report.changes]
+
+
+def _profile_metadata(outcome) -> dict:
+    """Each expectation of the profile suite with its result, and the columns that failed (for the UI)."""
+    if outcome is None or outcome.result is None:
+        return {"baseline": outcome.baseline if outcome else "none"}
+    rows = ["| expectation | result | observed |", "| --- | --- | --- |"]
+    rows += [f"| {label} | {'passed' if ok else '**failed**'} | {observed} |" for label, ok, observed in outcome.result.checked]
+    failing = sorted({label.split("(")[1].rstrip(")") for label in outcome.result.failures if "(" in label})
+    return {"baseline": outcome.baseline, "expectations": dg.MetadataValue.md("\n".join(rows)),
+            "failing_columns": ", ".join(failing) or "none"}
 
 
 def _value_metadata(report, path, lines: list[str]) -> dict:
@@ -154,7 +168,8 @@ def backfill_gates(context: dg.AssetCheckExecutionContext, warehouse: WarehouseR
     if backfill_id is None:
         raise dg.Failure(description="this run started no guarded backfill; nothing to gate", allow_retries=False)
     writer = warehouse.writer("backfill_gates")
-    gate_backfill(writer, backfill_id, run_id=context.run.run_id)
+    outcomes: dict = {}
+    gate_backfill(writer, backfill_id, run_id=context.run.run_id, outcomes=outcomes)
     with writer.engine.session(read_only=True) as s:
         gates = latest_gates(s, backfill_id)
     failed = [g for g in GATES if g not in gates or not gates[g].passed]
@@ -174,7 +189,8 @@ def backfill_gates(context: dg.AssetCheckExecutionContext, warehouse: WarehouseR
             description=lines.get(g),
             metadata={"backfill_id": backfill_id, "observed": r.observed if r else 0,
                       "details": (r.details if r else "not evaluated")[:2000],
-                      **(_value_metadata(report, path, []) if g == "values" and failed else {})})
+                      **(_value_metadata(report, path, []) if g == "values" and failed else {}),
+                      **(_profile_metadata(outcomes.get("profile")) if g == "profile" else {})})
     if failed:   # the run's failure message is the decision, not an exception class
         raise dg.Failure(description=" | ".join(lines.values()), allow_retries=False)
 

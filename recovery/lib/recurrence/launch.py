@@ -60,9 +60,8 @@ def preflight(writer: Writer, request: BackfillRequest) -> Preflight:
 
 
 def _check_declared(writer: Writer, request: BackfillRequest, namespace: str) -> None:
-    """A declared column must be one the value gate compares; raises ``SpecError`` naming ``expect_change``."""
-    if not request.expect_change:
-        return
+    """The value gate's per-column overrides and the declared columns name compared columns; raises ``SpecError``
+    naming ``recurrence.anomaly.columns.<name>`` or ``expect_change`` before anything is written."""
     with writer.engine.session(read_only=True) as s:
         names = [c for c, _ in compared_columns(s, writer.spec, namespace)] + [writer.spec.target.partition]
     unknown = [c for c in request.expect_change if c not in names]

@@ -19,7 +19,7 @@ from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.recurrence.preview import in_partitions
-from recovery.lib.recurrence.values import Declared, compared_columns
+from recovery.lib.recurrence.values import NOTHING_DECLARED, Declared, compared_columns
 from recovery.lib.repair.gates import GateResult
 from recovery.lib.repair.sql_suites import SqlSuiteRunner
 from recovery.lib.repair.suites import Expectation, Suite, SuiteResult
@@ -56,7 +56,11 @@ def profile_suite(s: Session, spec: DatasetSpec, relation: str, columns: list[tu
     exps: list[Expectation] = []
     for name, kind in columns:
         over = a.columns.get(name)
-        lim = lambda field: getattr(over, field) if over is not None and getattr(over, field) is not None else getattr(a, field)  # noqa: E731
+
+        def lim(field: str, over=over) -> float:
+            value = getattr(over, field) if over is not None else None
+            return getattr(a, field) if value is None else value
+
         st = _stats(s, relation, name, kind)
         if not st["n"]:
             continue
@@ -67,7 +71,7 @@ def profile_suite(s: Session, spec: DatasetSpec, relation: str, columns: list[tu
         d = lim("max_distinct_change")
         exps.append(E("expect_column_unique_value_count_to_be_between",
                       {"column": name, "min_value": int(st["distinct"] * (1 - d)), "max_value": int(st["distinct"] * (1 + d)) + 1}))
-        if "values" in st and st["values"]:
+        if st.get("values"):
             exps.append(E("expect_column_values_to_be_in_set",
                           {"column": name, "value_set": st["values"], "mostly": round(1 - lim("max_null_share_change"), 6)}))
         if kind == "numeric" and st["mean"] is not None:
@@ -82,7 +86,7 @@ def profile_suite(s: Session, spec: DatasetSpec, relation: str, columns: list[tu
 
 
 def evaluate_profile(s: Session, spec: DatasetSpec, candidate: str, published: str,
-                     partitions: list[str], declared: Declared = Declared()) -> ProfileOutcome:
+                     partitions: list[str], declared: Declared = NOTHING_DECLARED) -> ProfileOutcome:
     a = spec.recurrence_policy.anomaly
     inside = in_partitions(spec, partitions)
     columns = [(n, k) for n, k in compared_columns(s, spec, candidate)

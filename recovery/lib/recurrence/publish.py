@@ -55,13 +55,15 @@ def declared_of(rec: BackfillRecord) -> Declared:
     return Declared.from_mapping(rec.manifest.get("declared_intent"))
 
 
-def profile_gate(s: Session, writer: Writer, rec: BackfillRecord, declared: Declared) -> GateResult:
+def profile_gate(s: Session, writer: Writer, rec: BackfillRecord, declared: Declared, outcomes: dict | None = None) -> GateResult:
     """The published profile as a GE suite on the candidate, computed by DuckDB (GE's SQL datasource)."""
     spec = writer.spec
     if spec.warehouse.engine != "duckdb":
         return GateResult("profile", True, 0, "not evaluated: the profile suite runs through GE's SQL datasource on "
                                               "DuckDB; on Spark the values gate holds the same profile checks")
     out = evaluate_profile(s, spec, rec.namespace, rec.from_namespace, rec.partitions, declared)
+    if outcomes is not None:
+        outcomes["profile"] = out
     return out.gate
 
 
@@ -107,7 +109,9 @@ def readiness_gate(s: Session, spec: DatasetSpec, rec: BackfillRecord) -> GateRe
                                                      f"publish until convergence verification passes")
 
 
-def gate_backfill(writer: Writer, backfill_id: str, *, run_id: str | None = None) -> tuple[list[GateResult], list[InvariantResult]]:
+def gate_backfill(writer: Writer, backfill_id: str, *, run_id: str | None = None,
+                  outcomes: dict | None = None) -> tuple[list[GateResult], list[InvariantResult]]:
+    """Every post-build gate in one transaction; ``outcomes`` (if given) receives the profile suite's result."""
     spec = writer.spec
 
     def txn():
@@ -120,7 +124,7 @@ def gate_backfill(writer: Writer, backfill_id: str, *, run_id: str | None = None
             values, _ = evaluate_values(s, spec, rec.namespace, rec.from_namespace, rec.partitions, declared)
             results = [fencing_gate(s, spec, rec), inv,
                        evaluate_anomaly(s, spec, rec.namespace, rec.from_namespace, rec.partitions, declared),
-                       values, profile_gate(s, writer, rec, declared), readiness_gate(s, spec, rec)]
+                       values, profile_gate(s, writer, rec, declared, outcomes), readiness_gate(s, spec, rec)]
             record_gates(s, backfill_id, rec.generation, spec.dataset, "candidate", results, run_id=run_id)
             return results, details
 

@@ -59,8 +59,8 @@ def _bars(report: ValueReport) -> str:
         return "<p>No column to compare.</p>"
     w, bar_h, left = 560, 18, 150
     height = bar_h * len(rows) + 30
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w + left + 60}" height="{height}" role="img" '
-             f'aria-label="share of keys changed per column">']
+    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{w + left + 60}" height="{height}" role="img" '
+              f'aria-label="share of keys changed per column">')]
     for i, c in enumerate(rows):
         y = 10 + i * bar_h
         colour = "#c0392b" if c.refused else ("#2e86c1" if c.declared else "#7f8c8d")
@@ -84,10 +84,10 @@ def render_preview(spec: DatasetSpec, backfill_id: str, verdict: str, gates: dic
                    report: ValueReport | None, note: str = "") -> str:
     lines = refusal_lines(gates, report)
     gate_rows = [[g.gate, "passed" if g.passed else "REFUSED", headline(g.details, 500)] for g in gates.values()]
-    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>backfill {html.escape(backfill_id)}</title>"
-           "<style>body{font-family:sans-serif;font-size:13px;margin:2em}table{border-collapse:collapse;margin:1em 0}"
-           "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}"
-           ".refused{color:#c0392b}</style></head><body>",
+    out = [(f"<!doctype html><html><head><meta charset='utf-8'><title>backfill {html.escape(backfill_id)}</title>"
+            "<style>body{font-family:sans-serif;font-size:13px;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+            "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}"
+            ".refused{color:#c0392b}</style></head><body>"),
            f"<h1>Backfill {html.escape(backfill_id)} of {html.escape(str(spec.target.table))}</h1>",
            f"<p><b>{html.escape(verdict)}</b></p>"]
     if note:

@@ -42,7 +42,7 @@ _NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "
 def column_kind(sql_type: str) -> str:
     """numeric | boolean | temporal | other: how a column is profiled."""
     t = sql_type.upper()
-    if t in _NUMERIC or t.startswith("DECIMAL") or t.startswith("NUMERIC"):
+    if t in _NUMERIC or t.startswith(("DECIMAL", "NUMERIC")):
         return "numeric"
     if t == "BOOLEAN":
         return "boolean"
@@ -68,7 +68,7 @@ class Declared:
     share: float | None = None
 
     @classmethod
-    def from_mapping(cls, raw: dict | None) -> "Declared":
+    def from_mapping(cls, raw: dict | None) -> Declared:
         raw = raw or {}
         return cls(tuple(raw.get("expect_change") or ()), raw.get("expected_share"))
 
@@ -80,6 +80,9 @@ class Declared:
             return "nothing declared"
         cols = ", ".join(self.columns) or "any column"
         return f"declared: {cols}" + (f" on up to {self.share:.0%} of keys" if self.share is not None else "")
+
+
+NOTHING_DECLARED = Declared()
 
 
 @dataclass(frozen=True)
@@ -207,7 +210,7 @@ def _profiles(s: Session, sql: str) -> dict[tuple[str, str], dict]:
 
 
 def compare_values(s: Session, spec: DatasetSpec, candidate: str, published: str, partitions: list[str],
-                   declared: Declared = Declared(), *, samples: int = 3) -> ValueReport:
+                   declared: Declared = NOTHING_DECLARED, *, samples: int = 3) -> ValueReport:
     """Every value check of the candidate's backfilled partitions against the published ones."""
     a = spec.recurrence_policy.anomaly
     columns = compared_columns(s, spec, candidate)
@@ -331,6 +334,6 @@ def _profile_checks(s: Session, spec: DatasetSpec, candidate: str, published: st
 
 
 def evaluate_values(s: Session, spec: DatasetSpec, candidate: str, published: str, partitions: list[str],
-                    declared: Declared = Declared()) -> tuple[GateResult, ValueReport]:
+                    declared: Declared = NOTHING_DECLARED) -> tuple[GateResult, ValueReport]:
     report = compare_values(s, spec, candidate, published, partitions, declared)
     return report.gate(), report

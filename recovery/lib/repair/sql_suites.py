@@ -28,7 +28,14 @@ import time
 from functools import lru_cache
 from typing import ClassVar, Literal
 
-from recovery.lib.repair.suites import Suite, SuiteResult, _args, _gx, _plain, expectation_class
+from recovery.lib.repair.suites import (
+    Suite,
+    SuiteResult,
+    _args,
+    _gx,
+    _plain,
+    expectation_class,
+)
 from recovery.lib.trace import trace
 
 DATASOURCE_TYPE = "recovery_duckdb"
@@ -70,7 +77,7 @@ class SqlSuiteRunner:
             from great_expectations.data_context.types.base import ProgressBarsConfig
 
             self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
-        except Exception:  # progress bars are cosmetic
+        except Exception:  # noqa: BLE001, S110 (progress bars are cosmetic)
             pass
         from duckdb_engine import ConnectionWrapper
 
@@ -100,12 +107,15 @@ class SqlSuiteRunner:
             r = results[er.expectation_config.meta["suite"]]
             info = er.result or {}
             r.rows = max(r.rows, int(info.get("element_count") or 0))
+            label = er.expectation_config.type + _args(er.expectation_config.kwargs)
+            observed = info.get("observed_value")
+            shown = observed if observed is not None else (f"{info.get('unexpected_count')} unexpected"
+                                                           if info.get("unexpected_count") is not None else "")
+            r.checked.append((label, bool(er.success), str(_plain(shown))[:200]))
             if er.success:
                 continue
-            label = er.expectation_config.type + _args(er.expectation_config.kwargs)
             error = (er.exception_info or {}).get("exception_message") if er.exception_info else None
             r.failures[label] = int(info.get("unexpected_count") or 1)
-            observed = info.get("observed_value")
             r.samples[label] = ([f"error: {error}"] if error else
                                 [_plain(x) for x in (info.get("partial_unexpected_list") or [])][:5]
                                 or ([f"observed {_plain(observed)}"] if observed is not None else []))
