@@ -210,3 +210,17 @@ def test_per_column_overrides_in_the_spec_and_unknown_columns_are_named(tmp_path
     with pytest.raises(SpecError) as err:
         ds.launch("recovery_tests.faulty_recomputes:rounding")
     assert err.value.field == "recurrence.anomaly.columns.quantity" and "qty" in str(err.value)
+
+
+def test_a_partition_without_published_rows_is_said_so_not_passed_silently(tmp_path):
+    ds = orders_dataset(tmp_path)
+    gen = ds.query(f"SELECT generation FROM {SCHEMA}.generations g JOIN {SCHEMA}.pointers p USING (namespace)")[0][0]
+    ds.writer().write(gen, f"SELECT region, order_no, src_rev FROM {ds.public} WHERE shard = 'east-202603'",
+                      mode="delete_keys", note="the partition was never published")
+    out = ds.launch()
+    values, profile = out.gates["values"], out.gates["profile"]
+    assert values.passed, values.details                     # new keys of an unpublished partition are not "added"
+    assert "1 partition(s) had no published rows (east-202603" in values.details
+    assert "profiled against the published history" in values.details
+    assert "(vs history)" not in values.details              # the history profile found nothing wrong
+    assert profile.passed and "published rows of the range" in profile.details
