@@ -260,7 +260,8 @@ def test_the_recovery_report_shows_what_the_repair_recorded(tmp_path):
                       "waves": "blocked", "totals": "recorded", "downstream_corrections": "recorded",
                       "convergence": "converged", "recurrence_gates": "in force"}
     gates = {r["gate"] for r in {s["id"]: s for s in reports.contexts["recovery"]["sections"]}["recurrence_gates"]["rows"]}
-    assert {"approval", "scope", "capacity", "manifest", "fencing", "invariants", "anomaly", "rollback_readiness"} == gates
+    assert {"approval", "scope", "capacity", "manifest", "fencing", "invariants", "anomaly", "values", "profile",
+            "rollback_readiness"} == gates
     sections = {s["id"]: s for s in reports.contexts["recovery"]["sections"]}
     assert sections["concurrent_writes"]["totals"] == {"upserted": 46, "deleted": 3, "skipped_older": 2}
     assert [(w["wave"], w["partitions"]) for w in sections["waves"]["waves"]] == [(0, 1), (1, 2)]

@@ -1,10 +1,13 @@
 """``recovery backfill plan|run``: a backfill of the served dataset through the guarded launcher.
 
-``plan`` is the dry run (job ``preview_backfill``): the scope preview and the
-pre-write gates; the warehouse is left byte-identical. ``run`` launches
-``guarded_backfill``: refused without approvals, past capacity or over current
-partitions; otherwise built in its own generation, gated, and published only if
-every gate passed. Exit 0: would launch / published; 1: refused or stopped; 2: bad input.
+``plan`` is the dry run (job ``preview_backfill``): the whole backfill rehearsed on a
+scratch copy of the warehouse, so it exits 1 exactly when ``run`` would refuse, and
+names the columns that would change (table, metadata, HTML preview); the warehouse
+is left byte-identical. ``run`` launches ``guarded_backfill``: refused without
+approvals, past capacity or over current partitions; otherwise built in its own
+generation, gated, and published only if every gate passed. A refusal is one line per
+failed gate (gate, partition, column, observed vs allowed, where the preview is), no
+stack trace. Exit 0: would publish / published; 1: a gate refuses; 2: bad input.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 def _request(args: argparse.Namespace):
@@ -24,6 +28,8 @@ def _request(args: argparse.Namespace):
         "start": args.start, "end": args.end, "recompute": args.recompute, "requested_by": args.requested_by,
         "approved_by": [a for a in (args.approved_by or "").split(",") if a.strip()],
         "allow_current_partitions": args.allow_current_partitions, "backfill_id": args.backfill_id, "notes": args.notes,
+        "expect_change": [c for c in (args.expect_change or "").split(",") if c.strip()],
+        "expected_share": args.expected_share,
     }, source="command line")
 
 
@@ -37,6 +43,26 @@ def _gates_table(title: str, gates: list[tuple[str, bool, str]]) -> Table:
     return t
 
 
+def _changes_table(changes: list[dict]) -> Table:
+    t = Table(title="columns: share of the range's keys whose value would change")
+    for c in ("column", "keys changed", "share", "allowed", "declared", "e.g. key: published -> backfill"):
+        t.add_column(c, overflow="fold")
+    for c in changes:
+        share = f"{c['share']:.1%}"
+        t.add_row(c["column"], f"{c['changed']:,} of {c['keys']:,}", f"[red]{share}[/]" if c["refused"] else share,
+                  f"{c['allowed']:.0%}", "yes" if c["declared"] else "no",
+                  "; ".join(f"{k}: {b} -> {a}" for k, _, b, a in c["samples"][:2]))
+    return t
+
+
+def _print_refusals(console: Console, lines: list[str]) -> None:
+    for line in lines:   # as Text: a sample value in brackets is not rich markup
+        console.print(Text(line, style="red"), soft_wrap=True)
+
+
+QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}   # a refusal is a decision, not a stack trace
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.config import spec_path
     from recovery.lib.catalog_checks import load_spec
@@ -46,17 +72,25 @@ def run(args: argparse.Namespace, console: Console) -> int:
     request = _request(args)
     os.environ["RECOVERY_SPEC"] = str(path)   # the code location serves this dataset
     from recovery.definitions import defs
+    from recovery.lib.engine import open_engine
     from recovery.lib.errors import RecoveryError
+    from recovery.lib.recurrence.launch import preflight
+    from recovery.lib.writer import Writer
     from recovery.orchestration import project_instance, run_job
 
+    preflight(Writer(open_engine(spec.warehouse), spec, actor="cli"), request)   # bad input: exit 2 before any run
     config = {k: v for k, v in request.model_dump().items()}
     instance = project_instance()
     if args.action == "plan":
-        result = run_job(defs(), "preview_backfill", instance,
-                         run_config={"ops": {"preview_backfill_scope": {"config": config}}})
+        try:
+            result = run_job(defs(), "preview_backfill", instance,
+                             run_config={**QUIET, "ops": {"preview_backfill_scope": {"config": config}}})
+        except RecoveryError as err:
+            console.print(f"[red]plan failed[/]: {err}", highlight=False, soft_wrap=True)
+            return 2
         out = result.output_for_node("preview_backfill_scope")
         p = out["preview"]
-        t = Table(title=f"dry run of backfill {request.id} (run {result.run_id[:8]}): nothing was written")
+        t = Table(title=f"dry run of backfill {request.id} (run {result.run_id[:8]}): rehearsed on a copy, nothing was written")
         t.add_column("scope")
         t.add_column("value", overflow="fold")
         for label, value in [
@@ -66,19 +100,30 @@ def run(args: argparse.Namespace, console: Console) -> int:
             ("estimated run time", f"{p['estimated_seconds']:,.1f} s ({p['throughput_from']})"),
             ("current partitions touched", ", ".join(p["current_touched"]) or "none"),
             ("consumers that would change", ", ".join(c["name"] for c in p["consumers"]) or "none"),
+            ("columns that would change", ", ".join(c["column"] for c in out["changes"] if c["changed"]) or "none"),
         ]:
             t.add_row(label, value)
         console.print(t)
-        console.print(_gates_table("pre-write gates", [(g["gate"], g["passed"], g["details"]) for g in out["gates"]]))
-        return 0 if out["passed"] else 1
+        console.print(_gates_table("gates (as `run` would evaluate them)", [(g["gate"], g["passed"], g["details"]) for g in out["gates"]]))
+        if out["changes"]:
+            console.print(_changes_table(out["changes"]))
+        if out["note"]:
+            console.print(out["note"], highlight=False)
+        console.print(f"preview: {out['preview_path']}", highlight=False, soft_wrap=True)
+        if out["passed"]:
+            console.print("[green]would publish[/]: every gate passes")
+            return 0
+        _print_refusals(console, out["refusals"])
+        return 1
 
     failure = None
     try:
-        run_job(defs(), "guarded_backfill", instance, run_config={"ops": {"recurrence__backfill": {"config": config}}})
+        run_job(defs(), "guarded_backfill", instance,
+                run_config={**QUIET, "ops": {"recurrence__backfill": {"config": config}}})
     except RecoveryError as err:
         failure = str(err)
-    from recovery.lib.engine import open_engine
     from recovery.lib.recurrence.record import latest_gates, load_backfill
+    from recovery.lib.recurrence.value_preview import preview_path, refusal_line
 
     with open_engine(spec.warehouse).session(read_only=True) as s:
         rec = load_backfill(s, request.id)
@@ -88,8 +133,18 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if rec is not None and rec.status == "published":
         console.print(f"published: {spec.target.table} now points at {rec.namespace} (prior {rec.from_namespace} retained)")
         return 0
-    console.print(f"[red]not published[/]: {(rec.reason if rec and rec.reason else failure) or 'see the run in the UI'}",
-                  highlight=False, soft_wrap=True)
+    preview = preview_path(spec, request.id, "run")
+    report = None
+    if rec is not None and rec.namespace and preview.exists():
+        from recovery.lib.recurrence.rehearsal import value_report_of
+
+        report = value_report_of(Writer(open_engine(spec.warehouse), spec, actor="cli"), request.id)
+    lines = [refusal_line(g, report, preview if preview.exists() else None) for g in gates.values() if not g.passed]
+    if not lines:
+        lines = [f"backfill {request.id} not published: {(rec.reason if rec and rec.reason else failure) or 'see the run in the UI'}"]
+    _print_refusals(console, lines)
+    if rec is not None and rec.namespace:
+        console.print(f"{spec.target.table} unchanged; the candidate is kept in {rec.namespace} for inspection", highlight=False)
     return 1
 
 
@@ -105,5 +160,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-current-partitions", action="store_true",
                    help="acknowledge that the range reaches the partitions ingestion writes")
     p.add_argument("--backfill-id", help="backfill id (default: derived from the range and the code)")
+    p.add_argument("--expect-change", help="comma-separated columns the backfill is meant to change (declared intent, "
+                                           "stored in the approval record); any other column changing is refused")
+    p.add_argument("--expected-share", type=float, help="share of the range's keys the backfill is meant to change (0-1]")
     p.add_argument("--notes", default="", help="free text kept in the manifest")
     p.set_defaults(fn=run)

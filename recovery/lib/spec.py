@@ -318,11 +318,41 @@ class CapacityLimits(_Strict):
     rows_per_second: float = Field(200_000, gt=0, description="Throughput assumed for the run-time estimate without history.")
 
 
+class ColumnThresholds(_Strict):
+    """Per-column overrides of the value gate's defaults (``recurrence.anomaly.columns.<column>``)."""
+
+    max_changed_share: float | None = Field(None, ge=0, le=1, description="Share of keys whose value may change undeclared.")
+    max_mean_shift: float | None = Field(None, ge=0, description="Largest shift of a partition's mean, in published std devs.")
+    max_quantile_shift: float | None = Field(None, ge=0, description="Largest shift of p10/p50/p90, in published std devs.")
+    max_null_share_change: float | None = Field(None, ge=0, le=1, description="Largest change of the null share.")
+    max_distinct_change: float | None = Field(None, ge=0, description="Largest relative change of the distinct count.")
+    ignore: bool = Field(False, description="Leave the column out of the value gate (e.g. a load timestamp).")
+
+
 class AnomalyThresholds(_Strict):
     max_row_change: float = Field(0.05, ge=0, description="Largest relative change of a partition's row count vs published.")
     max_total_change: float = Field(0.05, ge=0, description="Largest relative change of a partition's amount total vs published.")
     history_factor: float = Field(3.0, gt=1, description="A partition's rows or total beyond this factor of the median of "
                                                          "the published partitions (history) is an anomaly.")
+    # the value gate: key by key and column by column against the published rows (no per-column setup needed)
+    max_changed_share: float = Field(0.2, ge=0, le=1, description="Largest share of the range's keys whose value of one "
+                                                                  "column may change without being declared (expect_change).")
+    max_missing_keys_share: float = Field(0.05, ge=0, le=1, description="Largest share of published keys the backfill may drop.")
+    max_new_keys_share: float = Field(0.05, ge=0, le=1, description="Largest share of keys the backfill may add.")
+    max_mean_shift: float = Field(0.5, ge=0, description="Largest shift of a partition's column mean, in published std devs.")
+    max_quantile_shift: float = Field(0.5, ge=0, description="Largest shift of a partition's p10/p50/p90, in published std devs.")
+    max_null_share_change: float = Field(0.05, ge=0, le=1, description="Largest change of a partition's null share.")
+    max_distinct_change: float = Field(0.25, ge=0, description="Largest relative change of a partition's distinct count.")
+    min_baseline_rows: int = Field(20, ge=1, description="A partition with fewer published rows is profiled against the "
+                                                         "published history (the partitions outside the range) instead.")
+    columns: dict[str, ColumnThresholds] = Field({}, description="Per-column overrides of the value gate's thresholds.")
+
+    @field_validator("columns")
+    @classmethod
+    def _column_names(cls, v: dict) -> dict:
+        for name in v:
+            _ident(name)
+        return v
 
 
 class RecurrenceSpec(_Strict):

@@ -1,7 +1,8 @@
 """The guarded backfill in Dagster: a dry-run job, and backfill → blocking gates → publication.
 
-- ``preview_backfill`` (job): the scope preview and the pre-write gates, read-only;
-  the warehouse is unchanged.
+- ``preview_backfill`` (job): the whole backfill rehearsed on a scratch copy of the
+  warehouse: scope, every gate, which keys and columns would change (metadata and an
+  HTML preview); the warehouse is unchanged.
 - ``recurrence/backfill``: refuses (no write) without approvals, past capacity or
   over current partitions; otherwise records the manifest, then builds the range in
   the backfill's own generation.
@@ -22,7 +23,9 @@ from recovery.lib.recurrence.policy import GATES
 from recovery.lib.recurrence.publish import gate_backfill, publish_backfill, stop_backfill
 from recovery.lib.recurrence.recompute import resolve_recompute
 from recovery.lib.recurrence.record import latest_gates
+from recovery.lib.recurrence.rehearsal import rehearse, value_report_of
 from recovery.lib.recurrence.tables import GATES as GATE_TABLE, tables_exist
+from recovery.lib.recurrence.value_preview import refusal_line, refusal_lines, write_preview
 
 BACKFILL_KEY = dg.AssetKey(["recurrence", "backfill"])
 PUBLICATION_KEY = dg.AssetKey(["recurrence", "publication"])
@@ -34,6 +37,10 @@ DESCRIPTIONS = {
     "fencing": "Own generation, namespace and token; the pointer has not moved and no write landed in the range since.",
     "invariants": "The spec's SQL invariants and GE suites, plus key/version/tombstone invariants, on every backfilled partition.",
     "anomaly": "Per-partition rows and totals within the thresholds of the published generation and of history.",
+    "values": "Key by key and column by column vs published: undeclared columns barely change; per-partition mean, "
+              "quantiles, null share and distinct count hold.",
+    "profile": "The published generation's profile as a Great Expectations suite, run by the warehouse on the candidate "
+               "(GE's SQL datasource): null shares, distinct counts, value sets, means, quantiles.",
     "rollback_readiness": "The prior generation is complete and retained until convergence verification passes.",
 }
 
@@ -59,15 +66,64 @@ def _fail(err: Exception) -> dg.Failure:
     return dg.Failure(description=str(err), allow_retries=False)
 
 
-@dg.op(description="Dry run: the backfill's scope preview and pre-write gates, computed without writing.")
+@dg.op(description="Dry run: the whole guarded backfill rehearsed on a scratch copy of the warehouse (scope, every "
+                   "gate, the keys and columns that would change); the warehouse itself is unchanged.")
 def preview_backfill_scope(context: dg.OpExecutionContext, config: BackfillConfig, warehouse: WarehouseResource) -> dg.Output[dict]:
+    writer = warehouse.writer("preview_backfill")
     try:
-        pf = preflight(warehouse.writer("preview_backfill"), resolve_request(config))
+        request = resolve_request(config)
+        pf = preflight(writer, request)
+        rehearsal = rehearse(writer, request)
     except RecoveryError as err:
         raise _fail(err) from err
-    summary = {"passed": pf.passed, "preview": pf.preview.model_dump(mode="json"),
-               "gates": [{"gate": g.gate, "passed": g.passed, "details": g.details} for g in pf.gates]}
-    return dg.Output(summary, metadata={**_metadata(pf), "would_launch": pf.passed})
+    gates = rehearsal.outcome.gates
+    verdict = ("would publish: every gate passes" if rehearsal.would_publish
+               else f"would refuse: {', '.join(g for g, r in gates.items() if not r.passed)}")
+    path = write_preview(writer.spec, request.id, "plan", verdict, gates, rehearsal.report, rehearsal.note)
+    lines = refusal_lines(gates, rehearsal.report, path)
+    if not rehearsal.would_publish and not lines:   # e.g. the recompute raised: no gate said no, the backfill did not finish
+        o = rehearsal.outcome
+        lines = [f"backfill would end {o.status}: {o.reason or 'see the preview'}; preview: {path}"]
+    summary = {"passed": rehearsal.would_publish, "preview": pf.preview.model_dump(mode="json"), "preview_path": str(path),
+               "gates": [{"gate": g.gate, "passed": g.passed, "details": g.details} for g in gates.values()],
+               "refusals": lines, "note": rehearsal.note,
+               "changes": _changes(rehearsal.report)}
+    return dg.Output(summary, metadata={**_metadata(pf), "would_publish": rehearsal.would_publish,
+                                        **_value_metadata(rehearsal.report, path, lines)})
+
+
+def _changes(report) -> list[dict]:
+    if report is None:
+        return []
+    return [{"column": c.column, "changed": c.changed, "keys": c.matched, "share": c.share, "allowed": c.allowed,
+             "declared": c.declared, "refused": c.refused, "worst_partition": c.worst_partition,
+             "samples": [list(x) for x in c.samples]} for c in report.changes]
+
+
+def _profile_metadata(outcome) -> dict:
+    """Each expectation of the profile suite with its result, and the columns that failed (for the UI)."""
+    if outcome is None or outcome.result is None:
+        return {"baseline": outcome.baseline if outcome else "none"}
+    rows = ["| expectation | result | observed |", "| --- | --- | --- |"]
+    rows += [f"| {label} | {'passed' if ok else '**failed**'} | {observed} |" for label, ok, observed in outcome.result.checked]
+    failing = sorted({label.split("(")[1].rstrip(")") for label in outcome.result.failures if "(" in label})
+    return {"baseline": outcome.baseline, "expectations": dg.MetadataValue.md("\n".join(rows)),
+            "failing_columns": ", ".join(failing) or "none"}
+
+
+def _value_metadata(report, path, lines: list[str]) -> dict:
+    """The value comparison as metadata: which columns change, how much, a sample, and the preview file."""
+    meta: dict = {"preview": dg.MetadataValue.path(str(path))} if path else {}
+    if lines:
+        meta["refusals"] = dg.MetadataValue.md("\n".join(f"- {x}" for x in lines))
+    if report is None:
+        return meta
+    rows = ["| column | keys changed | share | allowed | declared | e.g. (key: before -> after) |", "| --- | --- | --- | --- | --- | --- |"]
+    rows += [f"| {c.column} | {c.changed:,} | {c.share:.1%} | {c.allowed:.0%} | {'yes' if c.declared else 'no'} | "
+             f"{'; '.join(f'{k}: {b} -> {a}' for k, _, b, a in c.samples[:2])} |" for c in report.changes]
+    meta["changed_columns"] = ", ".join(report.changed_columns) or "none"
+    meta["value_changes"] = dg.MetadataValue.md("\n".join(rows))
+    return meta
 
 
 @dg.job(description="Dry run of a guarded backfill: partitions, keys, rows, bytes, run time, current partitions, "
@@ -112,19 +168,31 @@ def backfill_gates(context: dg.AssetCheckExecutionContext, warehouse: WarehouseR
     if backfill_id is None:
         raise dg.Failure(description="this run started no guarded backfill; nothing to gate", allow_retries=False)
     writer = warehouse.writer("backfill_gates")
-    gate_backfill(writer, backfill_id, run_id=context.run.run_id)
+    outcomes: dict = {}
+    gate_backfill(writer, backfill_id, run_id=context.run.run_id, outcomes=outcomes)
     with writer.engine.session(read_only=True) as s:
         gates = latest_gates(s, backfill_id)
     failed = [g for g in GATES if g not in gates or not gates[g].passed]
+    report = path = None
+    lines: dict[str, str] = {}
     if failed:
         stop_backfill(writer, backfill_id, "; ".join(f"gate {g} failed: {gates[g].details if g in gates else 'not evaluated'}"
                                                      for g in failed), run_id=context.run.run_id)
+        report = value_report_of(writer, backfill_id)
+        path = write_preview(writer.spec, backfill_id, "run", f"refused: {', '.join(failed)}; nothing was published, the "
+                             f"candidate is kept for inspection", gates, report)
+        lines = {g: refusal_line(gates[g], report, path) if g in gates else f"gate {g} refused: not evaluated" for g in failed}
     for g in GATES:
         r = gates.get(g)
         yield dg.AssetCheckResult(
             asset_key=BACKFILL_KEY, check_name=g, passed=bool(r and r.passed), severity=dg.AssetCheckSeverity.ERROR,
+            description=lines.get(g),
             metadata={"backfill_id": backfill_id, "observed": r.observed if r else 0,
-                      "details": (r.details if r else "not evaluated")[:2000]})
+                      "details": (r.details if r else "not evaluated")[:2000],
+                      **(_value_metadata(report, path, []) if g == "values" and failed else {}),
+                      **(_profile_metadata(outcomes.get("profile")) if g == "profile" else {})})
+    if failed:   # the run's failure message is the decision, not an exception class
+        raise dg.Failure(description=" | ".join(lines.values()), allow_retries=False)
 
 
 @dg.asset(key=PUBLICATION_KEY, deps=[BACKFILL_KEY], group_name="recurrence", kinds={"duckdb"},

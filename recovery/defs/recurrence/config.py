@@ -20,6 +20,10 @@ class BackfillConfig(dg.Config):
     allow_current_partitions: bool = Field(False, description="Acknowledge that the range reaches the partitions normal "
                                                               "ingestion is writing.")
     backfill_id: str | None = Field(None, description="Backfill id (default: derived from the range and the code).")
+    expect_change: list[str] = Field(default_factory=list, description="Columns the backfill is meant to change (declared "
+                                                                      "intent, stored in the approval record); any other "
+                                                                      "column changing is refused by the values gate.")
+    expected_share: float | None = Field(None, description="Share of the range's keys the backfill is meant to change.")
     notes: str = Field("", description="Free text kept in the manifest.")
 
 

@@ -15,14 +15,22 @@ from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.recurrence.preview import in_partitions
+from recovery.lib.recurrence.values import Declared
 from recovery.lib.repair.gates import GateResult
 from recovery.lib.repair.suites import Expectation, Suite, SuiteRunner
 from recovery.lib.spec import DatasetSpec
 
 
-def anomaly_frame_sql(spec: DatasetSpec, namespace: str, published: str, partitions: list[str]) -> str:
+def _totals_checked(spec: DatasetSpec, declared: Declared | None) -> bool:
+    """Totals are compared unless there is no amount column or the request declares changing it."""
+    return bool(spec.target.amount) and not (declared is not None and declared.covers(spec.target.amount))
+
+
+def anomaly_frame_sql(spec: DatasetSpec, namespace: str, published: str, partitions: list[str],
+                      declared: Declared | None = None) -> str:
     part = quote(spec.target.partition)
-    total = f"CAST(sum({quote(spec.target.amount)}) AS DOUBLE)" if spec.target.amount else "CAST(NULL AS DOUBLE)"
+    total = (f"CAST(sum({quote(spec.target.amount)}) AS DOUBLE)" if _totals_checked(spec, declared)
+             else "CAST(NULL AS DOUBLE)")
     inside = in_partitions(spec, partitions)
     agg = lambda ns, where: (f"SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {total} AS t "  # noqa: E731
                              f"FROM {namespace_sql(ns)} WHERE {where} GROUP BY 1")
@@ -45,23 +53,24 @@ def anomaly_frame_sql(spec: DatasetSpec, namespace: str, published: str, partiti
     """
 
 
-def anomaly_suite(spec: DatasetSpec) -> Suite:
+def anomaly_suite(spec: DatasetSpec, declared: Declared | None = None) -> Suite:
     a = spec.recurrence_policy.anomaly
     E = Expectation
     exps = [E("expect_column_values_to_be_between", {"column": "row_change", "min_value": 0, "max_value": a.max_row_change}),
             E("expect_column_values_to_be_between",
               {"column": "history_rows_ratio", "min_value": 1 / a.history_factor, "max_value": a.history_factor})]
-    if spec.target.amount:
+    if _totals_checked(spec, declared):
         exps += [E("expect_column_values_to_be_between", {"column": "total_change", "min_value": 0, "max_value": a.max_total_change}),
                  E("expect_column_values_to_be_between",
                    {"column": "history_total_ratio", "min_value": 1 / a.history_factor, "max_value": a.history_factor})]
     return Suite("anomaly", tuple(exps))
 
 
-def evaluate_anomaly(s: Session, spec: DatasetSpec, namespace: str, published: str, partitions: list[str]) -> GateResult:
+def evaluate_anomaly(s: Session, spec: DatasetSpec, namespace: str, published: str, partitions: list[str],
+                     declared: Declared | None = None) -> GateResult:
     a = spec.recurrence_policy.anomaly
-    frame = s.arrow(anomaly_frame_sql(spec, namespace, published, partitions), [partitions]).to_pandas()
-    runner = SuiteRunner([anomaly_suite(spec)])
+    frame = s.arrow(anomaly_frame_sql(spec, namespace, published, partitions, declared), [partitions]).to_pandas()
+    runner = SuiteRunner([anomaly_suite(spec, declared)])
     runner.validate(frame)
     result = runner.results["anomaly"]
     lo, hi = 1 / a.history_factor, a.history_factor
@@ -77,7 +86,7 @@ def evaluate_anomaly(s: Session, spec: DatasetSpec, namespace: str, published: s
                                               f"{a.max_total_change:.0%} totals of published and {hi}x of history")
 
     def fmt(r) -> str:
-        total = f"total {r.total or 0:,.2f} vs {r.published_total or 0:,.2f}" if spec.target.amount else ""
+        total = f"total {r.total or 0:,.2f} vs {r.published_total or 0:,.2f}" if _totals_checked(spec, declared) else ""
         return f"{r.partition}: rows {r.rows:,} vs {r.published_rows:,} published, {total} (history median {r.history_rows:,.0f} rows)"
 
     details = (f"{len(flagged)} partition(s) past the thresholds (rows {a.max_row_change:.0%}, totals {a.max_total_change:.0%} "

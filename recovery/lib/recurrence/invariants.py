@@ -5,7 +5,8 @@ backfilled partitions of the new generation); it may read ``{{ generation }}`` (
 whole new generation) and ``{{ source_latest }}`` (each key's latest source change as
 of the manifest's watermark, tombstones included). Four follow from the spec's
 contract and always run; the spec declares more under ``recurrence.invariants``; its
-Great Expectations ``suites`` run too, over bounded batches. Violations are counted
+Great Expectations ``suites`` run too, through GE's SQL datasource on DuckDB (each
+expectation computed over the whole relation by the engine; bounded batches on Spark). Violations are counted
 per partition in the engine; only counts and a few sample rows leave it.
 """
 
@@ -19,6 +20,7 @@ from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.recurrence.preview import in_partitions
 from recovery.lib.repair.gates import GateResult
+from recovery.lib.repair.sql_suites import SqlSuiteRunner
 from recovery.lib.repair.suites import BATCH_ROWS, SuiteRunner, declared_suites
 from recovery.lib.snapshot import latest_versions_sql, str_list
 from recovery.lib.spec import DatasetSpec, InvariantSpec
@@ -97,9 +99,13 @@ def evaluate_invariants(s: Session, spec: DatasetSpec, namespace: str, partition
     results += [_evaluate(s, spec, i.name, i.sql, i.description, relations) for i in spec.recurrence_policy.invariants]
     if spec.suites:
         columns = [c for c, _ in s.columns(ns)]
-        runner = SuiteRunner(declared_suites(spec, columns))
-        runner.run(s.arrow_batches(relations["rows"], batch_rows))
-        for r in runner.results.values():
+        suites = declared_suites(spec, columns)
+        if getattr(s, "dialect", None) == "duckdb":   # computed by the warehouse over the whole relation
+            suite_results = SqlSuiteRunner(s.conn, suites).validate(relations["rows"])
+        else:                                         # Spark: bounded pandas batches (aggregates are per batch)
+            runner = SuiteRunner(suites)
+            suite_results = runner.run(s.arrow_batches(relations["rows"], batch_rows))
+        for r in suite_results.values():
             results.append(InvariantResult(r.name, r.unexpected, {}, [r.describe()] if not r.passed else [],
                                            "Great Expectations suite declared in the spec"))
     failed = [r for r in results if not r.passed]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from recovery.lib.control_plane import record_event, utcnow
-from recovery.lib.errors import RecoveryError
+from recovery.lib.errors import RecoveryError, SpecError
 from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import current_namespace, namespace_sql
 from recovery.lib.recurrence.policy import pre_write_gates
@@ -31,6 +31,7 @@ from recovery.lib.recurrence.recompute import Recompute, RecomputeContext, code_
 from recovery.lib.recurrence.record import BackfillRecord, load_backfill, pointer_seq, record_gates, set_status
 from recovery.lib.recurrence.request import BackfillRequest
 from recovery.lib.recurrence.tables import BACKFILLS, ensure_backfill_tables
+from recovery.lib.recurrence.values import compared_columns
 from recovery.lib.repair.gates import GateResult
 from recovery.lib.writer import Writer, retrying
 
@@ -54,7 +55,19 @@ def preflight(writer: Writer, request: BackfillRequest) -> Preflight:
     """Scope preview and pre-write gates; reads only."""
     resolve_recompute(request.recompute)   # a bad name is a SpecError before anything else
     preview = preview_scope(writer.engine, writer.spec, request)
+    _check_declared(writer, request, preview.published_namespace)
     return Preflight(request, preview, pre_write_gates(writer.spec, request, preview))
+
+
+def _check_declared(writer: Writer, request: BackfillRequest, namespace: str) -> None:
+    """The value gate's per-column overrides and the declared columns name compared columns; raises ``SpecError``
+    naming ``recurrence.anomaly.columns.<name>`` or ``expect_change`` before anything is written."""
+    with writer.engine.session(read_only=True) as s:
+        names = [c for c, _ in compared_columns(s, writer.spec, namespace)] + [writer.spec.target.partition]
+    unknown = [c for c in request.expect_change if c not in names]
+    if unknown:
+        raise SpecError("expect_change", f"{', '.join(unknown)} is not a payload column of {writer.spec.target.table}",
+                        f"declare some of {names}")
 
 
 def _package_version() -> str:
@@ -79,6 +92,7 @@ def manifest(writer: Writer, pf: Preflight, code: str, published_seq: int | None
         },
         "scope": pv.model_dump(mode="json"),
         "approvals": req.approved_by, "requested_by": req.requested_by,
+        "declared_intent": req.declared,      # what the approvers approved it to change (the value gate holds it to that)
         "recorded_at": utcnow().isoformat(),
     }
 

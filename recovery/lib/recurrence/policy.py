@@ -13,7 +13,8 @@ from recovery.lib.repair.gates import GateResult
 from recovery.lib.spec import DatasetSpec
 
 PRE_WRITE = ("approval", "scope", "capacity")
-GATES = ("approval", "scope", "capacity", "manifest", "fencing", "invariants", "anomaly", "rollback_readiness")
+GATES = ("approval", "scope", "capacity", "manifest", "fencing", "invariants", "anomaly", "values", "profile",
+         "rollback_readiness")
 
 
 def required_approvals(spec: DatasetSpec, preview: ScopePreview) -> tuple[int, list[str]]:
@@ -41,6 +42,10 @@ def approval_gate(spec: DatasetSpec, request: BackfillRequest, preview: ScopePre
     details = (f"{len(valid)} of {need} required approval(s) for {preview.estimated_rows:,} rows over "
                f"{len(preview.partitions)} partitions ({'; '.join(why) or 'no rule applies'}): "
                f"{', '.join(valid) or 'none'}")
+    if request.declared:
+        share = request.expected_share
+        details += (f"; declared change: {', '.join(request.expect_change) or 'any column'}"
+                    + (f" on up to {share:.0%} of keys" if share is not None else ""))
     if strangers:
         details += f"; not approvers of {spec.dataset}: {', '.join(strangers)}"
     if not ok:
@@ -109,5 +114,14 @@ def active_gates(spec: DatasetSpec) -> list[dict]:
         {"gate": "anomaly", "applies": f"rows within {p.anomaly.max_row_change:.0%} and totals within "
                                        f"{p.anomaly.max_total_change:.0%} of published; within {p.anomaly.history_factor}x "
                                        f"of the history median"},
+        {"gate": "values", "applies": f"key by key: a column may change on at most {p.anomaly.max_changed_share:.0%} of "
+                                      f"the keys unless declared (expect_change); at most "
+                                      f"{p.anomaly.max_missing_keys_share:.0%} keys dropped / {p.anomaly.max_new_keys_share:.0%} "
+                                      f"added; per partition mean and p10/p50/p90 within {p.anomaly.max_mean_shift} std devs, "
+                                      f"null share within {p.anomaly.max_null_share_change:.0%}, distinct count within "
+                                      f"{p.anomaly.max_distinct_change:.0%} of published"},
+        {"gate": "profile", "applies": "the published generation's profile (null shares, distinct counts, value sets, "
+                                       "means and p10/p50/p90 within the value gate's tolerances) as a Great Expectations "
+                                       "suite, computed by the warehouse on the candidate's partitions"},
         {"gate": "rollback_readiness", "applies": "the prior generation is complete, and retained until convergence passes"},
     ]

@@ -28,9 +28,11 @@ from recovery.lib.namespaces import current_namespace, move_pointer, namespace_s
 from recovery.lib.recurrence.anomaly import evaluate_anomaly
 from recovery.lib.recurrence.invariants import InvariantResult, evaluate_invariants
 from recovery.lib.recurrence.policy import GATES
+from recovery.lib.recurrence.profile import evaluate_profile
 from recovery.lib.recurrence.preview import in_partitions
 from recovery.lib.recurrence.record import BackfillRecord, latest_gates, load_backfill, record_gates, set_status
 from recovery.lib.recurrence.tables import BACKFILLS
+from recovery.lib.recurrence.values import Declared, evaluate_values
 from recovery.lib.repair.gates import GateResult
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.writer import Writer, retrying
@@ -46,6 +48,23 @@ def _since_seed(s: Session, spec: DatasetSpec, rec: BackfillRecord) -> tuple[lis
     inside = set(rec.partitions)
     touched = [r[0] for r in rows]
     return [p for p in touched if p in inside], [p for p in touched if p not in inside]
+
+
+def declared_of(rec: BackfillRecord) -> Declared:
+    """The intent the request declared, as its manifest (the approval record) stores it."""
+    return Declared.from_mapping(rec.manifest.get("declared_intent"))
+
+
+def profile_gate(s: Session, writer: Writer, rec: BackfillRecord, declared: Declared, outcomes: dict | None = None) -> GateResult:
+    """The published profile as a GE suite on the candidate, computed by DuckDB (GE's SQL datasource)."""
+    spec = writer.spec
+    if spec.warehouse.engine != "duckdb":
+        return GateResult("profile", True, 0, "not evaluated: the profile suite runs through GE's SQL datasource on "
+                                              "DuckDB; on Spark the values gate holds the same profile checks")
+    out = evaluate_profile(s, spec, rec.namespace, rec.from_namespace, rec.partitions, declared)
+    if outcomes is not None:
+        outcomes["profile"] = out
+    return out.gate
 
 
 def fencing_gate(s: Session, spec: DatasetSpec, rec: BackfillRecord) -> GateResult:
@@ -90,7 +109,9 @@ def readiness_gate(s: Session, spec: DatasetSpec, rec: BackfillRecord) -> GateRe
                                                      f"publish until convergence verification passes")
 
 
-def gate_backfill(writer: Writer, backfill_id: str, *, run_id: str | None = None) -> tuple[list[GateResult], list[InvariantResult]]:
+def gate_backfill(writer: Writer, backfill_id: str, *, run_id: str | None = None,
+                  outcomes: dict | None = None) -> tuple[list[GateResult], list[InvariantResult]]:
+    """Every post-build gate in one transaction; ``outcomes`` (if given) receives the profile suite's result."""
     spec = writer.spec
 
     def txn():
@@ -99,9 +120,11 @@ def gate_backfill(writer: Writer, backfill_id: str, *, run_id: str | None = None
             if rec is None or rec.status not in ("built", "stopped"):
                 raise RecoveryError(f"backfill {backfill_id} is {rec.status if rec else 'unknown'}; only a built backfill is gated")
             inv, details = evaluate_invariants(s, spec, rec.namespace, rec.partitions, rec.source_watermark)
+            declared = declared_of(rec)
+            values, _ = evaluate_values(s, spec, rec.namespace, rec.from_namespace, rec.partitions, declared)
             results = [fencing_gate(s, spec, rec), inv,
-                       evaluate_anomaly(s, spec, rec.namespace, rec.from_namespace, rec.partitions),
-                       readiness_gate(s, spec, rec)]
+                       evaluate_anomaly(s, spec, rec.namespace, rec.from_namespace, rec.partitions, declared),
+                       values, profile_gate(s, writer, rec, declared, outcomes), readiness_gate(s, spec, rec)]
             record_gates(s, backfill_id, rec.generation, spec.dataset, "candidate", results, run_id=run_id)
             return results, details
 

@@ -13,6 +13,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from recovery.lib.identifiers import check_identifier
 from recovery.lib.spec import _shape_error
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -30,6 +31,10 @@ class BackfillRequest(BaseModel):
     allow_current_partitions: bool = Field(False, description="Acknowledge that the range reaches partitions normal "
                                                               "ingestion is writing.")
     backfill_id: str | None = Field(None, description="Id of the backfill (default: derived from the request).")
+    expect_change: list[str] = Field(default_factory=list, description="Columns the backfill is meant to change (declared "
+                                                                      "intent): they may change; any other column may not.")
+    expected_share: float | None = Field(None, gt=0, le=1, description="Share of the range's keys the backfill is meant to "
+                                                                       "change (of the declared columns, or of every column).")
     notes: str = ""
 
     @field_validator("start", "end")
@@ -54,6 +59,16 @@ class BackfillRequest(BaseModel):
             raise ValueError("use letters, digits, '-', '_' and '.' (at most 100), starting with a letter or digit")
         return v
 
+    @field_validator("expect_change")
+    @classmethod
+    def _declared(cls, v: list[str]) -> list[str]:
+        v = [c.strip() for c in v if c.strip()]
+        if len(set(v)) != len(v):
+            raise ValueError("names a column twice")
+        for c in v:
+            check_identifier(c, "column")
+        return v
+
     @field_validator("approved_by")
     @classmethod
     def _approvers(cls, v: list[str]) -> list[str]:
@@ -72,8 +87,18 @@ class BackfillRequest(BaseModel):
     def id(self) -> str:
         if self.backfill_id:
             return self.backfill_id
-        h = hashlib.sha256(json.dumps([self.start, self.end, self.recompute]).encode()).hexdigest()[:8]
+        substance = [self.start, self.end, self.recompute]
+        if self.declared:   # a declared relaunch of a refused backfill is a new backfill
+            substance.append(self.declared)
+        h = hashlib.sha256(json.dumps(substance).encode()).hexdigest()[:8]
         return f"bf-{self.start}-{self.end}-{h}"
+
+    @property
+    def declared(self) -> dict:
+        """The declared intent as the approval record stores it (empty when nothing was declared)."""
+        if not self.expect_change and self.expected_share is None:
+            return {}
+        return {"expect_change": list(self.expect_change), "expected_share": self.expected_share}
 
     @property
     def generation(self) -> str:

@@ -46,6 +46,7 @@ class SuiteResult:
     batches: int = 0
     failures: dict[str, int] = field(default_factory=dict)     # expectation -> unexpected rows
     samples: dict[str, list] = field(default_factory=dict)
+    checked: list[tuple[str, bool, str]] = field(default_factory=list)   # (expectation, passed, observed), when known
 
     @property
     def passed(self) -> bool:
