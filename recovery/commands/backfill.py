@@ -70,8 +70,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     path = Path(args.spec).resolve() if args.spec else spec_path()
     spec = load_spec(path)                    # validate before launching anything
     request = _request(args)
-    os.environ["RECOVERY_SPEC"] = str(path)   # the code location serves this dataset
-    from recovery.definitions import defs
+    from recovery.definitions import definitions_for
     from recovery.lib.engine import open_engine
     from recovery.lib.errors import RecoveryError
     from recovery.lib.recurrence.launch import preflight
@@ -81,9 +80,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     preflight(Writer(open_engine(spec.warehouse), spec, actor="cli"), request)   # bad input: exit 2 before any run
     config = {k: v for k, v in request.model_dump().items()}
     instance = project_instance()
+    code_location = definitions_for(path)   # built for this dataset's spec
     if args.action == "plan":
         try:
-            result = run_job(defs(), "preview_backfill", instance,
+            result = run_job(code_location, "preview_backfill", instance,
                              run_config={**QUIET, "ops": {"preview_backfill_scope": {"config": config}}})
         except RecoveryError as err:
             console.print(f"[red]plan failed[/]: {err}", highlight=False, soft_wrap=True)
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     failure = None
     try:
-        run_job(defs(), "guarded_backfill", instance,
+        run_job(code_location, "guarded_backfill", instance,
                 run_config={**QUIET, "ops": {"recurrence__backfill": {"config": config}}})
     except RecoveryError as err:
         failure = str(err)
