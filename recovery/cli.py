@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.fn(args, console) or 0)
     except RecoveryError as err:
-        console.print(f"[red]error:[/] {err}", highlight=False)
+        console.print(f"[red]error:[/] {err}", highlight=False, soft_wrap=True)  # one line, however long
         return 2
 
 

@@ -18,7 +18,7 @@ from recovery.lib.control_plane import SCHEMA, control_plane_exists
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import check_identifier, quote
-from recovery.lib.spec import DatasetSpec, _shape_error, load_spec, load_yaml_model
+from recovery.lib.spec import DatasetSpec, _shape_error, load_spec, load_yaml_model, resolve_path
 
 
 class PartitionRange(BaseModel):
@@ -78,9 +78,12 @@ class Incident(BaseModel):
 def parse_incident(path: str | Path) -> Incident:
     path = Path(path)
     inc = load_yaml_model(path, Incident, what="incident", example="sample_data/transactions/incident.yaml")
-    base = path.resolve().parent
-    spec = (base / inc.spec).resolve()
-    evidence = (base / inc.evidence_root).resolve() if inc.evidence_root else None
+    base = resolve_path(Path.cwd(), path, "incident", source=str(path)).parent
+    spec = resolve_path(base, inc.spec, "spec", source=str(path))
+    evidence = resolve_path(base, inc.evidence_root, "evidence_root", source=str(path)) if inc.evidence_root else None
+    from recovery.lib.evidence.root import check_evidence_root  # here: the evidence package imports this module
+
+    check_evidence_root(evidence, source=str(path))
     return inc.model_copy(update={"spec": spec, "evidence_root": evidence, "incident_path": path.resolve()})
 
 
@@ -90,8 +93,11 @@ def incident_from_mapping(raw: dict, *, base_dir: Path) -> Incident:
         inc = Incident.model_validate({k: v for k, v in raw.items() if v is not None})
     except ValidationError as e:
         raise _shape_error(e, "run config") from None
-    spec = (base_dir / inc.spec).resolve()
-    evidence = (base_dir / inc.evidence_root).resolve() if inc.evidence_root else None
+    spec = resolve_path(base_dir, inc.spec, "spec", source="run config")
+    evidence = resolve_path(base_dir, inc.evidence_root, "evidence_root", source="run config") if inc.evidence_root else None
+    from recovery.lib.evidence.root import check_evidence_root
+
+    check_evidence_root(evidence, source="run config")
     return inc.model_copy(update={"spec": spec, "evidence_root": evidence})
 
 
@@ -134,4 +140,8 @@ def check_incident(inc: Incident) -> DatasetSpec:
 
 
 def _as_date(v) -> date:
-    return v if isinstance(v, date) else date.fromisoformat(str(v)[:10])
+    try:
+        return v if isinstance(v, date) else date.fromisoformat(str(v)[:10])
+    except ValueError:
+        raise SpecError("partitions", f"the partition column holds {v!r}, not dates", "omit partitions to infer the range "
+                        "from the writes") from None
