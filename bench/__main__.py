@@ -1,10 +1,10 @@
-"""``python -m bench <name> ...``: run one benchmark: ``reconcile`` (the default, ``make bench``) or ``recover``."""
+"""``python -m bench <name> ...``: run one benchmark: ``reconcile`` (the default, ``make bench``), ``recover`` or ``fuzz`` (spec and incident files, ``make fuzz``)."""
 
 import sys
 
-from bench import reconcile_bench, recover_bench
+from bench import fuzz_bench, reconcile_bench, recover_bench
 
-BENCHES = {"reconcile": reconcile_bench.main, "recover": recover_bench.main}
+BENCHES = {"reconcile": reconcile_bench.main, "recover": recover_bench.main, "fuzz": fuzz_bench.main}
 
 if __name__ == "__main__":
     name = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else "reconcile"

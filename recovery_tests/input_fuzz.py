@@ -41,7 +41,7 @@ NASTY = [
 
 _scalars = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=40), st.sampled_from(NASTY),
+    st.text(max_size=40), st.sampled_from(NASTY).map(copy.deepcopy),  # a copy: mutations must not touch NASTY
 )
 _values = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                          st.dictionaries(st.text(max_size=8), inner, max_size=4)),
@@ -80,7 +80,7 @@ def mutated_document(draw, base: dict) -> bytes:
         elif op == "value":
             node[last] = draw(_values)
         elif op == "nasty":
-            node[last] = copy.deepcopy(draw(st.sampled_from(NASTY)))
+            node[last] = draw(st.sampled_from(NASTY).map(copy.deepcopy))
         else:
             node[last] = f"{node[last]}{draw(st.sampled_from(['; --', chr(0), chr(0xff), '..', '/', '{{ x }}']))}"
     text = yaml.safe_dump(d, sort_keys=False, allow_unicode=draw(st.booleans()))

@@ -39,3 +39,7 @@ class WarehouseBusyError(RecoveryError):
 
 class SchemaMismatchError(RecoveryError):
     """Rows offered to the writer do not have the target's columns."""
+
+
+class DuplicateKeyError(RecoveryError):
+    """A write offered two rows for one key; the whole write was rolled back."""
