@@ -96,6 +96,15 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
         ]:
             if n is not None and n not in out:
                 fail(field, f"column {n!r} is not produced by the transform", "name a column the transform returns, or remove the field")
+        if spec.source.sensitive or spec.target.sensitive:
+            # evidence hashes what lineage derives from a sensitive column; refuse what no hash can
+            # cover (before the name checks below, whose messages would quote a pivoted value)
+            from recovery.lib.evidence.lineage import follow_sensitive
+
+            target_cols = {**out, **{m: "VARCHAR" for m in spec.target.metadata.columns}}
+            for e in follow_sensitive(spec, cols, target_cols).exposures:
+                fail(e.field, f"exposes sensitive column {e.column}: {e.why}",
+                     "hash or drop the value in the SQL (e.g. sha256(col)), or do not pivot on it")
         produced = dict(s.relation_columns(transform_sql(spec, source_snapshot_sql(spec, None))))
         _plain_outputs("target.transform", spec.target.transform.name, produced, fail)
         clash = set(spec.target.metadata.columns) & set(produced)
