@@ -112,3 +112,16 @@ def test_readers_queue_behind_a_writer_holding_the_turnstile_and_never_create_it
         os.close(fd)
     with reader.session(read_only=True) as s:                 # the writer is in: readers pass again
         assert s.scalar("SELECT count(*) FROM t") == 1
+
+
+def test_a_reader_inside_its_own_process_write_never_waits_for_another_writers_turnstile(db):
+    engine = DuckDBEngine(str(db), busy_timeout_s=0.3)
+    with engine.transaction() as w:
+        w.execute("INSERT INTO t VALUES (5)")
+        fd = os.open(turnstile_path(str(db)), os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)                    # another process's writer now waits for the file
+            with engine.session(read_only=True) as s:        # joins this process's instance: no turnstile, no wait
+                assert s.scalar("SELECT count(*) FROM t") == 0
+        finally:
+            os.close(fd)

@@ -25,7 +25,7 @@ import os
 import random
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Iterator, Sequence
 
 import duckdb
@@ -85,8 +85,8 @@ class _ProcessFiles:
         self.files: dict[str, dict] = {}
         self.local = threading.local()   # read-only slots this thread holds, per file
 
-    def acquire(self, path: str, read_only: bool, config: tuple, deadline: float) -> bool:
-        """Claim a slot; returns True when the connection must open read-write (joining a writer)."""
+    def acquire(self, path: str, read_only: bool, config: tuple, deadline: float) -> tuple[bool, bool]:
+        """Claim a slot; returns (open read-write, joins an instance this process already has open)."""
         held = getattr(self.local, "ro", None)
         if held is None:
             held = self.local.ro = {}
@@ -100,16 +100,17 @@ class _ProcessFiles:
             try:
                 while True:
                     same = st["n"] == 0 or st["config"] == config
+                    joined = st["n"] > 0
                     if read_only and same and st["n"] and st["rw"]:
                         st["n"] += 1
-                        return True
+                        return True, True
                     if read_only and same and not st["writers"] and not st["rw"]:
                         st.update(rw=False, config=config, n=st["n"] + 1)
                         held[path] = held.get(path, 0) + 1
-                        return False
+                        return False, joined
                     if not read_only and (st["n"] == 0 or (same and st["rw"])):
                         st.update(rw=True, config=config, n=st["n"] + 1)
-                        return True
+                        return True, joined
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise WarehouseBusyError(f"warehouse {path} stayed in use by this process with another access "
@@ -251,11 +252,14 @@ class DuckDBEngine(Engine):
         configuration clashes with bounded, jittered backoff (see the module docstring)."""
         return self._open_as(read_only, read_only)
 
-    def _open_as(self, read_only: bool, want_read_only: bool) -> duckdb.DuckDBPyConnection:
+    def _open_as(self, read_only: bool, want_read_only: bool, *, joined: bool = False) -> duckdb.DuckDBPyConnection:
         config = self._config()
         deadline = time.monotonic() + self.busy_timeout_s
         delay = 0.005 if not want_read_only else 0.02
-        with _turnstile(self.location, writer=not want_read_only, deadline=deadline):
+        # joining an instance this process already holds takes no file lock: no turnstile (a
+        # reader inside its own process's write must never wait for another process's writer)
+        gate = nullcontext() if joined else _turnstile(self.location, writer=not want_read_only, deadline=deadline)
+        with gate:
             while True:
                 try:
                     conn = self._connect(database=self.location, read_only=read_only, config=config)
@@ -278,10 +282,10 @@ class DuckDBEngine(Engine):
     def _connection(self, read_only: bool) -> Iterator[tuple[duckdb.DuckDBPyConnection, bool]]:
         key = os.path.realpath(self.location)
         deadline = time.monotonic() + self.busy_timeout_s
-        shared_rw = PROCESS_FILES.acquire(key, read_only, tuple(sorted(self._config().items())), deadline)
+        shared_rw, joined = PROCESS_FILES.acquire(key, read_only, tuple(sorted(self._config().items())), deadline)
         ro_slot = read_only and not shared_rw
         try:
-            conn = self._open_as(ro_slot, read_only)
+            conn = self._open_as(ro_slot, read_only, joined=joined)
         except BaseException:
             PROCESS_FILES.release(key, read_only_slot=ro_slot)
             raise
