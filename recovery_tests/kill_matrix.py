@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ["adopt", "fence", "evidence", "wave", "publish", "restate"]

@@ -10,7 +10,6 @@ source key is unique per version, the transform runs). Every failure is one
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import re
 import stat
@@ -555,7 +554,7 @@ def load_yaml_model(path: str | Path, model: type[BaseModel], *, what: str, exam
     except ValidationError as e:
         raise _shape_error(e, source) from None
     except RecursionError:  # belt and braces: MAX_DEPTH keeps validation shallow
-        raise SpecError(what, f"nested too deeply to validate", f"start from {example}", source=source) from None
+        raise SpecError(what, "nested too deeply to validate", f"start from {example}", source=source) from None
 
 
 def resolve_path(base: Path, value: str | Path, field: str, *, source: str | None = None) -> Path:
