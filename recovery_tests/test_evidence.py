@@ -10,6 +10,7 @@ clear" can be checked byte for byte. Tests that damage a bundle damage a copy.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import re
@@ -315,7 +316,7 @@ def test_sensitive_columns_never_appear_in_clear_yet_still_join(case: Case):
 
     # the same key hashes the same value the same way in every file: reconciliation can still join
     key = load_evidence_key(case.root / "warehouse.duckdb")
-    marker_hash = hashlib.sha256(f"{key.secret}:{MARKER}".encode()).hexdigest()
+    marker_hash = hmac.new(key.secret.encode(), str(MARKER).encode(), hashlib.sha256).hexdigest()
     src = str(case.bundle / "source/snapshot_at_20240705T010000.parquet")
     tgt = str(case.bundle / "target/current/backfill-0042.parquet")
     joined, same_customer, marker_pairs = con.execute(

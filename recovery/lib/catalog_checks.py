@@ -14,7 +14,7 @@ import duckdb
 
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
-from recovery.lib.identifiers import quote, quote_all
+from recovery.lib.identifiers import is_plain_identifier, quote, quote_all
 from recovery.lib.snapshot import expected_rows_sql, source_snapshot_sql, str_list, transform_sql
 from recovery.lib.spec import DatasetSpec, parse_spec
 from recovery.lib.sql_files import render
@@ -32,6 +32,9 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
 
     if spec.warehouse.engine == "duckdb" and not spec.warehouse.path.exists():
         fail("warehouse.path", f"{spec.warehouse.path} does not exist", "point it at the warehouse file, relative to the spec")
+    if spec.warehouse.engine == "duckdb" and not spec.warehouse.path.is_file() and not spec.warehouse.path.is_dir():
+        # a FIFO or device would block or be read by DuckDB's open; a directory gets DuckDB's own message below
+        fail("warehouse.path", f"{spec.warehouse.path} is not a regular file", "point it at the warehouse file, relative to the spec")
     try:
         engine = open_engine(spec.warehouse)
     except NotImplementedError as e:
@@ -94,7 +97,17 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
         ]:
             if n is not None and n not in out:
                 fail(field, f"column {n!r} is not produced by the transform", "name a column the transform returns, or remove the field")
+        if spec.source.sensitive or spec.target.sensitive:
+            # evidence hashes what lineage derives from a sensitive column; refuse what no hash can
+            # cover (before the name checks below, whose messages would quote a pivoted value)
+            from recovery.lib.sensitive_lineage import follow_sensitive
+
+            target_cols = {**out, **{m: "VARCHAR" for m in spec.target.metadata.columns}}
+            for e in follow_sensitive(spec, cols, target_cols).exposures:
+                fail(e.field, f"exposes sensitive column {e.column}: {e.why}",
+                     "hash or drop the value in the SQL (e.g. sha256(col)), or do not pivot on it")
         produced = dict(s.relation_columns(transform_sql(spec, source_snapshot_sql(spec, None))))
+        _plain_outputs("target.transform", spec.target.transform.name, produced, fail)
         clash = set(spec.target.metadata.columns) & set(produced)
         if clash:
             fail("target.metadata", f"transform already returns {sorted(clash)}", "rename the metadata columns or the transform's columns")
@@ -106,6 +119,7 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
                 dcols = dict(s.relation_columns(render(spec.downstream_sql[d.name], target=relation)))
             except duckdb.Error as e:
                 fail(f"downstream[{i}].sql", f"does not run over the target: {str(e).splitlines()[0]}", "fix the SQL; it reads {{ target }} shaped like the target")
+            _plain_outputs(f"downstream[{i}].sql", d.sql.name, dcols, fail)
             for k in d.key:
                 if k not in dcols:
                     fail(f"downstream[{i}].key", f"column {k!r} is not produced by {d.sql.name}", "name columns the consumer's SQL returns")
@@ -136,3 +150,12 @@ def load_spec(path: str | Path, *, check_warehouse: bool = True) -> DatasetSpec:
     if check_warehouse:
         check_against_warehouse(spec)
     return spec
+
+
+def _plain_outputs(field: str, file: str, columns: dict, fail) -> None:
+    """Every output column must be a plain identifier: assess, evidence and restatement name
+    them in SQL (quoted), and a name like ``top sku`` or ``sum(qty)`` would fail there, mid-recovery."""
+    for name in columns:
+        if not is_plain_identifier(name):
+            fail(field, f"{file} returns a column named {name!r}, not a plain identifier",
+                 "alias it with a plain name (letters, digits, underscores), e.g. AS top_sku")

@@ -65,3 +65,7 @@ class RunCrashedError(RecoveryError):
     def __init__(self, message: str, *, detail: str = ""):
         super().__init__(message)
         self.detail = detail
+
+
+class DuplicateKeyError(RecoveryError):
+    """A write offered two rows for one key; the whole write was rolled back."""

@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import check_identifier, quote
-from recovery.lib.registry import registered_generations
-from recovery.lib.spec import DatasetSpec, _shape_error, load_yaml_model
 from recovery.lib.catalog_checks import load_spec
+from recovery.lib.registry import registered_generations
+from recovery.lib.spec import DatasetSpec, _shape_error, load_yaml_model, resolve_path
 
 
 PartitionValue = date | int | str
@@ -94,9 +94,12 @@ class Incident(BaseModel):
 def parse_incident(path: str | Path) -> Incident:
     path = Path(path)
     inc = load_yaml_model(path, Incident, what="incident", example="sample_data/transactions/incident.yaml")
-    base = path.resolve().parent
-    spec = (base / inc.spec).resolve()
-    evidence = (base / inc.evidence_root).resolve() if inc.evidence_root else None
+    base = resolve_path(Path.cwd(), path, "incident", source=str(path)).parent
+    spec = resolve_path(base, inc.spec, "spec", source=str(path))
+    evidence = resolve_path(base, inc.evidence_root, "evidence_root", source=str(path)) if inc.evidence_root else None
+    from recovery.lib.evidence_root import check_evidence_root
+
+    check_evidence_root(evidence, source=str(path))
     return inc.model_copy(update={"spec": spec, "evidence_root": evidence, "incident_path": path.resolve()})
 
 
@@ -106,8 +109,11 @@ def incident_from_mapping(raw: dict, *, base_dir: Path) -> Incident:
         inc = Incident.model_validate({k: v for k, v in raw.items() if v is not None})
     except ValidationError as e:
         raise _shape_error(e, "run config") from None
-    spec = (base_dir / inc.spec).resolve()
-    evidence = (base_dir / inc.evidence_root).resolve() if inc.evidence_root else None
+    spec = resolve_path(base_dir, inc.spec, "spec", source="run config")
+    evidence = resolve_path(base_dir, inc.evidence_root, "evidence_root", source="run config") if inc.evidence_root else None
+    from recovery.lib.evidence_root import check_evidence_root
+
+    check_evidence_root(evidence, source="run config")
     return inc.model_copy(update={"spec": spec, "evidence_root": evidence})
 
 

@@ -10,7 +10,9 @@ source key is unique per version, the transform runs). Every failure is one
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import stat
 from datetime import date
 from pathlib import Path
 from typing import Any, Literal
@@ -22,11 +24,17 @@ from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import TableName, check_identifier
 from recovery.lib.sql_files import check_single_select
 
+MAX_THREADS = 512
+"""More DuckDB threads than any machine has cores: 100000 aborts the process while it starts them."""
+MAX_BUSY_TIMEOUT_S = 86_400.0
+"""A day: past it a locked warehouse is an outage to look at, not a wait."""
+_MEMORY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(%|(?:[KMGTP]i?)?B|bytes)\s*", re.IGNORECASE)
+
 ConsumerKind = Literal["dashboard", "report", "export", "feature", "model", "experiment", "statement"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _ident(v: str) -> str:
@@ -64,9 +72,20 @@ class WarehouseSpec(_Strict):
     path: Path = Field(description="DuckDB database file, relative to the spec file; with engine spark it "
                                    "holds only the control plane (generations, fences, pointers, catalog).")
     spark: SparkSpec | None = Field(None, description="Required when engine is spark.")
-    memory_limit: str | None = Field(None, description="DuckDB memory_limit, e.g. '4GB'; spills past it.")
-    threads: int | None = Field(None, ge=1, description="DuckDB worker threads.")
-    busy_timeout_s: float = Field(300.0, gt=0, description="How long to retry a locked warehouse file.")
+    memory_limit: str | None = Field(None, description="DuckDB memory_limit, e.g. '4GB' or '50%'; spills past it.")
+    threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="DuckDB worker threads.")
+    busy_timeout_s: float = Field(300.0, gt=0, le=MAX_BUSY_TIMEOUT_S, description="How long to retry a locked warehouse file.")
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _memory(cls, v: str | None) -> str | None:
+        # checked here, not left to DuckDB: '-1GB' or '0KB' would otherwise reach every connection
+        if v is None:
+            return v
+        m = _MEMORY.fullmatch(v)
+        if not m or float(m.group(1)) <= 0 or (m.group(2) == "%" and float(m.group(1)) > 100):
+            raise ValueError(f"{v!r} is not a positive amount of memory such as '4GB', '512MiB' or '50%'")
+        return v
 
     @model_validator(mode="after")
     def _spark_section(self) -> "WarehouseSpec":
@@ -84,8 +103,9 @@ class SourceSpec(_Strict):
     version: str = Field(description="Column whose value increases per key with each change.")
     op: str = Field(description="Column holding the change kind.")
     ingested_at: str = Field(description="Column holding when the change entered the source.")
-    upsert_ops: list[str] = Field(["upsert"], description="Values of `op` meaning insert or update.")
-    delete_ops: list[str] = Field(["delete"], description="Values of `op` meaning a tombstone.")
+    upsert_ops: list[str] = Field(["upsert"], min_length=1, description="Values of `op` meaning insert or update.")
+    delete_ops: list[str] = Field(["delete"], min_length=1, description="Values of `op` meaning a tombstone (list one "
+                                                                        "even if the log has none).")
     sensitive: list[str] = Field([], description="Columns held only as keyed hashes in evidence.")
     available_from: date | None = Field(
         None, description="Earliest partition for which the source holds authoritative rows."
@@ -110,6 +130,23 @@ class SourceSpec(_Strict):
     @classmethod
     def _sens(cls, v: list[str]) -> list[str]:
         return [_ident(x) for x in v]
+
+    @field_validator("upsert_ops", "delete_ops")
+    @classmethod
+    def _ops(cls, v: list[str]) -> list[str]:
+        # an empty list would read no change as live and empty the source snapshot
+        if any(not x.strip() or len(x) > 200 for x in v):
+            raise ValueError("holds an empty or over-long op value")
+        if len(set(v)) != len(v):
+            raise ValueError("lists an op value twice")
+        return v
+
+    @model_validator(mode="after")
+    def _ops_disjoint(self):
+        both = sorted(set(self.upsert_ops) & set(self.delete_ops))
+        if both:
+            raise ValueError(f"source.delete_ops: {both} also listed in upsert_ops; a change is one or the other")
+        return self
 
     @property
     def table_name(self) -> TableName:
@@ -441,6 +478,14 @@ _FIXES = {
     "model_type": "give a mapping of fields",
     "greater_than_equal": "give a non-negative value",
     "greater_than": "give a larger value",
+    "less_than_equal": "give a smaller value",
+    "less_than": "give a smaller value",
+    "too_short": "give at least one value",
+    "too_long": "give fewer values",
+    "finite_number": "give a finite number",
+    "bool_type": "give true or false",
+    "dict_type": "give a mapping of fields",
+    "path_type": "give a path as a string",
 }
 
 
@@ -455,8 +500,9 @@ def _shape_error(err: ValidationError, source: str) -> SpecError:
     first = err.errors()[0]
     field = _loc(tuple(p for p in first["loc"] if not str(p).startswith("function-")))
     msg = first["msg"].removeprefix("Value error, ")
-    named = re.match(r"^([a-z_][a-z0-9_.\[\]]*): (.+)$", msg) if field == "spec" else None
-    if named:  # a whole-spec check names the field it is about: "downstream: two consumers ..."
+    named = re.match(r"^([a-z_][a-z0-9_.\[\]]*): (.+)$", msg)
+    if named and (field == "spec" or named.group(1).startswith(field)):
+        # a whole-model check names the field it is about: "downstream: two consumers ..."
         field, msg = named.group(1), named.group(2)
     fix = _FIXES.get(first["type"], "correct the value as the message says")
     if "plain identifier" in msg:
@@ -464,25 +510,142 @@ def _shape_error(err: ValidationError, source: str) -> SpecError:
     return SpecError(field, msg, fix, source=source)
 
 
+MAX_FILE_BYTES = 1 << 20
+"""Largest spec, incident or SQL file read (1 MiB; real ones are a few KB): ``/dev/zero`` or a
+multi-GB file named by mistake is refused instead of read into memory."""
+MAX_DEPTH = 20
+"""Deepest nesting of mappings and lists in a spec or incident (the spec itself needs 7)."""
+MAX_NODES = 20_000
+"""Most values in a document, anchors expanded: a 'billion laughs' of aliases is refused."""
+MAX_PATH_CHARS = 4096
+
+
+def read_text_file(path: str | Path, field: str, *, what: str, fix: str, source: str | None = None,
+                   limit: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of a regular file of at most ``limit`` bytes, or one ``SpecError`` naming
+    ``field``: a NUL byte in the path, a directory, device or FIFO, an over-long path, a file too
+    large, or bytes that are not UTF-8. Reads at most ``limit + 1`` bytes whatever the file claims."""
+    name = str(path)
+    if "\x00" in name:
+        raise SpecError(field, f"the {what} path contains a NUL byte", fix, source=source)
+    if len(name) > MAX_PATH_CHARS:
+        raise SpecError(field, f"the {what} path is {len(name):,} characters long", fix, source=source)
+    try:
+        # O_NONBLOCK: opening a FIFO must not hang; the fstat below refuses it
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as e:
+        raise SpecError(field, f"cannot read {name} ({e.strerror or e})", fix, source=source) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a device, FIFO or socket)"
+            raise SpecError(field, f"{name} is {kind}", fix, source=source)
+        if st.st_size > limit:
+            raise SpecError(field, f"{name} is {st.st_size:,} bytes, over the {limit:,}-byte limit", fix, source=source)
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    except OSError as e:
+        raise SpecError(field, f"cannot read {name} ({e.strerror or e})", fix, source=source) from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise SpecError(field, f"{name} is over the {limit:,}-byte limit", fix, source=source)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise SpecError(field, f"{name} is not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})",
+                        "save the file as UTF-8", source=source) from None
+    if "\x00" in text:
+        raise SpecError(field, f"{name} holds a NUL character (offset {text.index(chr(0))})",
+                        "save it as plain UTF-8 text", source=source)
+    return text
+
+
+def _yaml_document(text: str, what: str, source: str) -> Any:
+    """Parse YAML without recursion surprises: the event stream (a state machine, no recursion)
+    is checked for depth first, so the recursive composer only sees shallow documents."""
+    def bad(problem: str, fix: str = "fix the YAML syntax") -> SpecError:
+        return SpecError(what, problem, fix, source=source)
+
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    line = event.start_mark.line + 1 if event.start_mark else "?"
+                    raise bad(f"nested more than {MAX_DEPTH} levels deep (line {line})", f"flatten it; start from a sample {what}")
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise bad(f"not valid YAML ({' '.join(str(e).split())[:300]})") from None
+    except (ValueError, OverflowError, TypeError, RecursionError) as e:  # a date like 2024-02-30, a huge timestamp
+        raise bad(f"not valid YAML ({type(e).__name__}: {' '.join(str(e).split())[:200]})", "fix the value it names") from None
+
+
+def _check_values(raw: Any, what: str, source: str) -> None:
+    """Walk the document (aliases expanded) within a budget; refuse NUL characters in any string,
+    naming the field, and documents that expand past ``MAX_NODES`` values."""
+    stack: list[tuple[Any, tuple]] = [(raw, ())]
+    seen = 0
+    while stack:
+        node, loc = stack.pop()
+        seen += 1
+        if seen > MAX_NODES:
+            raise SpecError(what, f"holds more than {MAX_NODES:,} values (anchors and aliases expanded)",
+                            "write the values out; a spec or incident is small", source=source)
+        if isinstance(node, str):
+            if "\x00" in node:
+                raise SpecError(_loc(loc) if loc else what, "contains a NUL character", "remove it", source=source)
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                if isinstance(k, str) and "\x00" in k:
+                    raise SpecError(_loc(loc) if loc else what, "a field name contains a NUL character", "remove it", source=source)
+                stack.append((v, loc + (k,)))
+        elif isinstance(node, list):
+            stack.extend((v, loc + (i,)) for i, v in enumerate(node))
+
+
 def load_yaml_model(path: str | Path, model: type[BaseModel], *, what: str, example: str) -> BaseModel:
     """Read a YAML file and validate it as ``model``; every failure is one ``SpecError`` naming
-    the field (``what`` when the whole file is at fault) and the fix."""
-    path = Path(path)
+    the field (``what`` when the whole file is at fault) and the fix.
+
+    The file must be a regular UTF-8 file of at most ``MAX_FILE_BYTES``, nested at most
+    ``MAX_DEPTH`` deep, with no NUL character anywhere: the audit's crashes (encodings,
+    recursion, /dev/zero, NUL bytes) all end here as one line."""
     source = str(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise SpecError(what, f"cannot read the file ({e.strerror})", f"pass the path of an existing {what} YAML")
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise SpecError(what, f"not valid YAML ({e})", "fix the YAML syntax", source=source)
+    text = read_text_file(path, what, what=what, fix=f"pass the path of an existing {what} YAML file", source=source)
+    raw = _yaml_document(text, what, source)
     if not isinstance(raw, dict):
         raise SpecError(what, "the file is not a mapping of fields", f"start from {example}", source=source)
+    _check_values(raw, what, source)
     try:
         return model.model_validate(raw)
     except ValidationError as e:
         raise _shape_error(e, source) from None
+    except RecursionError:  # belt and braces: MAX_DEPTH keeps validation shallow
+        raise SpecError(what, "nested too deeply to validate", f"start from {example}", source=source) from None
+
+
+def resolve_path(base: Path, value: str | Path, field: str, *, source: str | None = None) -> Path:
+    """``value`` relative to ``base``, resolved; a path the OS cannot resolve (too long, a
+    symlink loop) is a ``SpecError`` naming ``field``."""
+    try:
+        p = (base / value).resolve()
+        if len(str(p)) > MAX_PATH_CHARS:
+            raise OSError(f"the path is {len(str(p)):,} characters long")
+        if any(len(part.encode()) > 255 for part in p.parts):
+            raise OSError("a path component is longer than 255 bytes")
+        return p
+    except (OSError, RuntimeError, ValueError) as e:
+        raise SpecError(field, f"cannot resolve {str(value)[:200]!r} ({e})", "give a plain path relative to the file", source=source) from None
 
 
 def parse_spec(path: str | Path) -> DatasetSpec:
@@ -490,16 +653,16 @@ def parse_spec(path: str | Path) -> DatasetSpec:
     path = Path(path)
     source = str(path)
     spec = load_yaml_model(path, DatasetSpec, what="spec", example="sample_data/transactions/spec.yaml")
-    base = path.resolve().parent
-    warehouse = spec.warehouse.model_copy(update={"path": (base / spec.warehouse.path).resolve()})
+    base = resolve_path(Path.cwd(), path, "spec", source=source).parent
+    warehouse = spec.warehouse.model_copy(update={"path": resolve_path(base, spec.warehouse.path, "warehouse.path", source=source)})
     if warehouse.spark is not None:
         warehouse = warehouse.model_copy(update={"spark": warehouse.spark.model_copy(
-            update={"data_path": (base / warehouse.spark.data_path).resolve()})})
-    transform = (base / spec.target.transform).resolve()
+            update={"data_path": resolve_path(base, warehouse.spark.data_path, "warehouse.spark.data_path", source=source)})})
+    transform = resolve_path(base, spec.target.transform, "target.transform", source=source)
     transform_sql = _read_sql(transform, "target.transform", "source", source)
     downstream, downstream_sql = [], {}
     for i, d in enumerate(spec.downstream):
-        p = (base / d.sql).resolve()
+        p = resolve_path(base, d.sql, f"downstream[{i}].sql", source=source)
         downstream_sql[d.name] = _read_sql(p, f"downstream[{i}].sql", "target", source)
         downstream.append(d.model_copy(update={"sql": p}))
     target = spec.target.model_copy(update={"transform": transform})
@@ -516,10 +679,7 @@ def parse_spec(path: str | Path) -> DatasetSpec:
 
 
 def _read_sql(path: Path, field: str, placeholder: str, source: str) -> str:
-    try:
-        sql = path.read_text()
-    except OSError as e:
-        raise SpecError(field, f"cannot read {path} ({e.strerror})", "point it at a readable .sql file, relative to the spec", source=source)
+    sql = read_text_file(path, field, what="SQL file", fix="point it at a readable .sql file, relative to the spec", source=source)
     try:
         check_single_select(sql, placeholder)
     except ValueError as e:

@@ -37,8 +37,8 @@ def check_single_select(sql: str, placeholder: str) -> None:
     probe = _PLACEHOLDER.sub("__placeholder__", sql.strip())
     try:
         statements = [s for s in sqlglot.parse(probe, read="duckdb") if s is not None]
-    except sqlglot.errors.ParseError as e:
-        raise ValueError(f"SQL does not parse: {str(e).splitlines()[0]}") from None
+    except (sqlglot.errors.SqlglotError, RecursionError) as e:  # tokenizer errors and absurd nesting too
+        raise ValueError(f"SQL does not parse: {(str(e).splitlines() or [type(e).__name__])[0]}") from None
     if len(statements) != 1:
         raise ValueError(f"holds {len(statements)} statements, expected one SELECT")
     if not isinstance(statements[0], exp.Query):

@@ -30,7 +30,7 @@ from recovery.lib.control_plane import (
     utcnow,
 )
 from recovery.lib.engine.base import Engine, RetryableConflict, Session
-from recovery.lib.errors import FencedGenerationError, RecoveryError, SchemaMismatchError
+from recovery.lib.errors import DuplicateKeyError, FencedGenerationError, RecoveryError, SchemaMismatchError
 from recovery.lib.identifiers import TableName, quote, quote_all
 from recovery.lib.namespaces import create_or_adopt, namespace_sql
 from recovery.lib.spec import DatasetSpec
@@ -172,6 +172,10 @@ class Writer:
         then inserts; ``upsert_keys`` replaces rows with the same key wherever they sit;
         ``append`` only inserts; ``delete_keys`` removes the keys (rows hold key and source
         version: the tombstone's version is what the delta log records).
+
+        In every mode a batch with two rows (or tombstones) for one key raises
+        :class:`~recovery.lib.errors.DuplicateKeyError` inside the transaction and nothing
+        lands: which row should win is the caller's decision, not the writer's.
         """
         if mode not in ("replace_partitions", "upsert_keys", "append", "delete_keys"):
             raise RecoveryError(f"mode {mode!r} is not one of replace_partitions, upsert_keys, append, delete_keys")
@@ -223,6 +227,15 @@ class Writer:
                 f"rows written as {generation!r} lack columns {missing} of {self.public} (they have {incoming})"
             )
         key = quote_all(self.spec.key)
+        # every mode, in this transaction: a batch holding one key twice would leave both rows
+        # (upsert deletes the key once, then inserts each row); nothing is guessed, the write fails
+        dup = s.fetchone(f"SELECT {key}, count(*) FROM __incoming GROUP BY ALL HAVING count(*) > 1 LIMIT 1")
+        if dup:
+            n_keys = s.scalar(f"SELECT count(*) FROM (SELECT {key} FROM __incoming GROUP BY ALL HAVING count(*) > 1)")
+            raise DuplicateKeyError(
+                f"write {mode} as {generation!r} to {self.public} refused: key {self.spec.key} = {tuple(dup[:-1])} "
+                f"occurs {dup[-1]} times in one batch ({n_keys} such keys); nothing was written. Fix: make the rows "
+                f"one per key (e.g. the transform must not fan out rows, or keep each key's latest version)")
         part = quote(self.spec.target.partition)
         delta = delta_table(self.spec.dataset)
         all_cols = quote_all(cols)

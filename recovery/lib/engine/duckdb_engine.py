@@ -3,6 +3,15 @@
 Hazards designed against (measured in shared/RELIABILITY.md):
 - one read-write process per file: a second process cannot even open it, so every
   session is short and opening retries with bounded, jittered backoff;
+- one configuration per file per process: DuckDB refuses a connection whose
+  configuration (read-only flag, memory_limit, threads) differs from an open one
+  ("different configuration"), so this process's opens are coordinated
+  (:class:`_ProcessFiles`): a reader joins an open read-write instance inside a
+  ``READ ONLY`` transaction, a writer waits for this process's readers to close;
+- readers must not starve writers: a writer takes the file's turnstile
+  (``<file>.turnstile``, an exclusive ``flock``) while it waits to open, and this
+  package's readers pass the turnstile before opening, so new readers queue behind a
+  waiting writer (in this process and in others);
 - replacement scans can resolve an unknown table to a Python variable: disabled on
   every connection;
 - after an error inside a transaction every statement fails until ROLLBACK: the
@@ -11,16 +20,19 @@ Hazards designed against (measured in shared/RELIABILITY.md):
 
 from __future__ import annotations
 
+import fcntl
+import os
 import random
+import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Iterator, Sequence
 
 import duckdb
 import pyarrow as pa
 
 from recovery.lib.engine.base import Engine, RetryableConflict, Session
-from recovery.lib.errors import WarehouseBusyError
+from recovery.lib.errors import RecoveryError, WarehouseBusyError
 from recovery.lib.identifiers import quote
 from recovery.lib.trace import trace
 
@@ -28,6 +40,10 @@ from recovery.lib.trace import trace
 def _is_lock_error(err: BaseException) -> bool:
     text = str(err)
     return "Could not set lock" in text or "Conflicting lock" in text or "database is locked" in text
+
+
+def _is_config_clash(err: BaseException) -> bool:
+    return "different configuration" in str(err)
 
 
 def _is_conflict(err: BaseException) -> bool:
@@ -55,13 +71,111 @@ class _EngineClock:
 ENGINE_SECONDS = _EngineClock()
 
 
+class _ProcessFiles:
+    """This process's open connections per database file, so every connection to a file
+    has the configuration of those already open (DuckDB refuses another).
+
+    A read-only open joins an open read-write instance (the session then runs in a
+    ``READ ONLY`` transaction); a read-write open waits until this process's read-only
+    connections are closed, and while a writer waits, new readers wait behind it
+    (writer preference: a polling reader thread cannot starve publish)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.files: dict[str, dict] = {}
+        self.local = threading.local()   # read-only slots this thread holds, per file
+
+    def acquire(self, path: str, read_only: bool, config: tuple, deadline: float) -> tuple[bool, bool]:
+        """Claim a slot; returns (open read-write, joins an instance this process already has open)."""
+        held = getattr(self.local, "ro", None)
+        if held is None:
+            held = self.local.ro = {}
+        if not read_only and held.get(path):
+            raise RecoveryError(f"a write to {path} was opened inside a read-only session of the same thread; "
+                                f"close the session first (it would wait for itself)")
+        with self.cond:
+            st = self.files.setdefault(path, {"rw": None, "config": None, "n": 0, "writers": 0})
+            if not read_only:
+                st["writers"] += 1
+            try:
+                while True:
+                    same = st["n"] == 0 or st["config"] == config
+                    joined = st["n"] > 0
+                    if read_only and same and st["n"] and st["rw"]:
+                        st["n"] += 1
+                        return True, True
+                    if read_only and same and not st["writers"] and not st["rw"]:
+                        st.update(rw=False, config=config, n=st["n"] + 1)
+                        held[path] = held.get(path, 0) + 1
+                        return False, joined
+                    if not read_only and (st["n"] == 0 or (same and st["rw"])):
+                        st.update(rw=True, config=config, n=st["n"] + 1)
+                        return True, joined
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise WarehouseBusyError(f"warehouse {path} stayed in use by this process with another access "
+                                                 f"mode or configuration; retry when its other work finishes")
+                    self.cond.wait(min(left, 0.25))
+            finally:
+                if not read_only:
+                    st["writers"] -= 1
+
+    def release(self, path: str, *, read_only_slot: bool = False) -> None:
+        if read_only_slot:
+            self.local.ro[path] -= 1
+        with self.cond:
+            st = self.files[path]
+            st["n"] -= 1
+            if st["n"] == 0:
+                st.update(rw=None, config=None)
+            self.cond.notify_all()
+
+
+PROCESS_FILES = _ProcessFiles()
+
+
+def turnstile_path(location: str) -> str:
+    return location + ".turnstile"
+
+
+@contextmanager
+def _turnstile(location: str, *, writer: bool, deadline: float) -> Iterator[None]:
+    """Writers hold the file's turnstile while they wait to open; this package's readers pass
+    it (take and drop it) before opening, so they queue behind a waiting writer. Readers
+    never create the file: validation must write nothing."""
+    path = turnstile_path(location)
+    try:
+        fd = os.open(path, (os.O_RDWR | os.O_CREAT) if writer else os.O_RDONLY, 0o600)
+    except OSError:
+        yield  # no turnstile yet (no writer ever ran) or a read-only directory: nothing to queue behind
+        return
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise WarehouseBusyError(f"warehouse {location}: a writer held its turnstile past the busy timeout; "
+                                             f"retry when the other job finishes") from None
+                time.sleep(0.002 + random.random() * 0.003)
+        if not writer:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        yield
+    finally:
+        os.close(fd)  # drops the lock
+
+
 class DuckDBSession(Session):
     dialect = "duckdb"
 
-    def __init__(self, conn: duckdb.DuckDBPyConnection):
+    def __init__(self, conn: duckdb.DuckDBPyConnection, *, read_only_txn: bool = False):
         self.conn = conn
+        self.read_only_txn = read_only_txn   # a reader sharing this process's read-write instance
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
+        if self.read_only_txn and sql.strip().upper().rstrip(";") in ("BEGIN", "BEGIN TRANSACTION", "COMMIT"):
+            return  # already inside its READ ONLY transaction (one snapshot), ended when the session closes
         with ENGINE_SECONDS.timing(sql):
             self.conn.execute(sql, params or [])
 
@@ -125,42 +239,74 @@ class DuckDBEngine(Engine):
         self.busy_timeout_s = busy_timeout_s
         self._connect = connect or duckdb.connect
 
-    def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+    def _config(self) -> dict[str, Any]:
         config: dict[str, Any] = {"python_enable_replacements": False}
         if self.memory_limit:
             config["memory_limit"] = self.memory_limit
         if self.threads:
             config["threads"] = self.threads
+        return config
+
+    def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+        """Open a connection with the process's configuration for this file, retrying lock and
+        configuration clashes with bounded, jittered backoff (see the module docstring)."""
+        return self._open_as(read_only, read_only)
+
+    def _open_as(self, read_only: bool, want_read_only: bool, *, joined: bool = False) -> duckdb.DuckDBPyConnection:
+        config = self._config()
         deadline = time.monotonic() + self.busy_timeout_s
-        delay = 0.02
-        while True:
+        delay = 0.005 if not want_read_only else 0.02
+        # joining an instance this process already holds takes no file lock: no turnstile (a
+        # reader inside its own process's write must never wait for another process's writer)
+        gate = nullcontext() if joined else _turnstile(self.location, writer=not want_read_only, deadline=deadline)
+        with gate:
+            while True:
+                try:
+                    conn = self._connect(database=self.location, read_only=read_only, config=config)
+                    conn.execute("SET python_enable_replacements = false")
+                    return conn
+                except (duckdb.IOException, duckdb.ConnectionException) as err:
+                    retry = _is_lock_error(err) or _is_config_clash(err)
+                    if not retry or time.monotonic() >= deadline:
+                        if retry:
+                            raise WarehouseBusyError(
+                                f"warehouse {self.location} stayed locked by another process for "
+                                f"{self.busy_timeout_s:.0f}s; retry when the other job finishes"
+                            ) from err
+                        raise
+                    time.sleep(delay * (0.5 + random.random()))
+                    # a writer holding the turnstile only waits for readers already in: poll it tightly
+                    delay = min(delay * 1.6, 1.0 if want_read_only else 0.05)
+
+    @contextmanager
+    def _connection(self, read_only: bool) -> Iterator[tuple[duckdb.DuckDBPyConnection, bool]]:
+        key = os.path.realpath(self.location)
+        deadline = time.monotonic() + self.busy_timeout_s
+        shared_rw, joined = PROCESS_FILES.acquire(key, read_only, tuple(sorted(self._config().items())), deadline)
+        ro_slot = read_only and not shared_rw
+        try:
+            conn = self._open_as(ro_slot, read_only, joined=joined)
+        except BaseException:
+            PROCESS_FILES.release(key, read_only_slot=ro_slot)
+            raise
+        try:
+            yield conn, read_only and shared_rw
+        finally:
             try:
-                conn = self._connect(database=self.location, read_only=read_only, config=config)
-                conn.execute("SET python_enable_replacements = false")
-                return conn
-            except (duckdb.IOException, duckdb.ConnectionException) as err:
-                if not _is_lock_error(err) or time.monotonic() >= deadline:
-                    if _is_lock_error(err):
-                        raise WarehouseBusyError(
-                            f"warehouse {self.location} stayed locked by another process for "
-                            f"{self.busy_timeout_s:.0f}s; retry when the other job finishes"
-                        ) from err
-                    raise
-                time.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 1.6, 1.0)
+                conn.close()
+            finally:
+                PROCESS_FILES.release(key, read_only_slot=ro_slot)
 
     @contextmanager
     def session(self, read_only: bool = False) -> Iterator[DuckDBSession]:
-        conn = self._open(read_only)
-        try:
-            yield DuckDBSession(conn)
-        finally:
-            conn.close()
+        with self._connection(read_only) as (conn, joined):
+            if joined:
+                conn.execute("BEGIN TRANSACTION READ ONLY")
+            yield DuckDBSession(conn, read_only_txn=joined)
 
     @contextmanager
     def transaction(self) -> Iterator[DuckDBSession]:
-        conn = self._open(read_only=False)
-        try:
+        with self._connection(False) as (conn, _):
             conn.execute("BEGIN TRANSACTION")
             try:
                 yield DuckDBSession(conn)
@@ -173,8 +319,6 @@ class DuckDBEngine(Engine):
                 if isinstance(err, duckdb.Error) and _is_conflict(err):
                     raise RetryableConflict(str(err)) from err
                 raise
-        finally:
-            conn.close()
 
     def qualified(self, schema: str, name: str) -> str:
         return f"{quote(schema)}.{quote(name)}"

@@ -9,12 +9,15 @@ a later snapshot, give the incident another ``evidence_root``.
 
 Consistency: every table is written by DuckDB's own ``COPY ... TO (FORMAT parquet)``
 inside one read-only transaction, so all copies show the same committed state.
-Sensitive columns (the spec's ``source.sensitive`` and ``target.sensitive``, by
-name, in every copied relation) are replaced in that same SQL by keyed hashes.
+Sensitive columns are replaced in that same SQL by HMAC-SHA256 hashes under the
+evidence key: the spec's ``source.sensitive`` and ``target.sensitive`` by name in every
+copied relation, plus every target and consumer column that sqlglot's lineage derives
+from one (:mod:`.lineage`), whatever it is called.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -32,6 +35,7 @@ from recovery.lib.control_plane import SCHEMA, control_plane_exists, record_even
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError
 from recovery.lib.evidence.keys import EvidenceKey, load_evidence_key
+from recovery.lib.sensitive_lineage import follow_sensitive
 from recovery.lib.evidence.manifest import DIR_MODE, FILE_MODE, FORMAT, MANIFEST, read_manifest, restrict, sha256_file, write_manifest
 from recovery.lib.evidence.tables import TableCopy, planned_copies, safe_name
 from recovery.lib.failed_generations import generation_facts
@@ -42,7 +46,20 @@ from recovery.lib.spec import DatasetSpec
 from recovery.lib.writer import retrying
 
 KEY_VARIABLE = "recovery_evidence_key"
-HASH_SQL = f"sha256(getvariable('{KEY_VARIABLE}') || ':' || CAST({{col}} AS VARCHAR))"  # the key is bound, never inlined
+_INNER, _OUTER = f"{KEY_VARIABLE}_inner", f"{KEY_VARIABLE}_outer"
+# HMAC-SHA256 (RFC 2104) in SQL: sha256((K ^ opad) || sha256((K ^ ipad) || value)); the padded keys are
+# bound as BLOB variables, never inlined, and reset before the transaction ends
+HASH_SQL = (f"sha256(getvariable('{_OUTER}') || unhex(sha256(getvariable('{_INNER}') || "
+            f"encode(CAST({{col}} AS VARCHAR)))))")
+
+
+def hmac_pads(secret: str) -> tuple[bytes, bytes]:
+    """The inner and outer padded keys of HMAC-SHA256 for ``secret`` (block size 64 bytes)."""
+    key = secret.encode()
+    if len(key) > 64:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(64, b"\0")
+    return bytes(b ^ 0x36 for b in key), bytes(b ^ 0x5C for b in key)
 
 
 @dataclass(frozen=True)
@@ -65,9 +82,10 @@ class EvidenceResult:
 class _Files:
     """Writes bundle files into the staging folder and remembers their manifest entries."""
 
-    def __init__(self, root: Path, sensitive: set[str]):
+    def __init__(self, root: Path, sensitive: set[str], by_path: dict[str, frozenset[str]] | None = None):
         self.root = root
         self.sensitive = sensitive
+        self.by_path = by_path or {}   # extra columns to hash in one copy (a consumer's derived outputs)
         self.entries: list[dict] = []
 
     def _path(self, rel: str) -> Path:
@@ -83,7 +101,8 @@ class _Files:
 
     def table(self, s: Session, copy: TableCopy) -> None:
         cols = [r[0] for r in s.fetchall(f"DESCRIBE {copy.sql}", copy.params)]
-        hashed = [c for c in cols if c.lower() in self.sensitive]
+        extra = self.by_path.get(copy.path, frozenset())
+        hashed = [c for c in cols if c.lower() in self.sensitive or c.lower() in extra]
         select = f"SELECT * FROM ({copy.sql}) AS t"
         if hashed:
             replace = ", ".join(f"{HASH_SQL.format(col=quote(c))} AS {quote(c)}" for c in hashed)
@@ -156,17 +175,22 @@ def _run_record(run) -> dict:
 
 def _fill(root: Path, incident: Incident, spec: DatasetSpec, engine: Engine, history: RunHistory, key: EvidenceKey,
           actor: str, built_at: datetime) -> dict:
-    sensitive = {c.lower() for c in [*spec.source.sensitive, *spec.target.sensitive]}
-    files = _Files(root, sensitive)
     with engine.session(read_only=True) as s:
         s.execute("BEGIN TRANSACTION")  # one snapshot for every copy
-        s.execute(f"SET VARIABLE {KEY_VARIABLE} = ?", [key.secret])
+        followed = follow_sensitive(spec, dict(s.columns(spec.source.table_name.sql())),
+                                    dict(s.columns(spec.target.table_name.sql())))
+        sensitive = {c.lower() for c in [*spec.source.sensitive, *spec.target.sensitive]} | set(followed.target)
+        files = _Files(root, sensitive, {f"consumers/{name}.parquet": cols for name, cols in followed.consumers.items()})
+        inner, outer = hmac_pads(key.secret)
+        s.execute(f"SET VARIABLE {_INNER} = ?", [inner])
+        s.execute(f"SET VARIABLE {_OUTER} = ?", [outer])
         facts = generation_facts(s, spec, incident.failed_generations)
         copies, notes = planned_copies(s, spec, facts)
         for copy in copies:
             files.table(s, copy)
         latest_ingested = s.scalar(f"SELECT max({quote(spec.source.ingested_at)}) FROM {spec.source.table_name.sql()}")
-        s.execute(f"RESET VARIABLE {KEY_VARIABLE}")
+        s.execute(f"RESET VARIABLE {_INNER}")
+        s.execute(f"RESET VARIABLE {_OUTER}")
         s.execute("COMMIT")
     for rel, path, description in _spec_files(spec):
         files.copy_file(rel, path, description)
@@ -193,7 +217,9 @@ def _fill(root: Path, incident: Incident, spec: DatasetSpec, engine: Engine, his
         "source_as_of_now": {"built_at": built_at.isoformat(), "latest_ingested_at": latest_ingested},
         "sensitive_columns": {
             "columns": sorted(sensitive),
-            "stored_as": "sha256(key || ':' || CAST(value AS VARCHAR)) as lowercase hex; NULL stays NULL",
+            "consumer_columns": {name: sorted(cols) for name, cols in followed.consumers.items() if cols},
+            "followed_by": "sqlglot column lineage through the transform and every consumer's SQL",
+            "stored_as": "HMAC-SHA256(key, CAST(value AS VARCHAR) as UTF-8) as lowercase hex; NULL stays NULL",
             "key_id": key.key_id,
             "key_held": "environment variable" if key.origin.startswith("env") else "key file beside the warehouse (not in this bundle)",
         },

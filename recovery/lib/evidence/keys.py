@@ -1,7 +1,7 @@
 """The key that turns sensitive values into keyed hashes inside evidence.
 
 Evidence copies people's and money data, so a column the spec declares sensitive
-is stored as ``sha256(key || ':' || value)``: the same value hashes the same way
+is stored as ``HMAC-SHA256(key, value)``: the same value hashes the same way
 in every file of every bundle of this warehouse (so reconciliation can still join
 source to target on it), while nobody holding only the bundle can recover the
 value or test a guess. The key therefore never goes into a bundle: it comes from

@@ -21,6 +21,7 @@ from recovery.lib.decision import Decision
 from recovery.lib.errors import RecoveryError
 from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import current_namespace, move_pointer, namespace_sql
+from recovery.lib.published_export import refresh_published_export
 from recovery.lib.repair.gates import BUILTIN, GateResult, evaluate_gates, latest_gates
 from recovery.lib.repair.diffs import record_diffs
 from recovery.lib.repair.plan import RepairPlan, load_plan
@@ -144,6 +145,7 @@ def publish(writer: Writer, incident_id: str, *, actor: str = "publish", run_id:
 
     result = retrying(txn)
     faults.checkpoint("publish:committed")   # committed, not yet acknowledged
+    refresh_published_export(writer.engine, spec)   # outside readers' copy (BI tools): after the commit, atomically
     return result
 
 
@@ -166,4 +168,6 @@ def rollback(writer: Writer, incident_id: str, decision: Decision, *, actor: str
                          summary=f"{spec.target.table} rolled back to {decision.rollback_to} (from {current}, kept)")
             return {"already": False, "namespace": decision.rollback_to, "seq": seq, "from_namespace": current}
 
-    return retrying(txn)
+    result = retrying(txn)
+    refresh_published_export(writer.engine, spec)
+    return result

@@ -1,0 +1,152 @@
+"""Every write path keeps the key unique: a batch with two rows for one key is refused in
+the same transaction, whatever the write mode, and nothing of it lands (namespace, delta
+log, write log and commit clock unchanged). Tested on the writer's four modes, normal
+ingestion (a transform that fans rows out), a repair wave (a snapshot holding a key
+twice), the delta replay and a guarded backfill's recompute."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from recovery.lib.control_plane import SCHEMA
+from recovery.lib.engine import open_engine
+from recovery.lib.errors import DuplicateKeyError
+from recovery.lib.incident import parse_incident
+from recovery.lib.ingest import apply_changes
+from recovery.lib.repair.build import build_wave
+from recovery.lib.repair.replay import committed_seq, replay_in
+from recovery.lib.repair.tables import snapshot_table
+from recovery.lib.snapshot import expected_rows_sql
+from recovery.lib.catalog_checks import load_spec
+from recovery.lib.writer import Writer
+from recovery_tests.repair_support import current_plan, repair_through_library
+from recovery_tests.repaired_small import INCIDENT, build_damaged
+from recovery_tests.small_dataset import TRANSFORM_SQL, build_small_dataset, fetch, rows_digest
+
+NS = "mart.orders__g0001"
+DELTA = f'{SCHEMA}."delta__orders"'
+
+
+def _state(db: Path, ns: str = NS) -> tuple:
+    return (rows_digest(db, ns), fetch(db, f"SELECT count(*) FROM {DELTA}"), fetch(db, f"SELECT count(*) FROM {SCHEMA}.writes"),
+            fetch(db, f"SELECT seq FROM {SCHEMA}.clock"))
+
+
+def _dups(db: Path, relation: str) -> int:
+    return fetch(db, f"SELECT count(*) FROM (SELECT region, order_no FROM {relation} GROUP BY ALL HAVING count(*) > 1)")[0][0]
+
+
+@pytest.fixture
+def loaded(tmp_path):
+    spec = load_spec(build_small_dataset(tmp_path / "ds"))
+    w = Writer(open_engine(spec.warehouse), spec)
+    w.ensure()
+    w.register_generation("ingest-1", "ingest")
+    w.write("ingest-1", expected_rows_sql(spec, None), mode="replace_partitions")
+    return spec, w, spec.warehouse.path
+
+
+@pytest.mark.parametrize("mode", ["upsert_keys", "replace_partitions", "append", "delete_keys"])
+def test_every_write_mode_refuses_a_batch_with_one_key_twice_and_lands_nothing(mode, loaded):
+    spec, w, db = loaded
+    e = expected_rows_sql(spec, None)
+    one = f"SELECT * FROM ({e}) WHERE region = 'north' ORDER BY order_no LIMIT 1"
+    if mode == "append":   # a new key, offered twice (an existing one would also clash with the table)
+        one = f"SELECT * REPLACE (order_no + 100000 AS order_no) FROM ({one})"
+    batch = f"SELECT * FROM ({e}) WHERE region = 'south' UNION ALL ({one}) UNION ALL ({one})"
+    if mode == "delete_keys":
+        batch = f"SELECT region, order_no, src_rev FROM ({batch})"
+    before = _state(db)
+    with pytest.raises(DuplicateKeyError, match=r"key \['region', 'order_no'\] = \('north', \d+\) occurs 2 times"):
+        w.write("ingest-1", batch, mode=mode)
+    assert _state(db) == before
+    assert _dups(db, NS) == 0
+
+
+def test_a_batch_of_distinct_keys_still_writes_in_every_mode(loaded):
+    spec, w, db = loaded
+    e = expected_rows_sql(spec, None)
+    assert w.write("ingest-1", f"SELECT * FROM ({e}) WHERE region = 'north'", mode="upsert_keys").rows_inserted > 0
+    assert w.write("ingest-1", f"SELECT region, order_no, src_rev FROM ({e}) WHERE region = 'east'",
+                   mode="delete_keys").rows_deleted > 0
+    assert w.write("ingest-1", f"SELECT * FROM ({e}) WHERE region = 'east'", mode="append").rows_inserted > 0
+    assert _dups(db, NS) == 0
+
+
+def test_ingestion_through_a_transform_that_fans_rows_out_is_refused(tmp_path):
+    spec_path = build_small_dataset(tmp_path / "ds")
+    # a join gone wrong: every order with qty > 15 comes out twice
+    (tmp_path / "ds" / "orders.sql").write_text(TRANSFORM_SQL + "UNION ALL " + TRANSFORM_SQL.split("\n", 1)[1].rstrip()
+                                                + " WHERE qty > 15\n")
+    spec = load_spec(spec_path)
+    w = Writer(open_engine(spec.warehouse), spec)
+    w.ensure()
+    w.register_generation("ingest-1", "ingest")
+    db = spec.warehouse.path
+    before = _state(db)
+    with pytest.raises(DuplicateKeyError, match="ingest-1"):
+        apply_changes(w, "ingest-1", until=fetch(db, "SELECT max(loaded_at) FROM src.order_events")[0][0])
+    assert _state(db) == before and fetch(db, f"SELECT count(*) FROM {NS}") == [(0,)]
+
+
+@pytest.fixture
+def planned(tmp_path):
+    r = build_damaged(tmp_path / "orders")
+    plan = repair_through_library(r.spec, parse_incident(r.incident_path), wave_size=5, waves=0)
+    return r, plan
+
+
+def test_a_repair_wave_whose_snapshot_holds_a_key_twice_is_refused(planned):
+    r, plan = planned
+    db = r.spec.warehouse.path
+    snap = snapshot_table(r.spec)
+    wave0 = plan.waves[0]
+    with r.engine.transaction() as s:   # what a transform that fans out would have put in the snapshot
+        s.execute(f"INSERT INTO {snap} SELECT * FROM {snap} WHERE shard = ? ORDER BY order_no LIMIT 1", [wave0[0]])
+    ns = plan.namespace
+    before = _state(db, ns)
+    with pytest.raises(DuplicateKeyError, match="replace_partitions"):
+        build_wave(r.writer, current_plan(r.spec, INCIDENT), 0)
+    assert _state(db, ns) == before and _dups(db, ns) == 0
+    assert not current_plan(r.spec, INCIDENT).built
+
+
+def test_the_delta_replay_applies_one_row_per_key_even_when_the_log_holds_a_key_twice(planned):
+    r, plan = planned
+    db = r.spec.warehouse.path
+    w = r.writer
+    w.register_generation("ingest-2", "ingest")
+    e = expected_rows_sql(r.spec, None)
+    res = w.write("ingest-2", f"SELECT * REPLACE (qty + 1 AS qty, src_rev + 10 AS src_rev) FROM ({e}) "
+                              f"WHERE region = 'west' ORDER BY order_no LIMIT 3", mode="upsert_keys")
+    with r.engine.transaction() as s:   # a second entry for one key in the same commit (a log another tool appended to)
+        s.execute(f"INSERT INTO {DELTA} SELECT * REPLACE (qty + 5 AS qty) FROM {DELTA} WHERE _delta_seq = ? "
+                  f"ORDER BY order_no LIMIT 1", [res.seq])
+    fresh = current_plan(r.spec, INCIDENT)
+    with r.engine.transaction() as s:
+        replayed = replay_in(s, w, fresh, after_seq=fresh.low_seq, through_seq=committed_seq(s), stage="test")
+    assert replayed.upserted == 3
+    assert _dups(db, plan.namespace) == 0
+
+
+def test_a_guarded_backfill_whose_recompute_writes_a_key_twice_fails_unpublished(example_copy):
+    from recovery_tests.test_recurrence import APPROVER, _clean_baseline, launch, public_hash
+
+    dataset = _clean_baseline(example_copy)
+    before = public_hash(dataset)
+
+    def recompute_with_a_retry_duplicate(ctx):
+        e = expected_rows_sql(ctx.writer.spec, ctx.watermark)
+        rows = f"SELECT * FROM ({e}) WHERE event_date = DATE '2024-03-01'"
+        ctx.writer.write(ctx.generation, f"{rows} UNION ALL ({rows} ORDER BY txn_id LIMIT 1)", mode="replace_partitions",
+                         partitions=["2024-03-01"])
+
+    out = launch(dataset, "2024-03-01", "2024-03-01", fn=recompute_with_a_retry_duplicate, approved_by=(APPROVER,))
+    assert out.status == "failed" and "DuplicateKeyError" in out.reason, (out.status, out.reason)
+    assert public_hash(dataset) == before
+    gen = f"guarded-{out.backfill_id}"
+    spec = load_spec(dataset, check_warehouse=False)
+    with open_engine(spec.warehouse).session(read_only=True) as s:
+        assert s.scalar(f"SELECT count(*) FROM {SCHEMA}.writes WHERE generation = ? AND note IS NULL", [gen]) == 0
