@@ -118,6 +118,14 @@ def test_the_whole_runbook_step_by_step_repairs_a_foreign_target_and_hands_it_ba
     for name in ("timeline", "reconciliation", "recovery"):
         assert (reports / f"{name}.html").stat().st_size > 1000
 
+    # the next backfill of the adopted target goes through the recurrence gates: a correct recompute publishes
+    backfill = ("--spec", str(warehouse / "spec.yaml"), "--start", "2013-05", "--end", "2013-06",
+                "--approved-by", "data-platform-lead")
+    assert cli(home, "backfill", "plan", *backfill).code == 0
+    r = cli(home, "backfill", "run", *backfill)
+    assert r.code == 0 and "published: mart.shipments now points at" in r.out, r.out
+    assert published_vs_truth(warehouse) == 0
+
     r = cli(home, "release", "--spec", str(warehouse / "spec.yaml"))
     assert r.code == 0, r.out
     con = duckdb.connect(str(db))
