@@ -150,6 +150,9 @@ def observe(phase: str, d: Path) -> dict:
             state["plan"] = con.execute("SELECT status FROM _recovery.repair_plans").fetchall()
             ns = con.execute("SELECT namespace FROM _recovery.repair_plans").fetchone()[0]
             state["repair_rows"] = digest(f"SELECT * EXCLUDE (landed_at) FROM {ns}")
+        if phase == "evidence":
+            state["evidence_events"] = con.execute("SELECT count(*) FROM _recovery.timeline WHERE kind = 'evidence_preserved'"
+                                                   ).fetchone()[0]
         if phase == "restate":
             state["consumers"] = {name: digest(f"SELECT * FROM consumers.{name}") for (name,) in con.execute(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = 'consumers' AND table_type = 'VIEW' "

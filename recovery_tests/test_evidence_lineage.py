@@ -115,3 +115,20 @@ def test_a_consumer_pivoting_on_a_sensitive_column_is_refused_at_spec_time(tmp_p
         load_spec(spec_path)
     err = info.value
     assert err.field == "downstream[0].sql" and "sku" in err.problem and "column names" in err.problem, str(err)
+
+
+def test_a_bundle_renamed_into_place_but_never_recorded_is_recorded_once_on_the_rerun(bundle):
+    """What a build killed between its rename and its timeline record leaves (kill -9 matrix)."""
+    root, path, _ = bundle
+    spec = load_spec(root / "spec.yaml")
+    engine = open_engine(spec.warehouse)
+    with engine.transaction() as s:
+        s.execute("DELETE FROM _recovery.timeline WHERE kind = 'evidence_preserved'")
+    incident = parse_incident(root / "incident.yaml")
+
+    def events() -> int:
+        return fetch(spec.warehouse.path, "SELECT count(*) FROM _recovery.timeline WHERE kind = 'evidence_preserved'")[0][0]
+
+    for _ in range(2):
+        again = build_evidence(incident, spec, engine, RunHistory("none"), actor="test")
+        assert not again.created and again.bundle == path and events() == 1

@@ -262,3 +262,19 @@ def test_fuzzed_files_validate_or_fail_with_one_line_and_never_write(kind, datas
     assert not t.multi_line, t.multi_line[:3]
     assert not t.writes, t.writes[:3]
     assert sum(n for k, n in t.outcomes.items() if k.startswith("SpecError")) > 30, t.outcomes
+
+
+def test_the_fuzz_bench_runs_and_reports_its_figures(tmp_path):
+    """``make fuzz`` in miniature, so the bench target keeps working."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "fuzz.json"
+    proc = subprocess.run([sys.executable, "-m", "bench", "fuzz", "--cases", "25", "--json", str(out)], cwd=root,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    figures = {r["kind"]: r for r in json.loads(out.read_text())}
+    assert sorted(figures) == ["incident", "spec"]
+    assert all(r["cases"] >= 25 and r["uncaught"] == 0 and r["writes"] == 0 for r in figures.values())

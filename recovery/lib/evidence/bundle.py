@@ -246,6 +246,7 @@ def build_evidence(incident: Incident, spec: DatasetSpec, engine: Engine, histor
     final = incident.evidence_dir(spec)
     found = _existing(final, t0)
     if found:
+        _record_if_missing(engine, incident, spec, found, actor, run_id)
         return found
     key = load_evidence_key(spec.warehouse.path)
     final.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
@@ -261,6 +262,7 @@ def build_evidence(incident: Incident, spec: DatasetSpec, engine: Engine, histor
             shutil.rmtree(staging, ignore_errors=True)
             found = _existing(final, t0)
             if found:
+                _record_if_missing(engine, incident, spec, found, actor, run_id)
                 return found
             raise
     except BaseException:
@@ -268,6 +270,14 @@ def build_evidence(incident: Incident, spec: DatasetSpec, engine: Engine, histor
         raise
     _record(engine, incident, spec, final, sha, manifest, actor, run_id)
     return EvidenceResult(final, manifest, sha, True, time.monotonic() - t0)
+
+
+def _record_if_missing(engine: Engine, incident: Incident, spec: DatasetSpec, found: EvidenceResult, actor: str,
+                       run_id: str | None) -> None:
+    """A bundle renamed into place by a build killed before it told the control plane: record it
+    now, once (found by the kill -9 matrix: the timeline otherwise never learns of it)."""
+    if recorded_manifest_sha256(engine, incident.incident_id, found.bundle) is None:
+        _record(engine, incident, spec, found.bundle, found.manifest_sha256, found.manifest, actor, run_id)
 
 
 def _record(engine: Engine, incident: Incident, spec: DatasetSpec, bundle: Path, sha: str, manifest: dict,
