@@ -14,11 +14,11 @@ from bench.measure import report
 
 
 def main(mode: str, spec_path: str) -> None:
+    from recovery.lib.catalog_checks import load_spec
     from recovery.lib.engine import open_engine
     from recovery.lib.identifiers import quote
     from recovery.lib.reconcile.run import run_reconciliation
     from recovery.lib.snapshot import expected_rows_sql
-    from recovery.lib.catalog_checks import load_spec
 
     spec = load_spec(spec_path)
     t0 = time.perf_counter()

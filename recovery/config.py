@@ -10,10 +10,10 @@ as a value, through :func:`serving`, and never rewrites the environment.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Iterator
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_SPEC = PROJECT_ROOT / "sample_data" / "transactions" / "spec.yaml"

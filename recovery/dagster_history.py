@@ -11,7 +11,7 @@ the tags to a retry) are found by the same tags.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 from dagster._core.events import DagsterEventType
@@ -28,7 +28,7 @@ TIMELINE_EVENT_TYPES = {
 
 
 def _utc(ts: float | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).replace(tzinfo=None)
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).replace(tzinfo=None)
 
 
 def _message(entry) -> str:

@@ -15,8 +15,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import dagster as dg
 from dagster._core.execution.backfill import BULK_ACTION_TERMINAL_STATUSES
@@ -113,7 +113,7 @@ class Daemon:
         self.log_path = log_path or Path(os.environ["DAGSTER_HOME"]) / "daemon.log"
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "Daemon":
+    def __enter__(self) -> Daemon:
         exe = Path(sys.executable).with_name("dagster-daemon")
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import dagster as dg
 from rich.console import Console
 
 from recovery.launch import Launcher
-from recovery.lib.phases import ASSESS, CONTAIN, EVIDENCE, REPORT, RESTATE, TIMELINE, VERIFY
 from recovery.launch.repair import decision, publish_or_roll_back, run_repair
 from recovery.lib.engine import duckdb_engine
 from recovery.lib.errors import RecoveryError
 from recovery.lib.incident import Incident
+from recovery.lib.phases import ASSESS, CONTAIN, EVIDENCE, REPORT, RESTATE, TIMELINE, VERIFY
 from recovery.lib.repair.plan import wave_name
 from recovery.lib.spec import DatasetSpec
 

@@ -37,12 +37,12 @@ PHASES = ["adopt", "fence", "evidence", "wave", "publish", "restate"]
 
 def build_templates(base: Path) -> dict[str, Path]:
     """One folder per phase, in the state just before the phase runs."""
+    from recovery.lib.catalog_checks import load_spec
     from recovery.lib.engine import open_engine
     from recovery.lib.incident import parse_incident
     from recovery.lib.ingest import apply_changes
     from recovery.lib.repair.publish import gate_candidate
     from recovery.lib.snapshot import expected_rows_sql
-    from recovery.lib.catalog_checks import load_spec
     from recovery.lib.writer import Writer
     from recovery_tests.input_fuzz import build_fuzz_dataset
     from recovery_tests.repair_support import current_plan, repair_through_library
@@ -90,8 +90,8 @@ def build_templates(base: Path) -> dict[str, Path]:
 # ---- the phases, as a child process runs them --------------------------------------------
 
 def run_phase(phase: str, d: Path) -> None:
-    from recovery.lib.engine import open_engine
     from recovery.lib.catalog_checks import load_spec
+    from recovery.lib.engine import open_engine
     from recovery.lib.writer import Writer
 
     spec = load_spec(d / "spec.yaml")

@@ -10,22 +10,22 @@ the target from the source into its own namespace, and the pointer moves to it.
 
 from __future__ import annotations
 
-import threading
 import json
+import threading
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import yaml
 
+from recovery.lib.catalog_checks import load_spec
 from recovery.lib.consumers import materialize_consumer
 from recovery.lib.engine import open_engine
 from recovery.lib.ingest import apply_changes
 from recovery.lib.namespaces import move_pointer
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec
-from recovery.lib.catalog_checks import load_spec
 from recovery.lib.writer import Writer
 from recovery_tests.small_dataset import build_small_dataset, spec_dict, write_spec
 
@@ -40,7 +40,7 @@ GROUP BY region
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 @dataclass

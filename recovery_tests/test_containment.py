@@ -31,7 +31,6 @@ from recovery.config import PROJECT_ROOT
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.containment.config import IncidentConfig, resolve_incident
 from recovery.defs.containment.jobs import CONTAIN_JOB
-from recovery.lib.phases import CONTAIN
 from recovery.defs.containment.sensors import fencing_sensor
 from recovery.defs.resources import warehouse_resource
 from recovery.lib.consumers import materialize_consumer
@@ -39,6 +38,7 @@ from recovery.lib.control_plane import SCHEMA
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import FencedGenerationError, RecoveryError, SpecError
 from recovery.lib.fencing import GENERATION_TAG
+from recovery.lib.phases import CONTAIN
 from recovery.lib.spec import parse_spec
 from recovery.lib.writer import Writer
 from recovery.orchestration import run_job

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import shutil
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
@@ -30,10 +30,10 @@ from recovery.defs.convergence.assets import (
     verify_convergence_job,
 )
 from recovery.defs.resources import warehouse_resource
-from recovery.lib.phases import VERIFY
 from recovery.lib.convergence import drift_history, verify_convergence
 from recovery.lib.errors import SpecError
 from recovery.lib.ingest import apply_changes, ingestion_watermark
+from recovery.lib.phases import VERIFY
 from recovery_tests.repaired_small import Receiver, build_repaired, now
 
 
@@ -136,7 +136,7 @@ def test_the_hourly_schedule_is_registered_and_evaluates_to_a_valid_run_request(
     assert d.resolve_sensor_def("asset_check_alert_sensor").name == "asset_check_alert_sensor"
     with dg.instance_for_test() as instance:
         context = dg.build_schedule_context(instance=instance,
-                                            scheduled_execution_time=datetime(2026, 3, 2, 5, tzinfo=timezone.utc))
+                                            scheduled_execution_time=datetime(2026, 3, 2, 5, tzinfo=UTC))
         requests = schedule.evaluate_tick(context).run_requests or []
     assert len(requests) == 1
     dg.validate_run_config(d.resolve_job_def(VERIFY_JOB), requests[0].run_config)
@@ -173,8 +173,8 @@ def test_bad_input_is_a_clear_error(tmp_path):
 
 
 def test_a_check_where_no_generation_recorded_a_watermark_names_the_source_time_it_compared_with(tmp_path):
-    from recovery.lib.engine import open_engine
     from recovery.lib.catalog_checks import load_spec
+    from recovery.lib.engine import open_engine
     from recovery.lib.writer import Writer
     from recovery_tests.small_dataset import build_small_dataset
 

@@ -12,11 +12,11 @@ from recovery.config import spec_paths
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.resources import warehouse_resource
 from recovery.example.defs import TARGET_KEY
+from recovery.lib.catalog_checks import load_spec
 from recovery.lib.control_plane import SCHEMA
 from recovery.lib.engine import open_engine
 from recovery.lib.fencing import fence_incident
 from recovery.lib.incident import parse_incident
-from recovery.lib.catalog_checks import load_spec
 from recovery.lib.writer import Writer
 from recovery.orchestration import run_job
 from recovery_tests.small_dataset import build_small_dataset, latest_live, order_events
@@ -103,8 +103,8 @@ def test_the_orders_containment_job_fences_only_the_orders_backfill(two_datasets
     incident of the served dataset is refused by it, naming the spec."""
     import yaml
 
-    from recovery.lib.phases import CONTAIN
     from recovery.lib.errors import RecoveryError
+    from recovery.lib.phases import CONTAIN
     from recovery.lib.snapshot import expected_rows_sql
 
     example, orders_path, defs = two_datasets

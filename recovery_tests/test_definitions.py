@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -138,7 +138,7 @@ def test_every_job_needs_only_resources_the_location_provides(definitions: dg.De
 @pytest.mark.parametrize("day", ["2024-01-01", "2024-03-20", SCENARIO.last_day.isoformat()])
 def test_schedule_requests_the_previous_days_partition(definitions: dg.Definitions, test_instance, day: str):
     schedule = definitions.resolve_schedule_def("ingest_transactions_daily")
-    tick = datetime.fromisoformat(day).replace(tzinfo=timezone.utc) + timedelta(days=1)
+    tick = datetime.fromisoformat(day).replace(tzinfo=UTC) + timedelta(days=1)
     context = dg.build_schedule_context(instance=test_instance, scheduled_execution_time=tick)
     result = schedule.evaluate_tick(context)
     requests = result.run_requests or []

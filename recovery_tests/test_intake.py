@@ -14,15 +14,15 @@ import yaml
 
 from recovery.cli import main as cli
 from recovery.defs.alerts.resources import NotifierResource
-from recovery.lib.phases import CONTAIN
 from recovery.defs.intake.sensors import backfill_incident_sensor, failed_backfills
 from recovery.defs.resources import warehouse_resource
+from recovery.example.defs import TARGET_KEY
 from recovery.lib.control_plane import SCHEMA
 from recovery.lib.draft_incident import FailedBackfill, draft_incident_id, partition_range
 from recovery.lib.engine import open_engine
 from recovery.lib.incident import check_incident, parse_incident
+from recovery.lib.phases import CONTAIN
 from recovery.lib.spec import parse_spec
-from recovery.example.defs import TARGET_KEY
 
 
 def test_partition_range_is_the_first_and_last_day_or_nothing():

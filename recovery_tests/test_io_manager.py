@@ -15,13 +15,13 @@ import pyarrow.compute  # noqa: F401 (pa.compute)
 import pytest
 
 from recovery.defs.io import ManagedDuckDBIOManager
+from recovery.lib.catalog_checks import load_spec
 from recovery.lib.control_plane import SCHEMA, delta_table
 from recovery.lib.engine import open_engine
 from recovery.lib.fencing import GENERATION_TAG
 from recovery.lib.ingest import apply_changes
 from recovery.lib.managed_output import generation_for_run
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.catalog_checks import load_spec
 from recovery.lib.writer import Writer
 from recovery_tests.repaired_small import now
 from recovery_tests.small_dataset import build_small_dataset

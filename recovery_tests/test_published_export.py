@@ -9,11 +9,11 @@ import threading
 
 import duckdb
 
+from recovery.lib.catalog_checks import load_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.namespaces import move_pointer
 from recovery.lib.published_export import export_dir, read_marker, refresh_published_export
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.catalog_checks import load_spec
 from recovery.lib.writer import Writer
 from recovery_tests.small_dataset import build_small_dataset
 

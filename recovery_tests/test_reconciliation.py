@@ -7,13 +7,13 @@ is damaged by hand, one key per label, and reconciled from its spec alone.
 
 from __future__ import annotations
 
-import hashlib
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
 import pytest
 
+from recovery.lib.catalog_checks import load_spec
 from recovery.lib.consumers import consumer_sql, consumer_table, materialize_consumer
 from recovery.lib.decision import decide
 from recovery.lib.engine import open_engine
@@ -24,7 +24,6 @@ from recovery.lib.namespaces import move_pointer
 from recovery.lib.reconcile.classify import LABELS, partition_table, recon_table
 from recovery.lib.reconcile.run import run_reconciliation
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.catalog_checks import load_spec
 from recovery.lib.writer import Writer
 from recovery_tests.example_build import build_example, copy_dataset
 from recovery_tests.small_dataset import build_small_dataset
@@ -143,7 +142,7 @@ def test_worked_example_decides_repair_because_the_backfill_wrote_in_place(examp
 # ---- a dataset this package never saw: composite key, string partitions, no amounts ----
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def _small(tmp_path: Path):
@@ -187,7 +186,7 @@ def test_a_dataset_with_other_names_reconciles_from_its_spec_alone(tmp_path):
     writer.register_generation("ingest-2", "ingest")
     apply_changes(writer, "ingest-2", since=later - timedelta(microseconds=1), until=later)
     with writer.engine.transaction() as s:  # the new 'zeta' order is never ingested: it stays missing
-        s.execute(f'DELETE FROM mart.orders__g0001 WHERE region = \'zeta\'')
+        s.execute('DELETE FROM mart.orders__g0001 WHERE region = \'zeta\'')
     # the failed generation's damage, one key per label
     writer.write("bf-7", _rows(spec, key(dup_k)), mode="append")
     writer.write("bf-7", _rows(spec, key(dropped[0]), rev=dropped[0][2]), mode="upsert_keys")

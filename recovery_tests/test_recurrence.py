@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from recovery.config import EXAMPLE_OUTPUTS, EXAMPLE_SPEC
-from recovery.example.relaunch import RECOMPUTE as FAULTY, faulty_2_3_0
+from recovery.example.relaunch import RECOMPUTE as FAULTY
+from recovery.example.relaunch import faulty_2_3_0
 from recovery.example.scenario import SCENARIO
 from recovery.lib.control_plane import SCHEMA
 from recovery.lib.engine import open_engine

@@ -18,6 +18,7 @@ import dagster as dg
 import duckdb
 import pytest
 
+from recovery.lib.catalog_checks import load_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import RecoveryError
 from recovery.lib.incident import parse_incident
@@ -28,11 +29,13 @@ from recovery.lib.repair.plan import load_plan
 from recovery.lib.repair.publish import gate_candidate, publish
 from recovery.lib.repair.waves import gate_wave
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.catalog_checks import load_spec
 from recovery.lib.writer import Writer
 from recovery_tests.example_build import copy_dataset, env
 from recovery_tests.repair_support import (
-    current_plan, gate_and_publish, repair_through_library, stage_live_events,
+    current_plan,
+    gate_and_publish,
+    repair_through_library,
+    stage_live_events,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from recovery.cli import main
+from recovery.lib.catalog_checks import load_spec
 from recovery.lib.control_plane import ensure_control_plane
 from recovery.lib.engine import open_engine
 from recovery.lib.impact import impact_table
@@ -29,7 +30,6 @@ from recovery.lib.incident import Incident, parse_incident
 from recovery.lib.reconcile.classify import partition_table, recon_table
 from recovery.lib.reports import REPORT_NAMES, build_reports, write_reports
 from recovery.lib.reports.recovery import SECTIONS
-from recovery.lib.catalog_checks import load_spec
 
 REPORTS_KEY = dg.AssetKey(["incident", "reports"])
 

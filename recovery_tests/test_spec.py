@@ -8,17 +8,17 @@ import copy
 import random
 import shutil
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import duckdb
 import pytest
 import yaml
 
+from recovery.lib.catalog_checks import load_spec
 from recovery.lib.errors import SpecError
 from recovery.lib.spec import parse_spec
-from recovery.lib.catalog_checks import load_spec
 from recovery_tests.small_dataset import (
     build_small_dataset,
     catalog,

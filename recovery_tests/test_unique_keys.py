@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from recovery.lib.catalog_checks import load_spec
 from recovery.lib.control_plane import SCHEMA
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import DuplicateKeyError
@@ -19,7 +20,6 @@ from recovery.lib.repair.build import build_wave
 from recovery.lib.repair.replay import committed_seq, replay_in
 from recovery.lib.repair.tables import snapshot_table
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.catalog_checks import load_spec
 from recovery.lib.writer import Writer
 from recovery_tests.repair_support import current_plan, repair_through_library
 from recovery_tests.repaired_small import INCIDENT, build_damaged

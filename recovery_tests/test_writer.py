@@ -15,13 +15,13 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from recovery.lib.catalog_checks import load_spec
 from recovery.lib.control_plane import SCHEMA
 from recovery.lib.engine import open_engine
 from recovery.lib.engine.base import RetryableConflict
 from recovery.lib.errors import FencedGenerationError, RecoveryError, SchemaMismatchError
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec, parse_spec
-from recovery.lib.catalog_checks import load_spec
 from recovery.lib.writer import Writer
 from recovery_tests.small_dataset import (
     PAYLOAD,

@@ -11,8 +11,8 @@ from recovery.config import EXAMPLE_SPEC
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from recovery.definitions import definitions_for
     from recovery.commands.walkthrough import run_walkthrough
+    from recovery.definitions import definitions_for
     from recovery.orchestration import project_instance
 
     result = run_walkthrough(Path(args.spec), instance=project_instance(), defs=definitions_for(args.spec), events=args.events,

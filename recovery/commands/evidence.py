@@ -17,8 +17,8 @@ from recovery.lib.errors import RecoveryError
 
 def build(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
-    from recovery.lib.phases import EVIDENCE
     from recovery.lib.evidence import read_manifest
+    from recovery.lib.phases import EVIDENCE
 
     launcher = Launcher.for_file(args.incident)  # validates before launching anything
     incident, spec = launcher.incident, launcher.spec

@@ -16,8 +16,8 @@ from rich.table import Table
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
-    from recovery.lib.phases import PLAN
     from recovery.launch.repair import run_repair
+    from recovery.lib.phases import PLAN
     from recovery.lib.repair.plan import wave_name
 
     launcher = Launcher.for_file(args.incident)

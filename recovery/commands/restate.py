@@ -15,8 +15,8 @@ from rich.table import Table
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
-    from recovery.lib.phases import RESTATE
     from recovery.lib.engine import open_engine
+    from recovery.lib.phases import RESTATE
     from recovery.lib.restatement.restate import check_request
 
     launcher = Launcher.for_file(args.incident)

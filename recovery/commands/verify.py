@@ -14,8 +14,8 @@ from rich.table import Table
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from recovery.lib.errors import SpecError
     from recovery.launch import Launcher
+    from recovery.lib.errors import SpecError
     from recovery.lib.phases import VERIFY
 
     if args.recent < 1:

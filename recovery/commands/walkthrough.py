@@ -21,9 +21,9 @@ from recovery.example.demo import build_failed_backfill, ingest_during_repair, p
 from recovery.lib.engine import open_engine
 from recovery.lib.impact import impact_summary
 from recovery.lib.incident import check_incident, parse_incident
-from recovery.lib.spec import parse_spec
 from recovery.lib.repair.diffs import label_diffs, partition_diffs
 from recovery.lib.restatement.summary import restatement_summary
+from recovery.lib.spec import parse_spec
 from recovery.recover import run_recovery
 
 

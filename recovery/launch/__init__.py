@@ -7,8 +7,8 @@ the verb to run first; ``runner`` launches a phase's job in this process against
 the project's instance, with the definitions built for the incident's own spec.
 """
 
-from recovery.lib.phases import PHASES, Phase
 from recovery.launch.runner import Launcher
 from recovery.launch.state import IncidentState, read_state
+from recovery.lib.phases import PHASES, Phase
 
 __all__ = ["PHASES", "Phase", "Launcher", "IncidentState", "read_state"]

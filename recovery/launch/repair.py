@@ -8,15 +8,16 @@ control plane).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
 from recovery.defs.repair.partitions import wave_tags
-from recovery.lib.phases import CANARY, PLAN, PUBLISH, WAVE
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import RecoveryError
+from recovery.lib.phases import CANARY, PLAN, PUBLISH, WAVE
 from recovery.lib.repair.gates import latest_gates
 from recovery.lib.repair.plan import RepairPlan, load_plan, wave_name
 from recovery.lib.spec import DatasetSpec

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from recovery.lib.phases import Phase
 from recovery.launch.state import IncidentState, read_state, require
 from recovery.lib.incident import Incident, check_incident, parse_incident
+from recovery.lib.phases import Phase
 from recovery.lib.spec import DatasetSpec
 
 
@@ -30,7 +30,7 @@ class Launcher:
         self._definitions = definitions
 
     @classmethod
-    def for_file(cls, incident_file: str | Path, **kwargs) -> "Launcher":
+    def for_file(cls, incident_file: str | Path, **kwargs) -> Launcher:
         """Validate the incident file (shape, then meaning against the warehouse, read-only) first."""
         incident = parse_incident(Path(incident_file).resolve())
         return cls(incident, check_incident(incident), **kwargs)

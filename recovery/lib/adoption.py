@@ -19,7 +19,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from recovery.lib.control_plane import SCHEMA, control_plane_exists, ensure_control_plane, next_seq, record_event, utcnow
+from recovery.lib.control_plane import (
+    SCHEMA,
+    control_plane_exists,
+    ensure_control_plane,
+    next_seq,
+    record_event,
+    utcnow,
+)
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError
 from recovery.lib.identifiers import TableName, quote

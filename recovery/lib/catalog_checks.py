@@ -19,7 +19,6 @@ from recovery.lib.snapshot import expected_rows_sql, source_snapshot_sql, str_li
 from recovery.lib.spec import DatasetSpec, parse_spec
 from recovery.lib.sql_files import render
 
-
 _SCANNED_SOURCES: set[tuple] = set()
 """Change logs whose (key, version) uniqueness and ops this process has verified, by size."""
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from recovery.lib.control_plane import SCHEMA, ensure_control_plane, next_seq, utcnow
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import TableName, quote
-from recovery.lib.namespaces import current_namespace
 from recovery.lib.managed_names import ADOPTED_NOTE, ManagedName, adopt_if_plain, build, current, move, rebuild_in_place
+from recovery.lib.namespaces import current_namespace
 from recovery.lib.snapshot import str_list
 from recovery.lib.spec import DatasetSpec
 

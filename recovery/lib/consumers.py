@@ -10,11 +10,11 @@ consumer's code).
 
 from __future__ import annotations
 
+from recovery.lib.consumer_outputs import CONSUMER_SCHEMA, refresh_output
 from recovery.lib.control_plane import SCHEMA, control_plane_exists
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import FencedGenerationError
 from recovery.lib.identifiers import TableName, quote
-from recovery.lib.consumer_outputs import CONSUMER_SCHEMA, refresh_output
 from recovery.lib.spec import DatasetSpec, DownstreamSpec
 from recovery.lib.sql_files import render
 from recovery.lib.writer import retrying

@@ -11,7 +11,7 @@ insert time would miss a slow transaction's rows).
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from recovery.lib.engine.base import Session
 
@@ -69,7 +69,7 @@ DDL = [
 
 def utcnow() -> datetime:
     """Naive UTC now: every timestamp in the control plane is naive UTC."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def ensure_control_plane(session: Session) -> None:

@@ -48,7 +48,7 @@ class TableName:
     name: str
 
     @classmethod
-    def parse(cls, text: str, default_schema: str = "main") -> "TableName":
+    def parse(cls, text: str, default_schema: str = "main") -> TableName:
         if not isinstance(text, str):
             raise ValueError(f"{text!r} is not a table name")
         parts = text.split(".")
@@ -63,7 +63,7 @@ class TableName:
     def sql(self, dialect: str = "duckdb") -> str:
         return f"{quote(self.schema, dialect)}.{quote(self.name, dialect)}"
 
-    def with_name(self, name: str) -> "TableName":
+    def with_name(self, name: str) -> TableName:
         return TableName(self.schema, check_identifier(name, "table"))
 
     def __str__(self) -> str:

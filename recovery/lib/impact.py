@@ -68,7 +68,7 @@ def consumer_impact_sql(spec: DatasetSpec, c: DownstreamSpec, watermark: datetim
     key_text = " || '|' || ".join(f"coalesce(CAST({quote(k)} AS VARCHAR), '∅')" for k in c.key)
     m = c.materiality
     col = quote(m.column) if m else None
-    per_key = ", ".join([f"count(*) AS __copies"] + [f"any_value({quote(v)}) AS {quote(v)}" for v in value_columns]
+    per_key = ", ".join(["count(*) AS __copies"] + [f"any_value({quote(v)}) AS {quote(v)}" for v in value_columns]
                         + ([f"sum({col}) AS __original"] if m else []))
     orig = "CAST(o.__original AS DOUBLE)" if m else "NULL"
     corr = f"CAST(n.{col} AS DOUBLE)" if m else "NULL"

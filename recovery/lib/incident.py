@@ -15,13 +15,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from recovery.lib.catalog_checks import load_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import check_identifier, quote
-from recovery.lib.catalog_checks import load_spec
 from recovery.lib.registry import registered_generations
 from recovery.lib.spec import DatasetSpec, _shape_error, load_yaml_model, resolve_path
-
 
 PartitionValue = date | int | str
 """A partition in the partition column's own type and format: a date, an integer, '2013-02'."""

@@ -13,8 +13,9 @@ SQL, so the frame is first copied into the warehouse by the IO manager's type ha
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Mapping, Sequence
+from typing import Literal
 
 from recovery.lib.errors import RecoveryError
 from recovery.lib.fencing import GENERATION_TAG

@@ -49,9 +49,9 @@ def generations_sql(s: Session, spec: DatasetSpec) -> str:
     if reg:
         parts.append(f"SELECT *, false AS inferred FROM ({reg})")
     if not parts:
-        return (f"SELECT CAST(NULL AS VARCHAR) AS generation, CAST(NULL AS VARCHAR) AS kind, CAST(NULL AS TIMESTAMP) AS started_at, "
-                f"CAST(NULL AS TIMESTAMP) AS ended_at, CAST(NULL AS TIMESTAMP) AS source_watermark, "
-                f"CAST(NULL AS VARCHAR) AS basis WHERE false")
+        return ("SELECT CAST(NULL AS VARCHAR) AS generation, CAST(NULL AS VARCHAR) AS kind, CAST(NULL AS TIMESTAMP) AS started_at, "
+                "CAST(NULL AS TIMESTAMP) AS ended_at, CAST(NULL AS TIMESTAMP) AS source_watermark, "
+                "CAST(NULL AS VARCHAR) AS basis WHERE false")
     # a registry row beats a control-plane row the fence or the adoption only inferred
     return (f"SELECT {COLUMNS} FROM ({' UNION ALL '.join(parts)}) "
             f"QUALIFY row_number() OVER (PARTITION BY generation ORDER BY inferred, basis LIKE 'registry %' DESC) = 1")

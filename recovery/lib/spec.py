@@ -88,7 +88,7 @@ class WarehouseSpec(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _spark_section(self) -> "WarehouseSpec":
+    def _spark_section(self) -> WarehouseSpec:
         if self.engine == "spark" and self.spark is None:
             raise ValueError("engine is 'spark' but the spark section is missing; add "
                              "spark: {data_path: <dir for Parquet data>, master: local[2]}")

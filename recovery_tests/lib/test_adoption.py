@@ -17,8 +17,8 @@ from recovery.lib.catalog_checks import load_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.incident import check_incident, parse_incident
-from recovery.lib.reconcile.inputs import ReconcileInputs
 from recovery.lib.reconcile.classify import reconcile
+from recovery.lib.reconcile.inputs import ReconcileInputs
 
 SPEC = {
     "dataset": "parcels",

@@ -15,13 +15,20 @@ daemon restart and is the same table the alerts are deduplicated by.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 
 from recovery.defs.containment import dagster_runs
 from recovery.lib.engine.base import Engine
-from recovery.lib.fencing import FenceRecord, TimelineEvent, count_run_attempt, read_fences, record_events, unalerted_attempts
+from recovery.lib.fencing import (
+    FenceRecord,
+    TimelineEvent,
+    count_run_attempt,
+    read_fences,
+    record_events,
+    unalerted_attempts,
+)
 from recovery.lib.notify import NotificationError, Notifier
 
 DEFAULT_OWNER = "data-platform-oncall"
@@ -96,4 +103,4 @@ def _stop_fenced_runs(instance: dg.DagsterInstance, engine: Engine, fence: Fence
 
 def naive_utc(moment: datetime) -> datetime:
     """Dagster's timestamps as the control plane's (naive UTC); a naive one is taken as UTC."""
-    return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo else moment
+    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment

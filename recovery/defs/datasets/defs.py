@@ -10,13 +10,11 @@ bound to its warehouse (the draft incident's alert links its launchpad). The lat
 phases' jobs still serve the one dataset of ``RECOVERY_SPEC`` (see README, Limits).
 """
 
-from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
 
 from recovery.config import spec_path, spec_paths
-from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.containment.jobs import contain_backfill
 from recovery.defs.containment.patrol import patrol
 from recovery.defs.intake.sensors import open_drafts

@@ -11,8 +11,8 @@ from recovery.defs.containment.config import IncidentConfig, resolve_incident
 from recovery.defs.location import asset_graph
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.control_plane import record_event
-from recovery.lib.impact import assess_impact
 from recovery.lib.engine import open_engine
+from recovery.lib.impact import assess_impact
 from recovery.lib.writer import retrying
 
 

@@ -24,7 +24,8 @@ from recovery.lib.recurrence.publish import gate_backfill, publish_backfill, sto
 from recovery.lib.recurrence.recompute import resolve_recompute
 from recovery.lib.recurrence.record import latest_gates
 from recovery.lib.recurrence.rehearsal import rehearse, value_report_of
-from recovery.lib.recurrence.tables import GATES as GATE_TABLE, tables_exist
+from recovery.lib.recurrence.tables import GATES as GATE_TABLE
+from recovery.lib.recurrence.tables import tables_exist
 from recovery.lib.recurrence.value_preview import refusal_line, refusal_lines, write_preview
 
 BACKFILL_KEY = dg.AssetKey(["recurrence", "backfill"])

@@ -1,8 +1,7 @@
 """Typed run configuration of a guarded backfill (the launchpad form); validated like the CLI's flags."""
 
-from pydantic import Field
-
 import dagster as dg
+from pydantic import Field
 
 from recovery.lib.recurrence.request import BackfillRequest, request_from_mapping
 

@@ -15,11 +15,16 @@ import dagster as dg
 from recovery.config import spec_path
 from recovery.defs.containment.config import IncidentConfig, resolve_incident
 from recovery.defs.repair.checks import (
-    CANDIDATE_KEY, GENERATION_KEY, candidate_of, check_results, check_specs, wave_built_by,
+    CANDIDATE_KEY,
+    GENERATION_KEY,
+    candidate_of,
+    check_results,
+    check_specs,
+    wave_built_by,
 )
 from recovery.defs.repair.config import RepairPlanConfig
-from recovery.defs.repair.rollback import rollback_incident
 from recovery.defs.repair.partitions import REPAIR_PARTITIONS, register_repair_partitions, wave_ranges_md
+from recovery.defs.repair.rollback import rollback_incident
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.engine import open_engine
 from recovery.lib.repair.build import build_wave, start_repair

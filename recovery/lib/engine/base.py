@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 

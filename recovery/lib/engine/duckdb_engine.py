@@ -25,8 +25,9 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import duckdb
 import pyarrow as pa

@@ -27,10 +27,11 @@ import json
 import shutil
 import threading
 import uuid
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -152,7 +153,7 @@ class SparkWarehouseSession(Session):
 
     dialect = "duckdb"  # the dialect the phases write; translated for Spark here
 
-    def __init__(self, engine: "SparkEngine", control: DuckDBSession, *, transactional: bool):
+    def __init__(self, engine: SparkEngine, control: DuckDBSession, *, transactional: bool):
         self.engine = engine
         self.control = control
         self.transactional = transactional
@@ -296,7 +297,7 @@ class SparkWarehouseSession(Session):
         text = query.sql("duckdb")
         if isinstance(query, exp.Values):
             text = f"SELECT * FROM ({text})"
-        return self._frame((self.control.arrow(text)))
+        return self._frame(self.control.arrow(text))
 
     def _write_dir(self, df, schema: str, name: str, root: Path | None = None) -> str:
         path = (root or self.engine.data_root / schema / name) / uuid.uuid4().hex
@@ -589,7 +590,7 @@ class SparkWarehouseSession(Session):
 
             scratch = duckdb.connect()
             scratch.execute(ddl.sql("duckdb"))
-            df = self._frame((scratch.sql("SELECT * FROM __shape").to_arrow_table()))
+            df = self._frame(scratch.sql("SELECT * FROM __shape").to_arrow_table())
             scratch.close()
         if temp:
             path = self._write_dir(df, "_temp", name, root=self.scratch)

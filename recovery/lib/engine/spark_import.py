@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 
-from recovery.lib.engine.spark_engine import CATALOG, SparkEngine, _CATALOG_DDL
+from recovery.lib.engine.spark_engine import _CATALOG_DDL, CATALOG, SparkEngine
 from recovery.lib.engine.spark_sql import is_data_relation, statement
 from recovery.lib.identifiers import TableName
 

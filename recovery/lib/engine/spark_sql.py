@@ -13,8 +13,9 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import sqlglot
 import sqlglot.expressions as exp

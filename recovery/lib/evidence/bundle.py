@@ -35,13 +35,22 @@ from recovery.lib.control_plane import SCHEMA, control_plane_exists, record_even
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError
 from recovery.lib.evidence.keys import EvidenceKey, load_evidence_key
-from recovery.lib.sensitive_lineage import follow_sensitive
-from recovery.lib.evidence.manifest import DIR_MODE, FILE_MODE, FORMAT, MANIFEST, read_manifest, restrict, sha256_file, write_manifest
+from recovery.lib.evidence.manifest import (
+    DIR_MODE,
+    FILE_MODE,
+    FORMAT,
+    MANIFEST,
+    read_manifest,
+    restrict,
+    sha256_file,
+    write_manifest,
+)
 from recovery.lib.evidence.tables import TableCopy, planned_copies, safe_name
 from recovery.lib.failed_generations import generation_facts
 from recovery.lib.identifiers import quote
 from recovery.lib.incident import Incident
 from recovery.lib.run_history import RunHistory
+from recovery.lib.sensitive_lineage import follow_sensitive
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.writer import retrying
 

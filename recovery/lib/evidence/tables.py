@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from recovery.lib.control_plane import SCHEMA, control_plane_exists, delta_table
 from recovery.lib.consumers import CONSUMER_SCHEMA, consumer_table
+from recovery.lib.control_plane import SCHEMA, control_plane_exists, delta_table
 from recovery.lib.engine.base import Session
 from recovery.lib.failed_generations import GenerationFacts
 from recovery.lib.identifiers import TableName, quote

@@ -92,8 +92,8 @@ def range_partitions(s: Session, spec: DatasetSpec, ns: str, start: str, end: st
     if s.scalar(f"SELECT CAST(? AS {typ}) > CAST(? AS {typ})", [start, end]):
         raise SpecError("end", f"{end} is before start {start}", "give an end at or after the start")
     between = f"{part} BETWEEN CAST(? AS {typ}) AND CAST(? AS {typ})"
-    days = (f"UNION SELECT CAST(CAST(d AS DATE) AS VARCHAR) FROM generate_series(CAST(? AS DATE), CAST(? AS DATE), "
-            f"INTERVAL 1 DAY) AS g(d)") if typ == "DATE" else ""
+    days = ("UNION SELECT CAST(CAST(d AS DATE) AS VARCHAR) FROM generate_series(CAST(? AS DATE), CAST(? AS DATE), "
+            "INTERVAL 1 DAY) AS g(d)") if typ == "DATE" else ""
     rows = s.fetchall(
         f"SELECT p FROM (SELECT CAST({part} AS VARCHAR) AS p FROM {namespace_sql(ns)} WHERE {between} "
         f"UNION SELECT CAST({part} AS VARCHAR) FROM {expected} WHERE {between} {days}) ORDER BY p",

@@ -28,8 +28,8 @@ from recovery.lib.namespaces import current_namespace, move_pointer, namespace_s
 from recovery.lib.recurrence.anomaly import evaluate_anomaly
 from recovery.lib.recurrence.invariants import InvariantResult, evaluate_invariants
 from recovery.lib.recurrence.policy import GATES
-from recovery.lib.recurrence.profile import evaluate_profile
 from recovery.lib.recurrence.preview import in_partitions
+from recovery.lib.recurrence.profile import evaluate_profile
 from recovery.lib.recurrence.record import BackfillRecord, latest_gates, load_backfill, record_gates, set_status
 from recovery.lib.recurrence.tables import BACKFILLS
 from recovery.lib.recurrence.values import Declared, evaluate_values

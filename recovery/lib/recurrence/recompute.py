@@ -13,9 +13,9 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable
 
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import quote

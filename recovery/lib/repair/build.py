@@ -24,7 +24,13 @@ from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.incident import Incident
 from recovery.lib.namespaces import current_namespace, namespace_sql
 from recovery.lib.repair.plan import (
-    RepairPlan, choose_canary, damaged_partitions, load_plan, make_waves, qualified_partitions, wave_name,
+    RepairPlan,
+    choose_canary,
+    damaged_partitions,
+    load_plan,
+    make_waves,
+    qualified_partitions,
+    wave_name,
 )
 from recovery.lib.repair.tables import PARTITIONS, PLANS, ensure_repair_tables, snapshot_table
 from recovery.lib.snapshot import expected_rows_sql, str_list
@@ -104,7 +110,7 @@ def start_repair(writer: Writer, incident: Incident, *, canary: list[str] | None
                 [incident.incident_id, spec.dataset, generation, namespace, current, incident.failed_generations, low_seq,
                  watermark, stamped_at, utcnow(), canary_max, wave_size],
             )
-            s.execute(f"CREATE OR REPLACE TEMP TABLE __plan (partition VARCHAR, wave INTEGER, reason VARCHAR, labels VARCHAR[])")
+            s.execute("CREATE OR REPLACE TEMP TABLE __plan (partition VARCHAR, wave INTEGER, reason VARCHAR, labels VARCHAR[])")
             for n, parts in waves.items():
                 for p in parts:
                     s.execute("INSERT INTO __plan VALUES (?, ?, NULL, ?)", [p, n, rebuild[p]])

@@ -24,8 +24,8 @@ from recovery.lib.repair.replay import committed_seq, latest_delta_sql
 from recovery.lib.repair.suites import BATCH_ROWS, Expectation, Suite, SuiteRunner, declared_suites
 from recovery.lib.repair.tables import GATES, snapshot_table
 from recovery.lib.snapshot import str_list
-from recovery.lib.sql_files import render
 from recovery.lib.spec import DatasetSpec
+from recovery.lib.sql_files import render
 from recovery.lib.writer import Writer
 
 BUILTIN = ("repair_keys", "repair_partitioning", "repair_fencing", "repair_tombstones", "repair_partition_totals",

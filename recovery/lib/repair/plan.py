@@ -141,7 +141,7 @@ def qualified_partitions(s: Session, spec: DatasetSpec, incident_id: str, partit
     out: dict[str, str] = {}
     if src.available_from is not None:
         for (p,) in s.fetchall(
-            f"SELECT p FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS p) WHERE TRY_CAST(p AS DATE) < CAST(? AS DATE)",
+            "SELECT p FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS p) WHERE TRY_CAST(p AS DATE) < CAST(? AS DATE)",
             [partitions, src.available_from],
         ):
             out[p] = f"before source.available_from ({src.available_from}): the source holds no authoritative rows"

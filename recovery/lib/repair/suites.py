@@ -13,9 +13,10 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import pyarrow as pa
 

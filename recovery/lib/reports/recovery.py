@@ -21,7 +21,7 @@ from recovery.lib.control_plane import SCHEMA
 from recovery.lib.engine.base import Session
 from recovery.lib.incident import Incident
 from recovery.lib.reports import plots
-from recovery.lib.reports.tables import NOT_RUN, exists, incident_rows, qualified, rows_as_dicts
+from recovery.lib.reports.tables import NOT_RUN, exists, qualified, rows_as_dicts
 from recovery.lib.spec import DatasetSpec
 
 PLANS, PARTITIONS, GATES, DIFFS, REPLAYS = "repair_plans", "repair_partitions", "gate_results", "repair_diffs", "delta_replays"

@@ -10,11 +10,11 @@ first, largest difference first.
 
 from __future__ import annotations
 
+from recovery.lib.consumer_outputs import RESTATEMENTS
 from recovery.lib.control_plane import SCHEMA, utcnow
 from recovery.lib.engine.base import Engine
 from recovery.lib.notify import NOTIFICATIONS, NotificationError, Notifier, Severity
 from recovery.lib.restatement.ledger import ledger_items, ledger_table, notice_key
-from recovery.lib.consumer_outputs import RESTATEMENTS
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.writer import retrying
 

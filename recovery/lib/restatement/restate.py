@@ -19,14 +19,6 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from recovery.lib.consumers import consumer_sql, fenced_generations_in_target
-from recovery.lib.control_plane import control_plane_exists, next_seq, record_event, utcnow
-from recovery.lib.convergence.scope import applied_watermark
-from recovery.lib.engine.base import Engine, Session
-from recovery.lib.errors import FencedGenerationError, RecoveryError, SpecError
-from recovery.lib.identifiers import TableName
-from recovery.lib.impact import DECISIONS
-from recovery.lib.notify import Notifier
 from recovery.lib.consumer_outputs import (
     RESTATEMENTS,
     build_original,
@@ -38,7 +30,15 @@ from recovery.lib.consumer_outputs import (
     preserved_because,
     publish_output,
 )
+from recovery.lib.consumers import consumer_sql, fenced_generations_in_target
+from recovery.lib.control_plane import control_plane_exists, next_seq, record_event, utcnow
+from recovery.lib.convergence.scope import applied_watermark
+from recovery.lib.engine.base import Engine, Session
+from recovery.lib.errors import FencedGenerationError, RecoveryError, SpecError
+from recovery.lib.identifiers import TableName
+from recovery.lib.impact import DECISIONS
 from recovery.lib.managed_names import adopt_if_plain
+from recovery.lib.notify import Notifier
 from recovery.lib.restatement.ledger import ledger_counts, ledger_table, output_total, write_decisions, write_ledger
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec, DownstreamSpec

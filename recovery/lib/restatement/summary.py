@@ -6,8 +6,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from recovery.lib.engine.base import Session
 from recovery.lib.consumer_outputs import RESTATEMENTS
+from recovery.lib.engine.base import Session
 from recovery.lib.spec import DatasetSpec
 
 

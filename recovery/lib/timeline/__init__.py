@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
 
 from recovery.lib.control_plane import utcnow
@@ -22,7 +22,13 @@ from recovery.lib.run_history import RunHistory
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.timeline.events import KINDS, TimelineEvent, order_events
 from recovery.lib.timeline.from_runs import run_events
-from recovery.lib.timeline.from_warehouse import commit_clock, fence_events, recorded_events, registration_events, write_events
+from recovery.lib.timeline.from_warehouse import (
+    commit_clock,
+    fence_events,
+    recorded_events,
+    registration_events,
+    write_events,
+)
 from recovery.lib.timeline.render import render_markdown, write_timeline
 
 RUNBOOK_KINDS = KINDS[:12]  # request ... containment: what the runbook asks the timeline to show
@@ -60,7 +66,7 @@ class Timeline:
 def _incident_events(incident: Incident) -> list[TimelineEvent]:
     """The recovery's own request and approval, timed by the incident file (the only time it carries)."""
     path = incident.incident_path
-    at = (datetime.fromtimestamp(Path(path).stat().st_mtime, timezone.utc).replace(tzinfo=None)
+    at = (datetime.fromtimestamp(Path(path).stat().st_mtime, UTC).replace(tzinfo=None)
           if path and Path(path).exists() else None)
     ev = dict(at=at, clock="file", source="incident file")
     out = [TimelineEvent(kind="request", actor=incident.requested_by, summary=f"recovery of {', '.join(incident.failed_generations)} "
