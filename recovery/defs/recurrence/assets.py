@@ -17,7 +17,7 @@ import dagster as dg
 
 from recovery.defs.recurrence.config import BackfillConfig, resolve_request
 from recovery.defs.resources import WarehouseResource
-from recovery.lib.errors import RecoveryError
+from recovery.lib.errors import GateRefusedError, RecoveryError
 from recovery.lib.recurrence.launch import build_backfill, preflight, start_backfill
 from recovery.lib.recurrence.policy import GATES
 from recovery.lib.recurrence.publish import gate_backfill, publish_backfill, stop_backfill
@@ -147,6 +147,9 @@ def guarded_backfill_generation(context: dg.AssetExecutionContext, config: Backf
             raise RecoveryError(f"backfill {rec.backfill_id} refused before any write: {rec.reason}")
         if rec.status == "building":
             rec = build_backfill(writer, rec, resolve_recompute(request.recompute), run_id=context.run.run_id)
+        if rec.status == "stopped":
+            raise GateRefusedError(f"backfill {rec.backfill_id} refused while recomputing: {rec.reason}; nothing was "
+                                f"published, the candidate {rec.namespace} is kept for inspection")
     except RecoveryError as err:
         raise _fail(err) from err
     return dg.MaterializeResult(metadata={**_metadata(pf), "backfill_id": rec.backfill_id, "generation": rec.generation,

@@ -50,6 +50,11 @@ def run_guarded_backfill(writer: Writer, request: BackfillRequest, *, dry_run: b
         except RecoveryError as err:
             out.status, out.reason = "failed", str(err)
             return out
+    if rec.status == "stopped":          # refused while building (a key written twice): no post-build gates
+        with writer.engine.session(read_only=True) as s:
+            out.gates.update(latest_gates(s, request.id))
+        out.status, out.reason = "stopped", rec.reason
+        return out
     if rec.status == "built":
         results, out.invariants = gate_backfill(writer, request.id, run_id=run_id)
         out.gates.update({g.gate: g for g in results})

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from recovery.lib.control_plane import record_event, utcnow
-from recovery.lib.errors import RecoveryError, SpecError
+from recovery.lib.errors import DuplicateKeyError, RecoveryError, SpecError
 from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import current_namespace, namespace_sql
 from recovery.lib.recurrence.policy import pre_write_gates
@@ -175,6 +175,8 @@ def build_backfill(writer: Writer, rec: BackfillRecord, recompute: Recompute, *,
     began = time.monotonic()
     try:
         recompute(ctx)
+    except DuplicateKeyError as err:  # the writer's own one-row-per-key invariant: a gate refusal, not a crash
+        return _stop_on_duplicates(writer, rec, err, run_id)
     except Exception as err:  # the recompute is user code: any failure ends the backfill, unpublished
         reason = f"{type(err).__name__}: {err}"
 
@@ -203,5 +205,27 @@ def build_backfill(writer: Writer, rec: BackfillRecord, recompute: Recompute, *,
 
     retrying(built)
     writer.set_status(rec.generation, "complete", ended_at=utcnow())
+    with writer.engine.session(read_only=True) as s:
+        return load_backfill(s, rec.backfill_id)
+
+
+def _stop_on_duplicates(writer: Writer, rec: BackfillRecord, err: DuplicateKeyError, run_id: str | None) -> BackfillRecord:
+    """A recompute that fans out rows is refused by the ``invariants`` gate at write time.
+
+    The writer refuses the batch before any row of it lands, so the candidate holds only
+    what was written before; it is kept for inspection and the published table is untouched.
+    """
+    result = GateResult("invariants", False, 1, f"unique key {writer.spec.key} refused by the writer: {err}")
+
+    def stopped() -> None:
+        with writer.engine.transaction() as s:
+            record_gates(s, rec.backfill_id, rec.generation, writer.spec.dataset, "build", [result], run_id=run_id)
+            set_status(s, rec.backfill_id, "stopped", f"gate invariants failed: {result.details}"[:2000])
+            record_event(s, kind="backfill_stopped", dataset=writer.spec.dataset, actor="guarded_backfill", run_id=run_id,
+                         summary=f"backfill {rec.backfill_id} stopped while recomputing: one key written twice in a batch; "
+                                 f"{writer.spec.target.table} still points at {rec.from_namespace}")
+
+    retrying(stopped)
+    writer.set_status(rec.generation, "failed", ended_at=utcnow())
     with writer.engine.session(read_only=True) as s:
         return load_backfill(s, rec.backfill_id)
