@@ -84,7 +84,8 @@ def build_damaged(root: Path) -> Repaired:
     writer.register_generation(FAILED, "backfill")
     e = expected_rows_sql(spec, None)
     writer.write(FAILED, f"SELECT * REPLACE (qty * 3 AS qty) FROM ({e}) WHERE region = 'north'", mode="upsert_keys")
-    writer.write(FAILED, f"SELECT * FROM ({e}) WHERE region = 'south' AND order_no % 4 = 0", mode="append")
+    writer.write(FAILED, f"SELECT * FROM ({e}) WHERE region = 'south' AND order_no % 4 = 0", mode="append",
+                 allow_duplicate_keys=True)   # the faulty backfill appended rows the table held
     writer.write(FAILED, f"SELECT region, order_no, src_rev FROM ({e}) WHERE region = 'east' AND order_no % 3 = 0",
                  mode="delete_keys")
     for c in spec.downstream:

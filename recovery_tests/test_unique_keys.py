@@ -75,6 +75,40 @@ def test_a_batch_of_distinct_keys_still_writes_in_every_mode(loaded):
     assert _dups(db, NS) == 0
 
 
+def test_a_key_the_table_holds_in_another_partition_is_refused_by_replace_partitions(loaded):
+    spec, w, db = loaded
+    e = expected_rows_sql(spec, None)
+    shard = fetch(db, f"SELECT min(shard) FROM ({e}) WHERE region = 'south'")[0][0]
+    # one north order re-partitioned into the replaced south shard: its north row would stay
+    moved = f"SELECT * REPLACE ('{shard}' AS shard) FROM ({e}) WHERE region = 'north' ORDER BY order_no LIMIT 1"
+    before = _state(db)
+    with pytest.raises(DuplicateKeyError, match=r"is outside the replaced partitions in the table \(1 such keys\)"):
+        w.write("ingest-1", f"SELECT * FROM ({e}) WHERE shard = '{shard}' UNION ALL ({moved})",
+                mode="replace_partitions", partitions=[shard])
+    assert _state(db) == before
+    assert _dups(db, NS) == 0
+    w.write("ingest-1", moved, mode="upsert_keys")   # as an upsert the key moves: one row, in its new shard
+    assert _dups(db, NS) == 0
+
+
+def test_append_of_a_key_the_table_already_holds_is_refused(loaded):
+    spec, w, db = loaded
+    e = expected_rows_sql(spec, None)
+    before = _state(db)
+    with pytest.raises(DuplicateKeyError, match=r"is already in the table"):
+        w.write("ingest-1", f"SELECT * FROM ({e}) WHERE region = 'west' ORDER BY order_no LIMIT 2", mode="append")
+    assert _state(db) == before
+
+
+def test_a_faulty_pipeline_can_still_be_reproduced_and_the_write_log_says_so(loaded):
+    spec, w, db = loaded
+    e = expected_rows_sql(spec, None)
+    w.write("ingest-1", f"SELECT * FROM ({e}) WHERE region = 'west' ORDER BY order_no LIMIT 2", mode="append",
+            note="retried append", allow_duplicate_keys=True)
+    assert _dups(db, NS) == 2
+    assert fetch(db, f"SELECT note FROM {SCHEMA}.writes ORDER BY seq DESC LIMIT 1") == [("retried append; duplicate keys allowed",)]
+
+
 def test_ingestion_through_a_transform_that_fans_rows_out_is_refused(tmp_path):
     spec_path = build_small_dataset(tmp_path / "ds")
     # a join gone wrong: every order with qty > 15 comes out twice
@@ -131,7 +165,7 @@ def test_the_delta_replay_applies_one_row_per_key_even_when_the_log_holds_a_key_
     assert _dups(db, plan.namespace) == 0
 
 
-def test_a_guarded_backfill_whose_recompute_writes_a_key_twice_fails_unpublished(example_copy):
+def test_a_guarded_backfill_whose_recompute_writes_a_key_twice_is_stopped_by_the_invariants_gate_unpublished(example_copy):
     from recovery_tests.test_recurrence import APPROVER, _clean_baseline, launch, public_hash
 
     dataset = _clean_baseline(example_copy)
@@ -144,7 +178,8 @@ def test_a_guarded_backfill_whose_recompute_writes_a_key_twice_fails_unpublished
                          partitions=["2024-03-01"])
 
     out = launch(dataset, "2024-03-01", "2024-03-01", fn=recompute_with_a_retry_duplicate, approved_by=(APPROVER,))
-    assert out.status == "failed" and "DuplicateKeyError" in out.reason, (out.status, out.reason)
+    assert out.status == "stopped" and "unique key" in out.reason, (out.status, out.reason)
+    assert out.failed_gates == ["invariants"] and "occurs 2 times in one batch" in out.gates["invariants"].details
     assert public_hash(dataset) == before
     gen = f"guarded-{out.backfill_id}"
     spec = load_spec(dataset, check_warehouse=False)

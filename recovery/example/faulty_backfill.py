@@ -108,7 +108,7 @@ def recompute_partition(
     """Recompute one partition the 2.3.0 way. Returns the checkpoint state it leaves."""
     rows = buggy_rows_sql(partition, stage)
     key = partition.isoformat()
-    kw = dict(at=at, run_id=run_id)
+    kw = dict(at=at, run_id=run_id, allow_duplicate_keys=True)   # the 2.3.0 pipeline wrote duplicates; reproduce it
     if partition in scenario.flaky_partitions:
         if checkpoint.get(key) != "cleared":
             writer.write(generation, f"SELECT * FROM ({rows}) WHERE false", mode="replace_partitions", partitions=[key], **kw)

@@ -166,6 +166,7 @@ class Writer:
         note: str | None = None,
         params: list[Any] | None = None,
         keep_stamps: bool = False,
+        allow_duplicate_keys: bool = False,
     ) -> WriteResult:
         """Apply ``rows_sql`` (payload columns plus the source-version column) as ``generation``.
 
@@ -176,7 +177,13 @@ class Writer:
 
         In every mode a batch with two rows (or tombstones) for one key raises
         :class:`~recovery.lib.errors.DuplicateKeyError` inside the transaction and nothing
-        lands: which row should win is the caller's decision, not the writer's.
+        lands: which row should win is the caller's decision, not the writer's. So does a
+        ``replace_partitions`` or ``append`` batch whose key the namespace still holds outside
+        the replaced partitions (a key moving partition, a retried append).
+
+        ``allow_duplicate_keys`` lifts the second check only, to reproduce the faulty
+        pipelines whose damage this package repairs (the worked example's backfill, the
+        tests' damage); no path of the package passes it, and the write log notes it.
         """
         if mode not in ("replace_partitions", "upsert_keys", "append", "delete_keys"):
             raise RecoveryError(f"mode {mode!r} is not one of replace_partitions, upsert_keys, append, delete_keys")
@@ -184,8 +191,9 @@ class Writer:
 
         def txn() -> WriteResult:
             with self.engine.transaction() as s:
-                return self._write_in(s, generation, rows_sql, mode, partitions, token, written_at, run_id, note, params,
-                                      keep_stamps=keep_stamps)
+                return self._write_in(s, generation, rows_sql, mode, partitions, token, written_at, run_id,
+                                      f"{note + '; ' if note else ''}duplicate keys allowed" if allow_duplicate_keys else note,
+                                      params, keep_stamps=keep_stamps, existing_keys=not allow_duplicate_keys)
 
         try:
             return retrying(txn)
@@ -194,7 +202,7 @@ class Writer:
             raise
 
     def _write_in(self, s: Session, generation, rows_sql, mode, partitions, token, written_at, run_id, note, params,
-                  *, keep_stamps: bool = False, log_delta: bool = True) -> WriteResult:
+                  *, keep_stamps: bool = False, log_delta: bool = True, existing_keys: bool = True) -> WriteResult:
         seq = next_seq(s)
         token_clause = "AND token = ?" if token is not None else ""
         row = s.fetchone(
@@ -296,6 +304,8 @@ class Writer:
         deleted = int(s.scalar(f"SELECT count(*) FROM {ns_sql} WHERE {in_scope}") or 0)
         if mode != "append":
             s.execute(f"DELETE FROM {ns_sql} WHERE {in_scope}")
+        if existing_keys and mode in ("replace_partitions", "append"):
+            self._refuse_held_keys(s, ns_sql, generation, mode)
         inserted = 0
         if mode != "delete_keys":
             s.execute(f"INSERT INTO {ns_sql} ({all_cols}) SELECT {stamped} FROM __incoming AS i", stamp_params)
@@ -318,6 +328,22 @@ class Writer:
         s.execute("DROP TABLE IF EXISTS __incoming")
         s.execute("DROP TABLE IF EXISTS __scope")
         return WriteResult(seq, generation, ns, mode, inserted, deleted, tuple(touched))
+
+    def _refuse_held_keys(self, s: Session, ns_sql: str, generation: str, mode: str) -> None:
+        """Refuse (inside the write's transaction) incoming keys the namespace still holds once
+        the replaced partitions are gone: inserting them would leave two rows for one key."""
+        key = quote_all(self.spec.key)
+        # an inner join, so the engine builds its hash table on the smaller side (the batch, not the table)
+        held = f"SELECT DISTINCT {key} FROM __incoming JOIN {ns_sql} USING ({key})"
+        clash = s.fetchone(f"{held} LIMIT 1")
+        if clash is None:
+            return
+        n_keys = s.scalar(f"SELECT count(*) FROM ({held})")
+        where = "outside the replaced partitions" if mode == "replace_partitions" else "already"
+        raise DuplicateKeyError(
+            f"write {mode} as {generation!r} to {self.public} refused: key {self.spec.key} = {tuple(clash)} is {where} "
+            f"in the table ({n_keys} such keys); nothing was written. Fix: write those keys with mode upsert_keys (a key "
+            f"that moved partition), or replace the partitions that hold them")
 
     # ---- fencing ------------------------------------------------------------------------
     def fence(self, generation: str, *, incident_id: str, fenced_by: str, reason: str = "", at: datetime | None = None) -> int:
