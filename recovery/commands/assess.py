@@ -12,6 +12,7 @@ import json
 
 from rich.console import Console
 
+from recovery.commands import incident_verb
 from recovery.commands.reconcile import print_summary
 
 
@@ -38,6 +39,4 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("assess", help="reconcile, trace the impact on every consumer and decide rollback or repair")
-    p.add_argument("--incident", required=True, help="incident YAML file")
-    p.set_defaults(fn=run)
+    incident_verb(sub, "assess", run, "reconcile, trace the impact on every consumer and decide rollback or repair")

@@ -13,6 +13,8 @@ import argparse
 
 from rich.console import Console
 
+from recovery.commands import incident_verb
+
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
@@ -30,6 +32,4 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("contain", help="fence an incident's failed generations and cancel the backfill that wrote them")
-    p.add_argument("--incident", required=True, help="incident YAML (see sample_data/transactions/incident.yaml)")
-    p.set_defaults(fn=run)
+    incident_verb(sub, "contain", run, "fence an incident's failed generations and cancel the backfill that wrote them", incident_help="incident YAML (see sample_data/transactions/incident.yaml)")

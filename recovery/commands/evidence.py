@@ -12,6 +12,7 @@ import argparse
 
 from rich.console import Console
 
+from recovery.commands import incident_verb
 from recovery.lib.errors import RecoveryError
 
 
@@ -66,9 +67,5 @@ def verify(args: argparse.Namespace, console: Console) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evidence", help="preserve an incident's evidence bundle, or verify its checksums")
     verbs = p.add_subparsers(dest="evidence_verb", required=True, metavar="ACTION")
-    b = verbs.add_parser("build", help="freeze the incident's evidence (never overwrites an existing bundle)")
-    b.add_argument("--incident", required=True, help="incident YAML file")
-    b.set_defaults(fn=build)
-    v = verbs.add_parser("verify", help="re-check every checksum; exits 1 naming each changed, missing or extra file")
-    v.add_argument("--incident", required=True, help="incident YAML file")
-    v.set_defaults(fn=verify)
+    incident_verb(verbs, "build", build, "freeze the incident's evidence (never overwrites an existing bundle)")
+    incident_verb(verbs, "verify", verify, "re-check every checksum; exits 1 naming each changed, missing or extra file")

@@ -8,6 +8,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
+from recovery.commands import incident_verb
 from recovery.lib.phases import PUBLISH
 
 
@@ -45,6 +46,4 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("publish", help="gate the repair candidate and publish it atomically (or roll back if decided)")
-    p.add_argument("--incident", required=True, help="incident YAML file")
-    p.set_defaults(fn=run)
+    incident_verb(sub, "publish", run, "gate the repair candidate and publish it atomically (or roll back if decided)")

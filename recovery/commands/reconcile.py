@@ -9,6 +9,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from recovery.commands import incident_verb
+
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
@@ -47,7 +49,5 @@ def print_summary(console: Console, summary: dict, title: str) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("reconcile", help="classify every damaged key of an incident (source-to-output reconciliation)")
-    p.add_argument("--incident", required=True, help="incident YAML file")
+    p = incident_verb(sub, "reconcile", run, "classify every damaged key of an incident (source-to-output reconciliation)")
     p.add_argument("--out", help="output folder (default: reports/<incident id> beside the warehouse)")
-    p.set_defaults(fn=run)

@@ -13,6 +13,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from recovery.commands import incident_verb
+
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
@@ -40,8 +42,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("recover", help="run every phase of the recovery in order (contain … reports), timed per phase")
-    p.add_argument("--incident", required=True, help="incident YAML file")
+    p = incident_verb(sub, "recover", run, "run every phase of the recovery in order (contain … reports), timed per phase")
     p.add_argument("--wave-size", type=int, default=30, help="partitions per repair wave after the canary")
     p.add_argument("--figures", help="write per-phase time and memory as JSON to this file")
-    p.set_defaults(fn=run)

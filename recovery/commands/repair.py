@@ -13,6 +13,8 @@ import getpass
 from rich.console import Console
 from rich.table import Table
 
+from recovery.commands import incident_verb
+
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
@@ -68,11 +70,9 @@ def _resume(spec, incident, note: str, console: Console) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("repair", help="rebuild the damaged partitions in a new generation: plan, canary, then gated waves")
-    p.add_argument("--incident", required=True, help="incident YAML file")
+    p = incident_verb(sub, "repair", run, "rebuild the damaged partitions in a new generation: plan, canary, then gated waves")
     p.add_argument("--canary", help="comma-separated canary partitions (default: chosen to cover every damage label)")
     p.add_argument("--canary-max", type=int, default=5, help="at most this many automatically chosen canary partitions")
     p.add_argument("--wave-size", type=int, default=30, help="partitions per wave after the canary")
     p.add_argument("--through", choices=["canary", "all"], default="all", help="stop after the canary, or build every wave")
     p.add_argument("--resume", metavar="NOTE", help="resume a stopped repair, recording why it is safe to go on")
-    p.set_defaults(fn=run)

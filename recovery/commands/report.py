@@ -7,6 +7,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from recovery.commands import incident_verb
+
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
@@ -25,7 +27,5 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="write an incident's timeline, reconciliation and recovery reports (HTML + Markdown)")
-    p.add_argument("--incident", required=True, help="incident YAML file")
+    p = incident_verb(sub, "report", run, "write an incident's timeline, reconciliation and recovery reports (HTML + Markdown)")
     p.add_argument("--out", help="output folder (default: reports/<incident id> beside the warehouse)")
-    p.set_defaults(fn=run)

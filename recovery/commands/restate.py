@@ -12,6 +12,8 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
+from recovery.commands import incident_verb
+
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
@@ -49,6 +51,4 @@ def restatement_table(rows: list, title: str) -> Table:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("restate", help="restate every downstream consumer after the repair is published (ledger + owner notices)")
-    p.add_argument("--incident", required=True, help="incident YAML file")
-    p.set_defaults(fn=run)
+    incident_verb(sub, "restate", run, "restate every downstream consumer after the repair is published (ledger + owner notices)")

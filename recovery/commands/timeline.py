@@ -6,6 +6,8 @@ import argparse
 
 from rich.console import Console
 
+from recovery.commands import incident_verb
+
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
@@ -20,6 +22,4 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("timeline", help="rebuild an incident's timeline from the control plane and Dagster's event log")
-    p.add_argument("--incident", required=True, help="incident YAML file")
-    p.set_defaults(fn=run)
+    incident_verb(sub, "timeline", run, "rebuild an incident's timeline from the control plane and Dagster's event log")

@@ -12,6 +12,8 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
+from recovery.commands import incident_verb
+
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
@@ -40,7 +42,5 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("verify", help="verify that ingestion and late arrivals converge after a repair (exit 1 on drift)")
-    p.add_argument("--incident", required=True, help="incident YAML file")
+    p = incident_verb(sub, "verify", run, "verify that ingestion and late arrivals converge after a repair (exit 1 on drift)")
     p.add_argument("--recent", type=int, default=3, help="how many of the partitions ingestion wrote last to check (default 3)")
-    p.set_defaults(fn=run)

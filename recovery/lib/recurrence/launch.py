@@ -176,19 +176,13 @@ def build_backfill(writer: Writer, rec: BackfillRecord, recompute: Recompute, *,
     try:
         recompute(ctx)
     except DuplicateKeyError as err:  # the writer's own one-row-per-key invariant: a gate refusal, not a crash
-        return _stop_on_duplicates(writer, rec, err, run_id)
+        gate = GateResult("invariants", False, 1, f"unique key {writer.spec.key} refused by the writer: {err}")
+        _end_build(writer, rec, "stopped", f"gate invariants failed: {gate.details}", run_id, gate)
+        with writer.engine.session(read_only=True) as s:
+            return load_backfill(s, rec.backfill_id)
     except Exception as err:  # the recompute is user code: any failure ends the backfill, unpublished
         reason = f"{type(err).__name__}: {err}"
-
-        def failed() -> None:
-            with writer.engine.transaction() as s:
-                set_status(s, rec.backfill_id, "failed", reason)
-                record_event(s, kind="backfill_failed", dataset=writer.spec.dataset, actor="guarded_backfill", run_id=run_id,
-                             summary=f"backfill {rec.backfill_id} failed while recomputing ({reason}); "
-                                     f"{writer.spec.target.table} still points at {rec.from_namespace}")
-
-        retrying(failed)
-        writer.set_status(rec.generation, "failed", ended_at=utcnow())
+        _end_build(writer, rec, "failed", reason, run_id)
         raise RecoveryError(f"backfill {rec.backfill_id} failed while recomputing: {reason}; nothing was published") from err
     seconds = max(time.monotonic() - began, 1e-3)
     part = quote(writer.spec.target.partition)
@@ -209,23 +203,20 @@ def build_backfill(writer: Writer, rec: BackfillRecord, recompute: Recompute, *,
         return load_backfill(s, rec.backfill_id)
 
 
-def _stop_on_duplicates(writer: Writer, rec: BackfillRecord, err: DuplicateKeyError, run_id: str | None) -> BackfillRecord:
-    """A recompute that fans out rows is refused by the ``invariants`` gate at write time.
+def _end_build(writer: Writer, rec: BackfillRecord, status: str, reason: str, run_id: str | None,
+               gate: GateResult | None = None) -> None:
+    """End a build that did not finish: ``failed`` (the recompute raised) or ``stopped`` (the
+    writer refused a key written twice, recorded as the ``invariants`` gate). Whatever the
+    candidate holds is kept for inspection; the published table is untouched."""
 
-    The writer refuses the batch before any row of it lands, so the candidate holds only
-    what was written before; it is kept for inspection and the published table is untouched.
-    """
-    result = GateResult("invariants", False, 1, f"unique key {writer.spec.key} refused by the writer: {err}")
-
-    def stopped() -> None:
+    def txn() -> None:
         with writer.engine.transaction() as s:
-            record_gates(s, rec.backfill_id, rec.generation, writer.spec.dataset, "build", [result], run_id=run_id)
-            set_status(s, rec.backfill_id, "stopped", f"gate invariants failed: {result.details}"[:2000])
-            record_event(s, kind="backfill_stopped", dataset=writer.spec.dataset, actor="guarded_backfill", run_id=run_id,
-                         summary=f"backfill {rec.backfill_id} stopped while recomputing: one key written twice in a batch; "
+            if gate is not None:
+                record_gates(s, rec.backfill_id, rec.generation, writer.spec.dataset, "build", [gate], run_id=run_id)
+            set_status(s, rec.backfill_id, status, reason[:2000])
+            record_event(s, kind=f"backfill_{status}", dataset=writer.spec.dataset, actor="guarded_backfill", run_id=run_id,
+                         summary=f"backfill {rec.backfill_id} {status} while recomputing ({reason[:300]}); "
                                  f"{writer.spec.target.table} still points at {rec.from_namespace}")
 
-    retrying(stopped)
+    retrying(txn)
     writer.set_status(rec.generation, "failed", ended_at=utcnow())
-    with writer.engine.session(read_only=True) as s:
-        return load_backfill(s, rec.backfill_id)
