@@ -20,13 +20,13 @@ import yaml
 from rich.console import Console
 
 from recovery.cli import main as cli
+from recovery.launch.recover import run_recovery
 from recovery.lib.engine import open_engine
 from recovery.lib.engine.spark_engine import CATALOG, SparkEngine
 from recovery.lib.errors import FencedGenerationError
 from recovery.lib.incident import check_incident, parse_incident
 from recovery.lib.spec import parse_spec
 from recovery.lib.writer import Writer
-from recovery.recover import run_recovery
 from recovery_tests.example_build import build_example, copy_dataset, env
 
 SMALL_EVENTS = 20_000

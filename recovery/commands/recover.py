@@ -18,7 +18,7 @@ from recovery.commands import incident_verb
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
-    from recovery.recover import run_recovery
+    from recovery.launch.recover import run_recovery
 
     launcher = Launcher.for_file(args.incident)
     incident, spec = launcher.incident, launcher.spec

@@ -2,7 +2,7 @@
 
 The failed backfill is built for real (``recovery demo``'s first half), then every
 phase runs as the Dagster job a person would launch from the UI, against the
-project's instance (``recovery.recover``), and the figures that matter are printed:
+project's instance (``recovery.launch.recover``), and the figures that matter are printed:
 damage per label and per consumer, before/after counts, corrected consumer totals.
 """
 
@@ -18,13 +18,13 @@ from rich.console import Console
 
 from recovery.commands.restate import restatement_table
 from recovery.example.demo import build_failed_backfill, ingest_during_repair, print_before_after, print_damage
+from recovery.launch.recover import run_recovery
 from recovery.lib.engine import open_engine
 from recovery.lib.impact import impact_summary
 from recovery.lib.incident import check_incident, parse_incident
 from recovery.lib.repair.diffs import label_diffs, partition_diffs
 from recovery.lib.restatement.summary import restatement_summary
 from recovery.lib.spec import parse_spec
-from recovery.recover import run_recovery
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,6 @@ class IncidentState:
     assessed: bool = False      # a reconciliation of this incident is recorded in the control plane
     planned: bool = False       # a repair plan exists
     built: bool = False         # every wave of the plan is built and gated
-    published: bool = False     # the repair is published (or the incident rolled back)
-    rolled_back: bool = False
 
 
 def read_state(incident: Incident, spec: DatasetSpec) -> IncidentState:
@@ -42,12 +40,9 @@ def read_state(incident: Incident, spec: DatasetSpec) -> IncidentState:
         assessed = s.object_kind(SCHEMA, name) is not None and bool(
             s.scalar(f"SELECT count(*) FROM {table} WHERE incident_id = ?", [incident.incident_id]))
         plan = load_plan(s, incident.incident_id) if s.object_kind(SCHEMA, "repair_plans") else None
-        rolled = bool(s.scalar(f"SELECT count(*) FROM {SCHEMA}.timeline WHERE incident_id = ? AND kind = 'rollback'",
-                               [incident.incident_id]))
     built = plan is not None and plan.next_wave() is None
     return IncidentState(managed=managed, contained=fenced == len(incident.failed_generations), assessed=assessed,
-                         planned=plan is not None, built=built,
-                         published=rolled or (plan is not None and plan.status == "published"), rolled_back=rolled)
+                         planned=plan is not None, built=built)
 
 
 FIRST = {
@@ -56,7 +51,6 @@ FIRST = {
     "assessed": ("assess", "the incident has no recorded reconciliation"),
     "planned": ("repair", "the incident has no repair plan"),
     "built": ("repair", "the repair's waves are not all built and gated"),
-    "published": ("publish", "the repair is not published"),
 }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from recovery.config import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "recovery"
-LAYERS = ["recovery.cli", "recovery.commands", "recovery.recover", "recovery.launch", "recovery.definitions",
+LAYERS = ["recovery.cli", "recovery.commands", "recovery.launch", "recovery.definitions",
           "recovery.example", "recovery.defs", "recovery.orchestration", "recovery.dagster_history",
           "recovery.lib", "recovery.config"]
 """From the top down: a module may import its own layer's modules or any layer below, never one above."""
