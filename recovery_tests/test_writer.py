@@ -448,18 +448,18 @@ def test_ensure_adopts_a_plain_table_and_infers_its_generations(tmp_path):
 
 
 def test_adoption_that_fails_after_the_rename_leaves_the_plain_table_untouched(tmp_path, monkeypatch):
-    import recovery.lib.namespaces as namespaces
+    import recovery.lib.managed_names as managed_names
 
     spec, w, db = _setup(tmp_path)
     _plain_table(spec, db)
     before, cat = rows_digest(db, "mart.orders"), catalog(db)
     seen = {}
 
-    def crash_after_rename(s, spec_, ns):
+    def crash_after_rename(s, name, ns):
         seen["renamed"] = (s.object_kind("mart", "orders"), s.object_kind("mart", "orders__g0001"))
         raise RuntimeError("crash while pointing the view")
 
-    monkeypatch.setattr(namespaces, "_point_view", crash_after_rename)
+    monkeypatch.setattr(managed_names, "point_view", crash_after_rename)
     with pytest.raises(RuntimeError, match="crash while pointing"):
         w.ensure()
 

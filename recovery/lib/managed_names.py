@@ -1,6 +1,7 @@
-"""Managed views for relations other than the target: the target's pointer mechanism, reused.
+"""Managed views and pointer moves: the one home of the pointer SQL, for the target and consumers alike.
 
-A consumer's output lives in physical tables ``<schema>.<name>__gNNNN``; its public
+The target (``recovery.lib.namespaces``) and each consumer's output are both a
+``ManagedName``. A consumer's output lives in physical tables ``<schema>.<name>__gNNNN``; its public
 name is a view with an explicit column list over exactly one of them, recorded in
 the same control-plane tables as the target's (``namespaces``, ``pointers``,
 ``pointer_history``), and moving the view and the pointer row happens in the
@@ -16,6 +17,7 @@ never see them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from recovery.lib.control_plane import SCHEMA, next_seq, record_event, utcnow
 from recovery.lib.engine.base import Session
@@ -48,13 +50,18 @@ def quote_any(column: str) -> str:
     return '"' + column.replace('"', '""') + '"'
 
 
-def _sql(namespace: str) -> str:
+def namespace_sql(namespace: str) -> str:
     return TableName.parse(namespace).sql()
 
 
 def current(s: Session, m: ManagedName) -> str | None:
     """The namespace the public name points at (None when it is not managed yet)."""
     return s.scalar(f"SELECT namespace FROM {SCHEMA}.pointers WHERE public_name = ?", [str(m.public)])
+
+
+def pointer_seq(s: Session, public_name: str) -> int | None:
+    """The commit sequence number of the public name's last pointer move (None when unmanaged)."""
+    return s.scalar(f"SELECT seq FROM {SCHEMA}.pointers WHERE public_name = ?", [public_name])
 
 
 def namespaces_of(s: Session, m: ManagedName) -> list[tuple[str, str, str]]:
@@ -75,15 +82,15 @@ def _next_name(s: Session, m: ManagedName) -> str:
         n += 1
 
 
-def _register(s: Session, m: ManagedName, ns: str, *, seq: int, actor: str, status: str, note: str) -> None:
+def register_namespace(s: Session, m: ManagedName, ns: str, *, seq: int, actor: str, status: str, note: str) -> None:
     s.execute(f"INSERT INTO {SCHEMA}.namespaces VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
               [ns, m.label, str(m.public), seq, utcnow(), actor, status, note])
 
 
 def point_view(s: Session, m: ManagedName, ns: str) -> None:
     """(Re)create the public view over ``ns`` with its explicit column list."""
-    cols = ", ".join(quote_any(c) for c, _ in s.columns(_sql(ns)))
-    s.execute(f"CREATE OR REPLACE VIEW {m.public.sql()} AS SELECT {cols} FROM {_sql(ns)}")
+    cols = ", ".join(quote_any(c) for c, _ in s.columns(namespace_sql(ns)))
+    s.execute(f"CREATE OR REPLACE VIEW {m.public.sql()} AS SELECT {cols} FROM {namespace_sql(ns)}")
 
 
 def adopt_if_plain(s: Session, m: ManagedName, *, actor: str) -> str | None:
@@ -107,11 +114,8 @@ def adopt_if_plain(s: Session, m: ManagedName, *, actor: str) -> str | None:
     seq = next_seq(s)
     ns = _next_name(s, m)
     s.execute(f"ALTER TABLE {m.public.sql()} RENAME TO {quote(TableName.parse(ns).name)}")
-    _register(s, m, ns, seq=seq, actor=actor, status="published", note=ADOPTED_NOTE)
-    point_view(s, m, ns)
-    s.execute(f"INSERT INTO {SCHEMA}.pointers VALUES (?, ?, ?, ?, ?)", [str(m.public), m.label, ns, seq, utcnow()])
-    s.execute(f"INSERT INTO {SCHEMA}.pointer_history VALUES (?, ?, NULL, ?, ?, ?, ?, ?)",
-              [str(m.public), m.label, ns, seq, utcnow(), actor, "adopted"])
+    register_namespace(s, m, ns, seq=seq, actor=actor, status="published", note=ADOPTED_NOTE)
+    move(s, m, ns, actor=actor, reason="adopted", seq=seq)
     record_event(s, kind="namespace_adopted", dataset=m.dataset, actor=actor,
                  summary=f"{m.public} now a managed view over {ns} ({ADOPTED_NOTE})")
     return ns
@@ -121,28 +125,32 @@ def build(s: Session, m: ManagedName, select_sql: str, *, actor: str, seq: int, 
     """A new namespace holding ``select_sql``'s rows (status ``building`` until pointed at)."""
     ns = _next_name(s, m)
     s.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(m.public.schema)}")
-    s.execute(f"CREATE TABLE {_sql(ns)} AS {select_sql}")
-    _register(s, m, ns, seq=seq, actor=actor, status="building", note=note)
+    s.execute(f"CREATE TABLE {namespace_sql(ns)} AS {select_sql}")
+    register_namespace(s, m, ns, seq=seq, actor=actor, status="building", note=note)
     return ns
 
 
 def rebuild_in_place(s: Session, m: ManagedName, ns: str, select_sql: str) -> None:
     """Replace a namespace's rows (a normal refresh of an output nothing needs to keep)."""
-    s.execute(f"CREATE OR REPLACE TABLE {_sql(ns)} AS {select_sql}")
+    s.execute(f"CREATE OR REPLACE TABLE {namespace_sql(ns)} AS {select_sql}")
     point_view(s, m, ns)
 
 
-def move(s: Session, m: ManagedName, to_namespace: str, *, actor: str, reason: str, seq: int) -> None:
-    """Point the public view and the pointer row at ``to_namespace``; the prior one is retained."""
+def move(s: Session, m: ManagedName, to_namespace: str, *, actor: str, reason: str, seq: int,
+         at: datetime | None = None) -> str | None:
+    """Point the public view and the pointer row at ``to_namespace`` (the first pointer row when
+    there is none yet); the prior namespace is retained. Returns it. The caller owns the transaction."""
     before = current(s, m)
+    at = at or utcnow()
     point_view(s, m, to_namespace)
     if before is None:
-        s.execute(f"INSERT INTO {SCHEMA}.pointers VALUES (?, ?, ?, ?, ?)", [str(m.public), m.label, to_namespace, seq, utcnow()])
+        s.execute(f"INSERT INTO {SCHEMA}.pointers VALUES (?, ?, ?, ?, ?)", [str(m.public), m.label, to_namespace, seq, at])
     else:
         s.execute(f"UPDATE {SCHEMA}.pointers SET namespace = ?, seq = ?, updated_at = ? WHERE public_name = ?",
-                  [to_namespace, seq, utcnow(), str(m.public)])
+                  [to_namespace, seq, at, str(m.public)])
     s.execute(f"INSERT INTO {SCHEMA}.pointer_history VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-              [str(m.public), m.label, before, to_namespace, seq, utcnow(), actor, reason])
+              [str(m.public), m.label, before, to_namespace, seq, at, actor, reason])
     s.execute(f"UPDATE {SCHEMA}.namespaces SET status = 'published' WHERE namespace = ?", [to_namespace])
     if before and before != to_namespace:
         s.execute(f"UPDATE {SCHEMA}.namespaces SET status = 'retained' WHERE namespace = ?", [before])
+    return before

@@ -12,17 +12,21 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from recovery.lib.control_plane import SCHEMA, control_plane_exists, delta_table, next_seq, record_event, utcnow
+from recovery.lib.control_plane import SCHEMA, control_plane_exists, delta_table, next_seq, record_event
 from recovery.lib.engine.base import Session
 from recovery.lib.errors import RecoveryError
-from recovery.lib.identifiers import TableName, quote, quote_all
+from recovery.lib.identifiers import TableName, quote
+from recovery.lib.managed_names import ManagedName, current, move, namespace_sql, register_namespace
 from recovery.lib.registry import registry_sql
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec
 
+__all__ = ["create_or_adopt", "current_namespace", "is_managed", "move_pointer", "namespace_sql", "new_namespace"]
 
-def namespace_sql(namespace: str) -> str:
-    return TableName.parse(namespace).sql()
+
+def target_name(spec: DatasetSpec) -> ManagedName:
+    """The target's public name as a managed name: its control-plane rows carry the dataset."""
+    return ManagedName(spec.target.table_name, spec.dataset, spec.dataset)
 
 
 def _namespace_name(spec: DatasetSpec, number: int) -> str:
@@ -35,20 +39,6 @@ def _next_number(s: Session, spec: DatasetSpec) -> int:
     return int(n) + 1
 
 
-def _register_namespace(s: Session, spec: DatasetSpec, ns: str, *, seq: int, created_by: str, status: str, note: str) -> None:
-    s.execute(
-        f"INSERT INTO {SCHEMA}.namespaces VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [ns, spec.dataset, str(spec.target.table_name), seq, utcnow(), created_by, status, note],
-    )
-
-
-def _point_view(s: Session, spec: DatasetSpec, ns: str) -> None:
-    cols = [c for c, _ in s.columns(namespace_sql(ns))]
-    s.execute(
-        f"CREATE OR REPLACE VIEW {spec.target.table_name.sql()} AS SELECT {quote_all(cols)} FROM {namespace_sql(ns)}"
-    )
-
-
 def _ensure_delta(s: Session, spec: DatasetSpec, ns: str) -> None:
     s.execute(
         f"CREATE TABLE IF NOT EXISTS {delta_table(spec.dataset)} AS SELECT *, CAST(NULL AS BIGINT) AS _delta_seq, "
@@ -58,12 +48,12 @@ def _ensure_delta(s: Session, spec: DatasetSpec, ns: str) -> None:
 
 def new_namespace(s: Session, spec: DatasetSpec, *, created_by: str, seq: int) -> str:
     """An empty physical table shaped like the published one."""
-    current = s.scalar(f"SELECT namespace FROM {SCHEMA}.pointers WHERE public_name = ?", [str(spec.target.table_name)])
-    if current is None:
+    published = current_namespace(s, spec)
+    if published is None:
         raise RecoveryError(f"dataset {spec.dataset!r} has no published namespace; run Writer.ensure() first")
     ns = _namespace_name(spec, _next_number(s, spec))
-    s.execute(f"CREATE TABLE {namespace_sql(ns)} AS SELECT * FROM {namespace_sql(current)} LIMIT 0")
-    _register_namespace(s, spec, ns, seq=seq, created_by=created_by, status="building", note="")
+    s.execute(f"CREATE TABLE {namespace_sql(ns)} AS SELECT * FROM {namespace_sql(published)} LIMIT 0")
+    register_namespace(s, target_name(spec), ns, seq=seq, actor=created_by, status="building", note="")
     return ns
 
 
@@ -71,7 +61,7 @@ def create_or_adopt(s: Session, spec: DatasetSpec, *, actor: str) -> str:
     """Make the public name a managed view; returns the namespace it points at."""
     public = spec.target.table_name
     meta = spec.target.metadata
-    pointer = s.scalar(f"SELECT namespace FROM {SCHEMA}.pointers WHERE public_name = ?", [str(public)])
+    pointer = current_namespace(s, spec)
     kind = s.object_kind(public.schema, public.name)
     if pointer is not None and kind == "view":
         return pointer
@@ -96,14 +86,9 @@ def create_or_adopt(s: Session, spec: DatasetSpec, *, actor: str) -> str:
             f"CAST(NULL AS TIMESTAMP) AS {quote(meta.written_at)} FROM ({expected_rows_sql(spec, None)}) LIMIT 0"
         )
         note, reason = "created empty", "created"
-    _register_namespace(s, spec, ns, seq=seq, created_by=actor, status="published", note=note)
-    _point_view(s, spec, ns)
+    register_namespace(s, target_name(spec), ns, seq=seq, actor=actor, status="published", note=note)
+    move(s, target_name(spec), ns, actor=actor, reason=reason, seq=seq)
     _ensure_delta(s, spec, ns)
-    s.execute(f"INSERT INTO {SCHEMA}.pointers VALUES (?, ?, ?, ?, ?)", [str(public), spec.dataset, ns, seq, utcnow()])
-    s.execute(
-        f"INSERT INTO {SCHEMA}.pointer_history VALUES (?, ?, NULL, ?, ?, ?, ?, ?)",
-        [str(public), spec.dataset, ns, seq, utcnow(), actor, reason],
-    )
     record_event(s, kind=f"dataset_{reason}", dataset=spec.dataset, actor=actor,
                  summary=f"{public} now a managed view over {ns} ({note})")
     return ns
@@ -140,23 +125,14 @@ def is_managed(s: Session, spec: DatasetSpec) -> bool:
 
 
 def current_namespace(s: Session, spec: DatasetSpec) -> str | None:
-    return s.scalar(f"SELECT namespace FROM {SCHEMA}.pointers WHERE public_name = ?", [str(spec.target.table_name)])
+    return current(s, target_name(spec))
 
 
 def move_pointer(s: Session, spec: DatasetSpec, to_namespace: str, *, actor: str, reason: str, at: datetime | None = None) -> int:
     """Point the public view at ``to_namespace``; the caller owns the transaction."""
-    public = str(spec.target.table_name)
     known = s.scalar(f"SELECT status FROM {SCHEMA}.namespaces WHERE namespace = ? AND dataset = ?", [to_namespace, spec.dataset])
     if known is None:
         raise RecoveryError(f"namespace {to_namespace!r} is not a namespace of dataset {spec.dataset!r}")
     seq = next_seq(s)
-    before = current_namespace(s, spec)
-    _point_view(s, spec, to_namespace)
-    s.execute(f"UPDATE {SCHEMA}.pointers SET namespace = ?, seq = ?, updated_at = ? WHERE public_name = ?",
-              [to_namespace, seq, at or utcnow(), public])
-    s.execute(f"INSERT INTO {SCHEMA}.pointer_history VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-              [public, spec.dataset, before, to_namespace, seq, at or utcnow(), actor, reason])
-    s.execute(f"UPDATE {SCHEMA}.namespaces SET status = 'published' WHERE namespace = ?", [to_namespace])
-    if before and before != to_namespace:
-        s.execute(f"UPDATE {SCHEMA}.namespaces SET status = 'retained' WHERE namespace = ?", [before])
+    move(s, target_name(spec), to_namespace, actor=actor, reason=reason, seq=seq, at=at)
     return seq

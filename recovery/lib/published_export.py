@@ -30,9 +30,10 @@ from pathlib import Path
 
 import duckdb
 
-from recovery.lib.control_plane import SCHEMA, utcnow
+from recovery.lib.control_plane import utcnow
 from recovery.lib.engine.base import Engine
 from recovery.lib.identifiers import quote
+from recovery.lib.managed_names import pointer_seq
 from recovery.lib.namespaces import current_namespace, namespace_sql
 from recovery.lib.spec import DatasetSpec
 
@@ -61,7 +62,7 @@ def refresh_published_export(engine: Engine, spec: DatasetSpec) -> Path | None:
         ns = current_namespace(s, spec)
         if ns is None:
             return None
-        seq = s.scalar(f"SELECT seq FROM {SCHEMA}.pointers WHERE public_name = ?", [str(spec.target.table_name)])
+        seq = pointer_seq(s, str(spec.target.table_name))
         name = f"{ns}__{seq}.parquet"
         marker = read_marker(spec)
         if marker and marker.get("file") == name and (d / name).exists() and (d / CATALOG).exists():

@@ -33,7 +33,7 @@ from recovery.lib.control_plane import (
 from recovery.lib.engine.base import Engine, RetryableConflict, Session
 from recovery.lib.errors import DuplicateKeyError, FencedGenerationError, RecoveryError, SchemaMismatchError
 from recovery.lib.identifiers import TableName, quote, quote_all
-from recovery.lib.namespaces import create_or_adopt, namespace_sql
+from recovery.lib.namespaces import create_or_adopt, current_namespace, namespace_sql
 from recovery.lib.spec import DatasetSpec
 
 WriteMode = Literal["replace_partitions", "upsert_keys", "append", "delete_keys"]
@@ -218,7 +218,7 @@ class Writer:
                     f"register it (Writer.register_generation) before writing"
                 )
             raise FencedGenerationError(generation, f"fenced at {known[0]}" if known[0] else f"stale token {token}")
-        ns = row[0] or s.scalar(f"SELECT namespace FROM {SCHEMA}.pointers WHERE public_name = ?", [str(self.public)])
+        ns = row[0] or current_namespace(s, self.spec)
         if ns is None:
             raise RecoveryError(f"dataset {self.spec.dataset!r} has no published namespace; run Writer.ensure() first")
         ns_sql = namespace_sql(ns)

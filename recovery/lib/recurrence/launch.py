@@ -24,11 +24,12 @@ from importlib import metadata
 from recovery.lib.control_plane import record_event, utcnow
 from recovery.lib.errors import DuplicateKeyError, RecoveryError, SpecError
 from recovery.lib.identifiers import quote
+from recovery.lib.managed_names import pointer_seq
 from recovery.lib.namespaces import current_namespace, namespace_sql
 from recovery.lib.recurrence.policy import pre_write_gates
 from recovery.lib.recurrence.preview import ScopePreview, in_partitions, preview_scope
 from recovery.lib.recurrence.recompute import Recompute, RecomputeContext, code_version, resolve_recompute
-from recovery.lib.recurrence.record import BackfillRecord, load_backfill, pointer_seq, record_gates, set_status
+from recovery.lib.recurrence.record import BackfillRecord, load_backfill, record_gates, set_status
 from recovery.lib.recurrence.request import BackfillRequest
 from recovery.lib.recurrence.tables import BACKFILLS, ensure_backfill_tables
 from recovery.lib.recurrence.values import compared_columns

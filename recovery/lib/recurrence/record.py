@@ -7,7 +7,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from recovery.lib.control_plane import SCHEMA, next_seq, record_event, utcnow
+from recovery.lib.control_plane import next_seq, record_event, utcnow
 from recovery.lib.engine.base import Session
 from recovery.lib.recurrence.tables import BACKFILLS, GATES, tables_exist
 from recovery.lib.repair.gates import GateResult
@@ -76,5 +76,3 @@ def latest_gates(s: Session, backfill_id: str) -> dict[str, GateResult]:
     return {r[0]: GateResult(r[0], r[1], r[2], r[3]) for r in rows}
 
 
-def pointer_seq(s: Session, public_name: str) -> int | None:
-    return s.scalar(f"SELECT seq FROM {SCHEMA}.pointers WHERE public_name = ?", [public_name])
