@@ -11,7 +11,12 @@ webserver at the foreign shipments warehouse (``RECOVERY_SPEC``, as a deployed c
 location is pointed at a dataset) and, on a new instance, contains it from
 ``contain_backfill``'s launchpad (the incident typed field by field) and reconciles
 it from ``reconcile_incident``'s (a partition picked in the launchpad's picker).
-Screenshots go to ``test-artifacts/browser/``.
+Screenshots go to ``test-artifacts/browser/``. A third test serves two datasets from the one
+code location (the worked example, and the small orders dataset named by ``RECOVERY_SPECS``):
+the lineage, the groups' catalogs and the jobs list show both; a guarded backfill launched
+from ``guarded_backfill``'s launchpad is refused by a gate, the alert carries the gate's
+sentence and the run's link, and the run page it opens shows the sentence (screenshots in the
+test's temporary folder).
 
 Chromium is Debian's package (``apt-get install chromium``; ``.ci/run`` installs
 it): browsers cannot be downloaded here, so Playwright's Python client launches
@@ -72,6 +77,7 @@ class Webserver:
     home: Path
     spec: Path
     log: Path
+    specs: Path | None = None  # RECOVERY_SPECS, when further datasets are served
 
     def log_tail(self, n: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
@@ -113,13 +119,17 @@ def _wait_for_location(server: Webserver, proc: subprocess.Popen, timeout_s: flo
 
 
 @contextmanager
-def _serve(home: Path, spec: Path, log: Path) -> Iterator[Webserver]:
+def _serve(home: Path, spec: Path, log: Path, specs: Path | None = None) -> Iterator[Webserver]:
     """dagster-webserver on a free localhost port, for the instance in ``home``, serving ``spec``
-    (``RECOVERY_SPEC``, the way a deployed code location is pointed at a dataset)."""
+    (``RECOVERY_SPEC``, the way a deployed code location is pointed at a dataset) and, when given,
+    the further datasets of ``specs`` (``RECOVERY_SPECS``: a directory or a list of specs)."""
     (home / "dagster.yaml").write_text(yaml.safe_dump(INSTANCE_YAML))
     port = _free_port()
-    server = Webserver(f"http://127.0.0.1:{port}", home, spec, log)
+    server = Webserver(f"http://127.0.0.1:{port}", home, spec, log, specs)
     environ = {**os.environ, "DAGSTER_HOME": str(home), "RECOVERY_SPEC": str(spec)}
+    environ.pop("RECOVERY_SPECS", None)
+    if specs is not None:
+        environ["RECOVERY_SPECS"] = str(specs)
     exe = Path(sys.executable).with_name("dagster-webserver")
     with open(server.log, "ab") as out:
         proc = subprocess.Popen(
@@ -164,11 +174,13 @@ def page():
             browser.close()
 
 
-def _shot(pg, name: str) -> None:
-    pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+def _shot(pg, name: str, into: Path = ARTIFACTS) -> None:
+    pg.screenshot(path=str(into / f"{name}.png"), full_page=True)
 
 
-def _wait_for_run(home: Path, run_id: str, timeout_s: float = 120) -> dg.DagsterRun:
+def _wait_for_run(home: Path, run_id: str, timeout_s: float = 120,
+                  status: dg.DagsterRunStatus = dg.DagsterRunStatus.SUCCESS) -> dg.DagsterRun:
+    """The run once it finished, which must be with ``status``."""
     from dagster._core.instance.ref import InstanceRef
 
     deadline = time.monotonic() + timeout_s
@@ -176,7 +188,7 @@ def _wait_for_run(home: Path, run_id: str, timeout_s: float = 120) -> dg.Dagster
         while time.monotonic() < deadline:
             run = instance.get_run_by_id(run_id)
             if run is not None and run.is_finished:
-                if run.status != dg.DagsterRunStatus.SUCCESS:
+                if run.status != status:
                     errors = [e.message for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_failure]
                     raise AssertionError(f"run {run_id} ended {run.status.value}: {errors}")
                 return run
@@ -437,3 +449,161 @@ def _contain_and_reconcile_shipments(webserver: Webserver, pg) -> None:
     assert out.exists(), f"{out} was not written"
     wrong = labels_vs_truth(out, root)
     assert wrong.empty, wrong.head(20).to_string()
+
+
+# --- two datasets in one code location (issue 19): both in the UI, and a refused gate read on its run page ----
+
+REFUSING_RECOMPUTE = "recovery_tests.faulty_recomputes:unit_change"  # amounts in cents: the values gate refuses
+
+
+@pytest.fixture
+def two_datasets_webserver(failed_example, tmp_path: Path):
+    """One webserver serving the worked example (``RECOVERY_SPEC``; published correctly, so a guarded backfill
+    can run on it) and the small orders dataset (composite key, string partitions) in the directory named
+    by ``RECOVERY_SPECS``, on a new instance."""
+    from recovery_tests.small_dataset import build_small_dataset
+    from recovery_tests.test_recurrence_matrix import transactions_dataset
+
+    example = transactions_dataset(tmp_path, failed_example)
+    orders = build_small_dataset(tmp_path / "datasets" / "orders", n_orders=40)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with _serve(home, example.spec_path, tmp_path / "webserver.log", specs=orders.parent.parent) as server:
+        yield server, example, orders
+
+
+def test_one_code_location_shows_both_datasets_and_a_refused_gates_reason(two_datasets_webserver, page, tmp_path: Path):
+    server, example, orders = two_datasets_webserver
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    defs = _location_defs(server)
+    try:
+        _both_datasets_in_the_ui(server, defs, orders, page, shots)
+        _refused_backfill_from_the_launchpad_to_the_alert_and_back(server, defs, example, page, shots, tmp_path)
+    except BaseException:
+        _shot(page, "zz-failure", shots)
+        raise
+
+
+def _location_defs(server: Webserver) -> dg.Definitions:
+    """The code location as the webserver loads it (the same RECOVERY_SPEC and RECOVERY_SPECS)."""
+    from recovery.definitions import defs
+
+    with _env(RECOVERY_SPEC=str(server.spec), RECOVERY_SPECS=str(server.specs or "")):
+        return defs()
+
+
+def _both_datasets_in_the_ui(server: Webserver, defs: dg.Definitions, orders_spec: Path, pg, shots: Path) -> None:
+    from recovery.defs.datasets.defs import target_key
+    from recovery.example.defs import TARGET_KEY
+    from recovery.lib.spec import parse_spec
+
+    base = server.url
+    graph = defs.resolve_asset_graph()
+    orders = parse_spec(orders_spec).dataset
+    assert orders == "orders"
+    # each dataset's groups: the worked example's target and consumers unprefixed, the orders dataset's under
+    # its own prefix and group
+    groups = {"example_pipeline": [TARGET_KEY], "consumers": [], orders: [target_key(parse_spec(orders_spec))]}
+    for group in groups:
+        members = sorted(k for k in graph.get_all_asset_keys() if graph.get(k).group_name == group)
+        assert members, f"the code location has no asset in group {group}"
+        assert set(groups[group]) <= set(members), (group, members)
+        groups[group] = members
+    assert all(k.path[0] == orders for k in groups[orders]) and len(groups[orders]) == 2, groups[orders]
+
+    # 1. the global lineage lists the groups of both datasets
+    pg.goto(f"{base}/asset-groups")
+    for group in groups:
+        pg.get_by_text(group, exact=True).first.wait_for()
+    _shot(pg, "01-lineage-groups", shots)
+
+    # 2. each group's catalog lists its assets by their full key (the orders' under the prefix "orders"; a long
+    #    key's label is truncated in the middle, so the row is found by its link to the asset's page)
+    for group, members in groups.items():
+        pg.goto(f"{base}/locations/{LOCATION}/asset-groups/{group}/list")
+        for key in members:
+            pg.locator(f'a[href$="/assets/{"/".join(key.path)}"]').first.wait_for()
+        _shot(pg, f"02-catalog-{group}", shots)
+    pg.goto(f"{base}/locations/{LOCATION}/asset-groups/{orders}")  # the orders' lineage: target -> consumer
+    for key in groups[orders]:
+        pg.get_by_text(key.path[-1], exact=True).first.wait_for()
+    _shot(pg, "03-lineage-orders", shots)
+
+    # 3. the jobs list holds both datasets' ingestion and containment jobs
+    pg.goto(f"{base}/jobs")
+    for job in ("ingest_transactions", "contain_backfill", f"ingest__{orders}", f"contain_backfill__{orders}"):
+        link = pg.locator(f'a[href$="/jobs/{job}"]').first
+        link.wait_for()
+        assert link.inner_text().strip() == job
+    _shot(pg, "04-jobs", shots)
+
+
+def _refused_backfill_from_the_launchpad_to_the_alert_and_back(server: Webserver, defs: dg.Definitions, example, pg,
+                                                                shots: Path, tmp_path: Path) -> None:
+    """A guarded backfill of the worked example with a recompute that changes every amount, launched from
+    guarded_backfill's launchpad: its gates refuse it (the values gate among them); the alert sensor's alert
+    carries the values gate's sentence and the run's link, and the run page that link opens shows the sentence."""
+    from dagster._core.instance.ref import InstanceRef
+
+    from recovery.defs.alerts.resources import NotifierResource
+    from recovery.defs.resources import warehouse_resource
+    from recovery_tests.test_recurrence_matrix import APPROVERS
+
+    base = server.url
+    before = example.public_hash()
+    config = {"ops": {"recurrence__backfill": {"config": {
+        "start": example.start, "end": example.end, "recompute": REFUSING_RECOMPUTE,
+        "requested_by": "data-platform-oncall", "approved_by": APPROVERS}}}}
+
+    # 1. guarded_backfill's launchpad (an asset job: behind the arrow beside "Materialize all")
+    pg.goto(f"{base}/locations/{LOCATION}/jobs/guarded_backfill")
+    pg.get_by_role("button", name="Materialize all").wait_for()
+    pg.locator('button:has([aria-label="arrow_drop_down"])').first.click()
+    pg.get_by_role("menuitem", name="Open launchpad").click()
+    dialog = pg.get_by_role("dialog").filter(has_text="Launchpad")
+    dialog.wait_for()
+    dialog.get_by_text("Generating configuration").wait_for(state="hidden")
+    _clear_editor(pg, dialog)
+    pg.keyboard.type(json.dumps(config))  # JSON is YAML in flow style
+    assert yaml.safe_load(_editor_value(dialog)) == config
+    dialog.get_by_text("No errors").wait_for()
+    pg.keyboard.press("Control+Home")  # back to the start of the line, for the screenshot
+    _shot(pg, "05-guarded-backfill-launchpad", shots)
+    dialog.get_by_role("button", name="Materialize").click()
+    pg.wait_for_url(re.compile(r"/runs/[0-9a-f-]{36}"), timeout=60_000)
+    run_id = re.search(r"/runs/([0-9a-f-]{36})", pg.url).group(1)
+    try:
+        run = _wait_for_run(server.home, run_id, timeout_s=300, status=dg.DagsterRunStatus.FAILURE)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\nwebserver log:\n{server.log_tail()}") from None
+    assert run.job_name == "guarded_backfill"
+    assert example.public_hash() == before  # refused: the published view is unchanged
+
+    # 2. the alert sensor's tick (no daemon here) on the webserver's instance: one alert per refusing gate
+    alerts_file = tmp_path / "alerts.jsonl"
+    resources = {"warehouse": warehouse_resource(str(server.spec)),
+                 "notifier": NotifierResource(kind="file", path=str(alerts_file))}
+    with _env(DAGSTER_HOME=str(server.home), RECOVERY_UI_URL=base), \
+            dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(server.home))) as instance:
+        checks = {e.asset_check_evaluation.check_name: e.asset_check_evaluation
+                  for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)}
+        with dg.build_sensor_context(instance=instance, definitions=defs, resources=resources) as context:
+            defs.resolve_sensor_def("asset_check_alert_sensor")(context)
+    values = checks["values"]
+    assert not values.passed and values.blocking
+    sentence = values.description.split("; preview: ")[0]
+    assert sentence.startswith("gate values refused: changed_share of amount_usd"), sentence
+    alerts = [json.loads(line) for line in alerts_file.read_text().splitlines()]
+    assert len(alerts) == sum(not c.passed for c in checks.values()), alerts
+    (alert,) = [a for a in alerts if a["subject"].endswith(":values")]
+    link = f"{base}/runs/{run_id}"
+    assert values.description in alert["body"] and link in alert["body"], alert
+
+    # 3. the alert's link opens the run page, which says which gate refused and why
+    pg.goto(link)
+    pg.get_by_text("Failure", exact=True).first.wait_for(timeout=60_000)
+    pg.get_by_text("Loading run logs").wait_for(state="hidden", timeout=60_000)
+    pg.get_by_text(sentence, exact=False).first.wait_for()
+    assert "DagsterAssetCheckFailedError" not in pg.inner_text("body")  # a decision, not an exception class
+    _shot(pg, "06-refused-run", shots)

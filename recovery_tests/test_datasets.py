@@ -1,4 +1,7 @@
-"""Two datasets of different shapes in one code location: one under incident, the other ingesting."""
+"""Two datasets of different shapes in one code location: one under incident, the other ingesting.
+
+What the UI shows of the two, served by one dagster-webserver, is browser-tested in
+``test_browser.py`` (``test_one_code_location_shows_both_datasets_and_a_refused_gates_reason``)."""
 
 from __future__ import annotations
 
@@ -127,66 +130,3 @@ def test_the_orders_containment_job_fences_only_the_orders_backfill(two_datasets
     with open_engine(transactions.warehouse).session(read_only=True) as s:
         assert s.scalar(f"SELECT count(*) FROM {SCHEMA}.fences") == 0  # the served dataset is not touched
 
-
-def test_the_webserver_serves_both_datasets_from_one_code_location(example_copy, tmp_path):
-    """``dagster-webserver`` over workspace.yaml with RECOVERY_SPECS: the UI's asset groups and jobs of
-    both datasets come from the one location (read through the UI's own GraphQL API)."""
-    import json
-    import signal
-    import socket
-    import subprocess
-    import sys
-    import time
-    import urllib.request
-
-    from recovery.config import PROJECT_ROOT
-
-    build_small_dataset(tmp_path / "datasets" / "orders", n_orders=40)
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    environ = {**os.environ, "DAGSTER_HOME": str(home), "RECOVERY_SPEC": str(example_copy),
-               "RECOVERY_SPECS": str(tmp_path / "datasets")}
-    log = tmp_path / "webserver.log"
-    query = ('{ workspaceOrError { ... on Workspace { locationEntries { name locationOrLoadError { __typename '
-             '... on RepositoryLocation { repositories { jobs { name } assetGroups { groupName } } } '
-             '... on PythonError { message } } } } } }')
-
-    def ask() -> dict | None:
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(),
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                entries = json.loads(resp.read())["data"]["workspaceOrError"]["locationEntries"]
-        except (OSError, KeyError, TypeError, ValueError):
-            return None
-        loaded = [e["locationOrLoadError"] for e in entries if e["name"] == "backfill_recovery" and e["locationOrLoadError"]]
-        return loaded[0] if loaded else None
-
-    with open(log, "ab") as out:
-        proc = subprocess.Popen([str(Path(sys.executable).with_name("dagster-webserver")), "-w", "workspace.yaml",
-                                 "-h", "127.0.0.1", "-p", str(port)], cwd=PROJECT_ROOT, env=environ,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline, location = time.monotonic() + 180, None
-        while time.monotonic() < deadline and location is None and proc.poll() is None:
-            location = ask()
-            time.sleep(0.5)
-        assert location is not None, log.read_text()[-3000:]
-        assert location["__typename"] == "RepositoryLocation", location
-        (repo,) = location["repositories"]
-        groups = {g["groupName"] for g in repo["assetGroups"]}
-        jobs = {j["name"] for j in repo["jobs"]}
-        assert {"example_pipeline", "consumers", "orders"} <= groups, groups
-        assert {"ingest_transactions", "ingest__orders", "contain_backfill"} <= jobs, jobs
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
