@@ -1,33 +1,44 @@
-"""Reconciliation of the worked example at several sizes vs the bare FULL OUTER JOIN floor.
+"""Reconciliation vs the single-query floor vs peers, in one run.
 
-For each size: build the failed example (real Dagster backfill; cached under
-``bench/.cache``), then, each in a fresh process, run the package's reconciliation
-and the bare diff, and print wall time, peak memory and their ratio. DuckDB runs
-under ``--memory-limit`` and spills past it; no step loads the table into pandas.
+Datasets: a TPC-H ``lineitem`` table (tpchgen-cli) of each ``--rows`` size turned into a
+change log and damaged by a failed backfill (``bench/lineitem.py``), plus the package's
+own worked example (``--example-events``). For each, ``--repeat`` rounds in alternating
+order, every step in a fresh process: the package's reconciliation, the hand-written
+single-query classifier (``bench/floor.py``) and, where installed (the ``bench`` extra),
+the peers on the diff part: reladiff's joindiff and datacompy. Wall time and peak RSS
+of each step, medians.
 
-    python -m bench reconcile --events 1000000 10000000
+The floor must be exact: after every round the package's and the floor's labels are
+compared key by key in DuckDB; one disagreement prints the disagreeing labels and the
+bench exits 1.
+
+    python -m bench reconcile --rows 6000000 20000000
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
 import time
 from pathlib import Path
 
+import duckdb
 import yaml
 from rich.console import Console
 from rich.table import Table
 
+from bench import lineitem
 from bench.measure import in_subprocess
 
 CACHE = Path(__file__).resolve().parent / ".cache"
+EXAMPLE_FAILED = "backfill-0042"
 
 
-def build(events: int, console: Console, memory_limit: str) -> Path:
-    """The failed example at ``events`` events (cached); returns the spec path of a bench copy."""
+def build_example(events: int, console: Console, memory_limit: str) -> Path:
+    """The failed worked example at ``events`` events (real Dagster backfill; cached); returns its spec path."""
     import dagster as dg
 
     from recovery.config import EXAMPLE_OUTPUTS, EXAMPLE_SPEC, PROJECT_ROOT
@@ -54,37 +65,120 @@ def build(events: int, console: Console, memory_limit: str) -> Path:
     return spec_path
 
 
+def disagreements(recon: Path, floor: Path, key: list[str]) -> list[tuple[str, str, int]]:
+    """(package label, floor label, keys) for every pair that differs; '-' where a side has no label."""
+    using = ", ".join(f'"{k}"' for k in key)
+    con = duckdb.connect()
+    try:
+        return con.execute(
+            f"SELECT coalesce(p.label, '-'), coalesce(f.label, '-'), count(*) FROM read_parquet('{recon}') p "
+            f"FULL OUTER JOIN read_parquet('{floor}') f USING ({using}) WHERE p.label IS DISTINCT FROM f.label "
+            f"GROUP BY ALL ORDER BY 3 DESC").fetchall()
+    finally:
+        con.close()
+
+
+class FloorDisagrees(Exception):
+    pass
+
+
+def median(runs: list[dict]) -> dict:
+    return sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
+
+
+def measure(name: str, spec_path: Path, failed: str, peers: list[str], repeat: int, work: Path, console: Console) -> dict:
+    """``repeat`` rounds of every step, alternating the order; the floor checked against the package each round."""
+    from bench.reconcile_worker import prepare_peers
+    from recovery.lib.catalog_checks import load_spec
+
+    spec = load_spec(spec_path)
+    if peers:
+        prepare_peers(spec)
+    steps = ["recon", "floor", *peers]
+    runs: dict[str, list[dict]] = {s: [] for s in steps}
+    work.mkdir(parents=True, exist_ok=True)
+    for i in range(repeat):
+        for step in steps if i % 2 == 0 else steps[::-1]:
+            with console.status(f"{name}: {step} ({i + 1}/{repeat})"):
+                out = work / f"{step}.parquet"
+                runs[step].append(in_subprocess("bench.reconcile_worker", step, str(spec_path), failed, str(out)))
+        bad = disagreements(work / "recon.parquet", work / "floor.parquet", spec.key)
+        if bad:
+            for p, f, n in bad:
+                console.print(f"[red]floor disagrees[/] on {n:,} keys of {name}: package {p!r}, floor {f!r}", highlight=False)
+            raise FloorDisagrees(f"{name}: " + ", ".join(f"package {p} vs floor {f} ({n:,} keys)" for p, f, n in bad))
+    med = {s: median(r) for s, r in runs.items()}
+    row = {"dataset": name, "damaged_keys": med["recon"]["damaged_keys"], "labels": med["recon"]["labels"],
+           "labels_exact": True, "rounds": repeat}
+    for s, m in med.items():
+        row[f"{s}_s"], row[f"{s}_peak_mb"] = m["wall_s"], m["peak_rss_mb"]
+        if "differing_keys" in m:
+            row[f"{s}_differing_keys"] = m["differing_keys"]
+    row["ratio"] = row["recon_s"] / row["floor_s"]
+    console.print(row, highlight=False)
+    return row
+
+
+def installed_peers(wanted: list[str], console: Console) -> list[str]:
+    out = []
+    for p in wanted:
+        if importlib.util.find_spec(p) is None:
+            console.print(f"{p} is not installed (pip install -c constraints.txt -e '.[bench]'): left out", highlight=False)
+        else:
+            out.append(p)
+    return out
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m bench reconcile")
-    p.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000])
-    p.add_argument("--memory-limit", default="2GB", help="DuckDB memory_limit for every step")
-    p.add_argument("--repeat", type=int, default=3, help="measure each step this many times; report the median")
+    p.add_argument("--rows", type=int, nargs="*", default=[6_000_000, 20_000_000], help="lineitem rows (TPC-H) per size")
+    p.add_argument("--example-events", type=int, nargs="*", default=[200_000], help="worked-example sizes (events); none: skip")
+    p.add_argument("--memory-limit", default="3GB", help="DuckDB memory_limit in every spec")
+    p.add_argument("--repeat", type=int, default=3, help="rounds per dataset (alternating order); medians reported")
+    p.add_argument("--peers", nargs="*", default=["reladiff", "datacompy"], help="peers on the diff part")
+    p.add_argument("--datacompy-max-rows", type=int, default=6_000_000,
+                   help="datacompy holds both tables in pandas: left out above this many rows")
+    p.add_argument("--cache", type=Path, default=CACHE, help="built datasets (reused) and TPC-H files")
     p.add_argument("--json", type=Path, help="also write the figures here")
     args = p.parse_args(argv)
     console = Console()
-    rows = []
-    for events in args.events:
-        console.rule(f"{events:,} events")
-        spec_path = build(events, console, args.memory_limit)
-        recons, floors = [], []
-        for i in range(args.repeat):  # alternate, so both see the same machine conditions
-            with console.status(f"reconciliation at {events:,} events ({i + 1}/{args.repeat})"):
-                recons.append(in_subprocess("bench.reconcile_worker", "recon", str(spec_path)))
-            with console.status(f"bare FULL OUTER JOIN diff at {events:,} events ({i + 1}/{args.repeat})"):
-                floors.append(in_subprocess("bench.reconcile_worker", "floor", str(spec_path)))
-        recon = sorted(recons, key=lambda r: r["wall_s"])[len(recons) // 2]
-        floor = sorted(floors, key=lambda r: r["wall_s"])[len(floors) // 2]
-        rows.append({"events": events, "recon_s": recon["wall_s"], "recon_peak_mb": recon["peak_rss_mb"],
-                     "floor_s": floor["wall_s"], "floor_peak_mb": floor["peak_rss_mb"],
-                     "ratio": recon["wall_s"] / floor["wall_s"], "damaged_keys": recon["damaged_keys"]})
-        console.print(rows[-1])
-    t = Table(title=f"Reconciliation vs bare FULL OUTER JOIN, median of {args.repeat} (DuckDB memory_limit {args.memory_limit}, {os.cpu_count()} cores)")
-    for col in ("events", "damaged keys", "recon s", "recon peak MB", "diff floor s", "ratio"):
-        t.add_column(col, justify="right")
-    for r in rows:
-        t.add_row(f"{r['events']:,}", f"{r['damaged_keys']:,}", f"{r['recon_s']:.1f}", f"{r['recon_peak_mb']:.0f}",
-                  f"{r['floor_s']:.1f}", f"{r['ratio']:.2f}")
-    console.print(t)
+    if not console.is_terminal:  # piped: wide enough for the table
+        console = Console(width=170)
+    peers = installed_peers(args.peers, console)
+    rows: list[dict] = []
+    datasets = [(f"lineitem {n:,}", n, "lineitem") for n in args.rows] + [(f"example {n:,} events", n, "example")
+                                                                           for n in args.example_events]
+    try:
+        for name, n, kind in datasets:
+            console.rule(name)
+            if kind == "lineitem":
+                root = args.cache / f"lineitem-{n}-{args.memory_limit}"
+                with console.status(f"building {name} (cached in {root})"):
+                    spec_path = lineitem.build(root, n, memory_limit=args.memory_limit, cache=args.cache)
+                failed = lineitem.FAILED
+            else:
+                spec_path, failed = build_example(n, console, args.memory_limit), EXAMPLE_FAILED
+            use = [x for x in peers if not (x == "datacompy" and n > args.datacompy_max_rows)]
+            row = measure(name, spec_path, failed, use, args.repeat, spec_path.parent / "bench-runs", console)
+            row["rows"] = n
+            rows.append(row)
+    except FloorDisagrees as err:
+        console.print(f"[red]the floor's labels differ from the package's[/]: {err}", highlight=False)
+        return 1
+    print_table(console, rows, args)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0
+
+
+def print_table(console: Console, rows: list[dict], args) -> None:
+    t = Table(title=f"Reconciliation vs the single-query floor vs peers: medians of {args.repeat} alternating rounds, "
+                    f"fresh processes (DuckDB memory_limit {args.memory_limit}, {os.cpu_count()} cores)")
+    for col in ("dataset", "damaged keys", "package s / MB", "floor s / MB", "ratio", "labels", "reladiff s / MB",
+                "datacompy s / MB"):
+        t.add_column(col, justify="right")
+    fig = lambda r, s: f"{r[s + '_s']:.1f} / {r[s + '_peak_mb']:,.0f}" if f"{s}_s" in r else "-"  # noqa: E731
+    for r in rows:
+        t.add_row(r["dataset"], f"{r['damaged_keys']:,}", fig(r, "recon"), fig(r, "floor"), f"{r['ratio']:.2f}",
+                  "exact" if r["labels_exact"] else "DIFFER", fig(r, "reladiff"), fig(r, "datacompy"))
+    console.print(t)

@@ -1,8 +1,13 @@
 """One measured step of the reconciliation benchmark, in its own process.
 
-``recon``: the package's reconciliation (classification, partition findings, summary).
-``floor``: a bare FULL OUTER JOIN diff of the same two relations (expected rows vs the
-target) with DuckDB, the floor any in-engine diff has to pay.
+``recon``: the package's reconciliation (classification, partition findings, summary),
+then (untimed) its labels per key to ``OUT`` (Parquet).
+``floor``: the single hand-written query of ``bench/floor.py``, its labels per key to ``OUT``.
+``reladiff`` / ``datacompy``: peers on the diff part only (expected rows vs the target's
+rows, payload and source version): reladiff's joindiff inside DuckDB, datacompy over
+pandas frames read from DuckDB. They find the differing keys; they do not label them.
+
+    python -m bench.reconcile_worker MODE SPEC GENERATIONS(comma-separated) [OUT]
 """
 
 from __future__ import annotations
@@ -12,33 +17,84 @@ import time
 
 from bench.measure import report
 
+PEER_SCHEMA = "bench"
 
-def main(mode: str, spec_path: str) -> None:
-    from recovery.lib.catalog_checks import load_spec
+
+def _literal(path: str) -> str:
+    return "'" + path.replace("'", "''") + "'"
+
+
+def payload_columns(s, spec) -> list[str]:
+    meta = spec.target.metadata
+    return [c for c, _ in s.columns(spec.target.table_name.sql()) if c not in (meta.generation, meta.written_at)]
+
+
+def prepare_peers(spec) -> None:
+    """Views the peers diff (reladiff reads tables by name from one database): ``bench.expected``
+    (the spec's transform over the source's latest versions) and ``bench.actual`` (the target)."""
     from recovery.lib.engine import open_engine
     from recovery.lib.identifiers import quote
-    from recovery.lib.reconcile.run import run_reconciliation
     from recovery.lib.snapshot import expected_rows_sql
 
+    with open_engine(spec.warehouse).session() as s:
+        cols = ", ".join(quote(c) for c in payload_columns(s, spec))
+        s.execute(f"CREATE SCHEMA IF NOT EXISTS {PEER_SCHEMA}")
+        s.execute(f"CREATE OR REPLACE VIEW {PEER_SCHEMA}.expected AS SELECT {cols} FROM ({expected_rows_sql(spec, None)})")
+        s.execute(f"CREATE OR REPLACE VIEW {PEER_SCHEMA}.actual AS SELECT {cols} FROM {spec.target.table_name.sql()}")
+
+
+def main(mode: str, spec_path: str, gens: str, out: str | None = None) -> None:
+    from recovery.lib.catalog_checks import load_spec
+    from recovery.lib.engine import open_engine
+    from recovery.lib.identifiers import quote_all
+
     spec = load_spec(spec_path)
+    failed = gens.split(",")
+    key = quote_all(spec.key)
     t0 = time.perf_counter()
     if mode == "recon":
-        summary, _ = run_reconciliation(spec, ["backfill-0042"], incident_id="BENCH")
-        result = {"mode": mode, "damaged_keys": summary.damaged_keys, "labels": summary.labels}
+        from recovery.lib.reconcile.classify import recon_table
+        from recovery.lib.reconcile.run import run_reconciliation
+
+        summary, _ = run_reconciliation(spec, failed, incident_id="BENCH")
+        result = {"damaged_keys": summary.damaged_keys, "labels": summary.labels}
+        wall = time.perf_counter() - t0
+        with open_engine(spec.warehouse).session(read_only=True) as s:
+            table = recon_table(spec, summary.contained)
+            s.execute(f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH') TO {_literal(out)} (FORMAT parquet)")
+    elif mode == "floor":
+        from bench.floor import floor_sql
+
+        with open_engine(spec.warehouse).session(read_only=True) as s:
+            sql = floor_sql(spec, failed, [c for c, _ in s.columns(spec.target.table_name.sql())])
+            s.execute(f"COPY ({sql}) TO {_literal(out)} (FORMAT parquet)")
+            wall = time.perf_counter() - t0
+            result = {"damaged_keys": s.scalar(f"SELECT count(*) FROM read_parquet({_literal(out)})")}
+    elif mode == "reladiff":
+        import reladiff
+
+        with open_engine(spec.warehouse).session(read_only=True) as s:
+            extra = tuple(c for c in payload_columns(s, spec) if c not in spec.key)
+        db = {"driver": "duckdb", "filepath": str(spec.warehouse.path)}
+        tables = [reladiff.connect_to_table(db, (PEER_SCHEMA, name), spec.key, extra_columns=extra) for name in ("expected", "actual")]
+        diff = reladiff.diff_tables(*tables, algorithm=reladiff.Algorithm.JOINDIFF, validate_unique_key=False)
+        keys = {tuple(row[: len(spec.key)]) for _, row in diff}
+        wall = time.perf_counter() - t0
+        result = {"differing_keys": len(keys)}
+    elif mode == "datacompy":
+        import datacompy
+
+        with open_engine(spec.warehouse).session(read_only=True) as s:
+            expected = s.conn.execute(f"SELECT * FROM {PEER_SCHEMA}.expected").df()
+            actual = s.conn.execute(f"SELECT * FROM {PEER_SCHEMA}.actual").df()
+        cmp = datacompy.Compare(expected, actual, join_columns=spec.key)
+        n = len(cmp.df1_unq_rows) + len(cmp.df2_unq_rows.drop_duplicates(subset=spec.key)) + len(cmp.all_mismatch())
+        wall = time.perf_counter() - t0
+        result = {"differing_keys": n}
     else:
-        key = ", ".join(quote(k) for k in spec.key)
-        engine = open_engine(spec.warehouse)
-        with engine.session() as s:
-            cols = [c for c, _ in s.columns(spec.target.table_name.sql()) if c not in (spec.target.metadata.generation, spec.target.metadata.written_at)]
-            differs = " OR ".join(f"e.{quote(c)} IS DISTINCT FROM t.{quote(c)}" for c in cols if c not in spec.key)
-            n = s.scalar(
-                f"SELECT count(*) FROM ({expected_rows_sql(spec, None)}) e FULL OUTER JOIN {spec.target.table_name.sql()} t "
-                f"USING ({key}) WHERE e.{quote(spec.key[0])} IS NULL OR t.{quote(spec.key[0])} IS NULL OR {differs}"
-            )
-        result = {"mode": mode, "differing_rows": n}
-    result["wall_s"] = time.perf_counter() - t0
-    report(result)
+        raise SystemExit(f"unknown mode {mode!r}")
+    report({"mode": mode, **result, "wall_s": wall})
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])

@@ -28,7 +28,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from bench.reconcile_bench import build
+from bench.reconcile_bench import build_example as build
 
 
 def summarize_trace(path: Path, top: int = 12) -> dict:

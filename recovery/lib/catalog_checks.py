@@ -21,6 +21,39 @@ from recovery.lib.sql_files import render
 
 _SCANNED_SOURCES: set[tuple] = set()
 """Change logs whose (key, version) uniqueness and ops this process has verified, by size."""
+_CHECKED = "source_checks"
+"""Control-plane table of the same facts, kept by a phase that writes (``remember_source_checks``),
+so a later process does not scan the change log again for checks an earlier one passed."""
+
+
+def _check_row(scanned: tuple) -> list:
+    _path, table, key, version, op, ops, rows = scanned
+    return [table, list(key), version, op, list(ops), rows]
+
+
+def _checked_before(s, scanned: tuple) -> bool:
+    from recovery.lib.control_plane import SCHEMA
+
+    if s.object_kind(SCHEMA, _CHECKED) is None:
+        return False
+    return bool(s.scalar(f"SELECT count(*) FROM {SCHEMA}.{_CHECKED} WHERE source = ? AND key = ? AND version = ? "
+                         f"AND op = ? AND ops = ? AND rows = ?", _check_row(scanned)))
+
+
+def remember_source_checks(s, spec: DatasetSpec) -> None:
+    """Record, in a writing transaction, the change-log checks this process passed for ``spec``'s
+    warehouse (the log is append-only: the same row count means the same rows)."""
+    from recovery.lib.control_plane import SCHEMA
+
+    mine = [c for c in _SCANNED_SOURCES if c[0] == str(spec.warehouse.path)]
+    if not mine:
+        return
+    s.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA}.{_CHECKED} (source VARCHAR, key VARCHAR[], version VARCHAR, op VARCHAR, "
+              f"ops VARCHAR[], rows BIGINT, checked_at TIMESTAMP DEFAULT current_timestamp)")
+    for c in mine:
+        if not _checked_before(s, c):
+            s.execute(f"INSERT INTO {SCHEMA}.{_CHECKED} (source, key, version, op, ops, rows) VALUES (?, ?, ?, ?, ?, ?)",
+                      _check_row(c))
 
 
 def check_against_warehouse(spec: DatasetSpec) -> None:
@@ -66,6 +99,8 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
         # at 100M events each scan takes ~12 s)
         scanned = (str(spec.warehouse.path), str(s_table), tuple(spec.key), spec.source.version, spec.source.op, tuple(ops),
                    s.scalar(f"SELECT count(*) FROM {s_table.sql()}"))
+        if scanned not in _SCANNED_SOURCES and _checked_before(s, scanned):
+            _SCANNED_SOURCES.add(scanned)
         if scanned not in _SCANNED_SOURCES:
             dup = s.fetchone(
                 f"SELECT {quote_all(spec.key)}, {quote(spec.source.version)}, count(*) AS n FROM {s_table.sql()} "

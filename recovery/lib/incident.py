@@ -132,7 +132,9 @@ def check_incident(inc: Incident) -> DatasetSpec:
             fail("spec", f"target {spec.target.table} does not exist yet", "point the incident at a dataset whose target has data")
         registered = registered_generations(s, spec)  # the control plane's and the team's registry
         in_target = set()
-        if spec.target.metadata.generation in target_cols:
+        # the target is scanned for its generations only when a failed generation is not registered
+        # (a foreign target's run ids): a registered one needs no pass over the target's rows
+        if spec.target.metadata.generation in target_cols and not set(inc.failed_generations) <= set(registered):
             in_target = {r[0] for r in s.fetchall(f"SELECT DISTINCT {gen_col} FROM {spec.target.table_name.sql()} WHERE {gen_col} IS NOT NULL")}
         for i, g in enumerate(inc.failed_generations):
             if g not in registered and g not in in_target:

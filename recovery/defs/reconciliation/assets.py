@@ -11,7 +11,7 @@ import dagster as dg
 from pydantic import Field
 
 from recovery.defs.containment.config import IncidentConfig, resolve_incident
-from recovery.defs.reconciliation.partitions import TARGET_PARTITIONS
+from recovery.defs.reconciliation.partitions import TARGET_PARTITIONS, register_found
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.reconcile.run import run_reconciliation
 
@@ -33,7 +33,13 @@ def reconciliation(context: dg.AssetExecutionContext, config: ReconcileConfig, w
     out = Path(config.out_dir) if config.out_dir else incident.reports_dir(spec)
     summary, files = run_reconciliation(spec, incident.failed_generations, incident_id=incident.incident_id,
                                         out_dir=out, actor="reconciliation", run_id=context.run.run_id)
-    _observe_partitions(context, files["summary"])
+    # partitions that appeared since Dagster last learnt the target's (the run covers those it knew):
+    # registered from the classification's own findings and materialized here, with the same metadata
+    found = register_found(context.instance, [p.partition for p in summary.partitions])
+    for key in found:
+        context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata={
+            "damaged_keys": sum(p.damaged_keys for p in summary.partitions if p.partition == key)}))
+    _observe_partitions(context, files["summary"], list(context.partition_keys) + found)
     table = "\n".join(["| label | keys |", "| --- | ---: |"] + [f"| {k} | {v:,} |" for k, v in summary.labels.items()])
     findings = ", ".join(f"{k}: {v}" for k, v in summary.partition_findings.items())
     return dg.MaterializeResult(metadata={
@@ -54,12 +60,12 @@ reconcile_incident = dg.define_asset_job(
 )
 
 
-def _observe_partitions(context: dg.AssetExecutionContext, summary_path: Path) -> None:
+def _observe_partitions(context: dg.AssetExecutionContext, summary_path: Path, keys: list[str]) -> None:
     """Per partition of this run: its labels and findings, visible on the partition in the UI."""
     doc = json.loads(summary_path.read_text())
     by_partition = doc["labels_by_partition"]
     findings = {p["partition"]: p["findings"] for p in doc["partitions"]}
-    for key in context.partition_keys:
+    for key in keys:
         labels = by_partition.get(key, {})
         context.log_event(dg.AssetObservation(
             asset_key=context.asset_key, partition=key,

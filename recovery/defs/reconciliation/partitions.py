@@ -46,5 +46,19 @@ def whole_range_tags(keys: list[str]) -> dict[str, str]:
 
 
 def reconciliation_tags(instance: dg.DagsterInstance, spec: DatasetSpec) -> dict[str, str]:
-    """Register the data's partitions and return the tags of a run over all of them."""
-    return whole_range_tags(register_target_partitions(instance, spec))
+    """The tags of a run over every partition Dagster knows. The data's partitions are discovered
+    (a pass over the target and the expected rows) only when none is known yet; otherwise the
+    run's classification finds any new one itself and registers it (``register_found``), so no
+    run pays for a second pass over the change log before it starts."""
+    known = list(instance.get_dynamic_partitions(TARGET_PARTITIONS.name))
+    return whole_range_tags(known or register_target_partitions(instance, spec))
+
+
+def register_found(instance: dg.DagsterInstance, partitions: list[str]) -> list[str]:
+    """Register the partitions a classification found (target and expected rows) that Dagster
+    does not know yet; returns them, in order."""
+    known = set(instance.get_dynamic_partitions(TARGET_PARTITIONS.name))
+    new = sorted({p for p in partitions if p is not None and p not in known})
+    if new:
+        instance.add_dynamic_partitions(TARGET_PARTITIONS.name, new)
+    return new

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from recovery.lib.catalog_checks import remember_source_checks
 from recovery.lib.control_plane import ensure_control_plane, record_event
 from recovery.lib.engine import open_engine
 from recovery.lib.namespaces import is_managed
@@ -37,6 +38,7 @@ def run_reconciliation(
     def txn():
         with engine.transaction() as s:
             ensure_control_plane(s)
+            remember_source_checks(s, spec)
             facts = reconcile(s, inputs)
             summary = summarize(s, inputs, facts)
             record_event(
