@@ -54,7 +54,7 @@ class Adoption:
 
 def content_checksum(s: Session, relation_sql: str) -> tuple[int, str]:
     """Row count and an order-independent checksum of a relation's content (sum of row hashes)."""
-    n, h = s.fetchone(f"SELECT count(*), CAST(coalesce(sum(hash(t)), 0) AS VARCHAR) FROM {relation_sql} t")
+    n, h = s.fetchrow(f"SELECT count(*), CAST(coalesce(sum(hash(t)), 0) AS VARCHAR) FROM {relation_sql} t")
     return int(n), h
 
 

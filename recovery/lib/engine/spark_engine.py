@@ -165,10 +165,7 @@ class SparkWarehouseSession(Session):
         self.ship_epoch = 0
         self._shipped: dict[str, int] = {}
         self._cache: dict[str, SparkObject | None] = {}
-
-    @property
-    def conn(self):
-        return self.control.conn
+        self.conn = control.conn
 
     # ---- catalog ----------------------------------------------------------------------
     def lookup(self, schema: str, name: str) -> SparkObject | None:
@@ -648,6 +645,14 @@ class SparkEngine(Engine):
         self.control = DuckDBEngine(control_path, memory_limit=memory_limit, threads=threads,
                                     busy_timeout_s=busy_timeout_s)
         self._ready = False
+
+    @property
+    def busy_timeout_s(self) -> float:
+        return self.control.busy_timeout_s
+
+    @busy_timeout_s.setter
+    def busy_timeout_s(self, value: float) -> None:  # the lock is the control-plane file's
+        self.control.busy_timeout_s = value
 
     def spark(self):
         return spark_session(self.master, self.conf)
