@@ -143,6 +143,14 @@ def current_namespace(s: Session, spec: DatasetSpec) -> str | None:
     return s.scalar(f"SELECT namespace FROM {SCHEMA}.pointers WHERE public_name = ?", [str(spec.target.table_name)])
 
 
+def published_namespace(s: Session, spec: DatasetSpec) -> str:
+    """The namespace the public name points at, for a step that needs a managed target: none is a ``RecoveryError``."""
+    ns = current_namespace(s, spec)
+    if ns is None:
+        raise RecoveryError(f"{spec.target.table} is not managed (no pointer): contain or adopt it first")
+    return ns
+
+
 def move_pointer(s: Session, spec: DatasetSpec, to_namespace: str, *, actor: str, reason: str, at: datetime | None = None) -> int:
     """Point the public view at ``to_namespace``; the caller owns the transaction."""
     public = str(spec.target.table_name)

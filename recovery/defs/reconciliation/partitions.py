@@ -16,7 +16,8 @@ from recovery.lib.identifiers import quote
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec
 
-TARGET_PARTITIONS = dg.DynamicPartitionsDefinition(name="target_partitions")
+TARGET_PARTITIONS_NAME = "target_partitions"
+TARGET_PARTITIONS = dg.DynamicPartitionsDefinition(name=TARGET_PARTITIONS_NAME)
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 
 
@@ -33,11 +34,11 @@ def data_partitions(spec: DatasetSpec) -> list[str]:
 
 def register_target_partitions(instance: dg.DagsterInstance, spec: DatasetSpec) -> list[str]:
     """Add the data's partitions that Dagster does not know yet; returns all known keys in order."""
-    known = set(instance.get_dynamic_partitions(TARGET_PARTITIONS.name))
+    known = set(instance.get_dynamic_partitions(TARGET_PARTITIONS_NAME))
     new = [p for p in data_partitions(spec) if p not in known]
     if new:
-        instance.add_dynamic_partitions(TARGET_PARTITIONS.name, new)
-    return list(instance.get_dynamic_partitions(TARGET_PARTITIONS.name))
+        instance.add_dynamic_partitions(TARGET_PARTITIONS_NAME, new)
+    return list(instance.get_dynamic_partitions(TARGET_PARTITIONS_NAME))
 
 
 def whole_range_tags(keys: list[str]) -> dict[str, str]:

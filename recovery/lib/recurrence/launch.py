@@ -28,7 +28,14 @@ from recovery.lib.namespaces import current_namespace, namespace_sql
 from recovery.lib.recurrence.policy import pre_write_gates
 from recovery.lib.recurrence.preview import ScopePreview, in_partitions, preview_scope
 from recovery.lib.recurrence.recompute import Recompute, RecomputeContext, code_version, resolve_recompute
-from recovery.lib.recurrence.record import BackfillRecord, load_backfill, pointer_seq, record_gates, set_status
+from recovery.lib.recurrence.record import (
+    BackfillRecord,
+    load_backfill,
+    pointer_seq,
+    record_gates,
+    require_backfill,
+    set_status,
+)
 from recovery.lib.recurrence.request import BackfillRequest
 from recovery.lib.recurrence.tables import BACKFILLS, ensure_backfill_tables
 from recovery.lib.recurrence.values import compared_columns
@@ -139,7 +146,7 @@ def start_backfill(writer: Writer, pf: Preflight, *, recompute: Recompute | None
     retrying(txn)
     if not pf.passed:
         with writer.engine.session(read_only=True) as s:
-            return load_backfill(s, req.id)
+            return require_backfill(s, req.id)
     namespace = writer.register_generation(
         req.generation, "backfill", own_namespace=True, source_watermark=pv.source_watermark, code_version=code,
         run_id=run_id, backfill_id=req.id, parent=pv.published_namespace, note=f"guarded backfill {req.id}")
@@ -163,7 +170,7 @@ def start_backfill(writer: Writer, pf: Preflight, *, recompute: Recompute | None
 
     retrying(seed)
     with writer.engine.session(read_only=True) as s:
-        return load_backfill(s, req.id)
+        return require_backfill(s, req.id)
 
 
 def build_backfill(writer: Writer, rec: BackfillRecord, recompute: Recompute, *, run_id: str | None = None) -> BackfillRecord:
@@ -195,7 +202,7 @@ def build_backfill(writer: Writer, rec: BackfillRecord, recompute: Recompute, *,
 
     def built() -> None:
         with writer.engine.transaction() as s:
-            rows = s.scalar(f"SELECT count(*) FROM {namespace_sql(rec.namespace)} WHERE {in_partitions(writer.spec, rec.partitions)}")
+            rows = s.scalar(f"SELECT count(*) FROM {namespace_sql(rec.built_namespace)} WHERE {in_partitions(writer.spec, rec.partitions)}")
             s.execute(f"UPDATE {BACKFILLS} SET status = 'built', manifest = json_merge_patch(manifest, ?) WHERE backfill_id = ?",
                       [json.dumps({"build": {"rows_written": rows, "seconds": round(seconds, 3),
                                              "rows_per_second": round(rows / seconds, 1)}}), rec.backfill_id])
@@ -206,7 +213,7 @@ def build_backfill(writer: Writer, rec: BackfillRecord, recompute: Recompute, *,
     retrying(built)
     writer.set_status(rec.generation, "complete", ended_at=utcnow())
     with writer.engine.session(read_only=True) as s:
-        return load_backfill(s, rec.backfill_id)
+        return require_backfill(s, rec.backfill_id)
 
 
 def _stop_on_duplicates(writer: Writer, rec: BackfillRecord, err: DuplicateKeyError, run_id: str | None) -> BackfillRecord:
@@ -228,4 +235,4 @@ def _stop_on_duplicates(writer: Writer, rec: BackfillRecord, err: DuplicateKeyEr
     retrying(stopped)
     writer.set_status(rec.generation, "failed", ended_at=utcnow())
     with writer.engine.session(read_only=True) as s:
-        return load_backfill(s, rec.backfill_id)
+        return require_backfill(s, rec.backfill_id)

@@ -42,7 +42,7 @@ DATASOURCE_TYPE = "recovery_duckdb"
 
 
 @lru_cache(maxsize=1)
-def engine_classes():
+def engine_classes() -> tuple[type, type]:
     """(BufferedExecutionEngine, WarehouseDatasource), defined on first use: importing GE costs seconds."""
     _gx()
     from great_expectations.datasource.fluent import SQLDatasource
