@@ -8,7 +8,7 @@ LOCK_VENV ?= .tmp-lock-venv
 DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export DAGSTER_HOME
 
-.PHONY: run test test-fast lint ui lock bench fuzz clean dagster-home
+.PHONY: run test test-fast lint typecheck ui lock bench fuzz clean dagster-home
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -25,13 +25,17 @@ run: $(STAMP) dagster-home
 	$(VENV)/bin/recovery demo
 
 # pytest exits 5 when it collects no tests: treat that as a failure as well.
-test: $(STAMP) dagster-home lint
+test: $(STAMP) dagster-home lint typecheck
 	$(VENV)/bin/python -m pytest -n 2 --timeout=900 --durations=30 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # Lint (ruff, the rules in pyproject.toml): part of make test, so of CI.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check recovery recovery_tests bench
+
+# Type check (mypy, [tool.mypy] in pyproject.toml: the recovery package): part of make test, so of CI.
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
 
 # The fast tier: unit tests of recovery/lib and the package's structure, no Dagster runs (about a minute).
 test-fast: $(STAMP)

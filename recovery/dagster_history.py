@@ -12,6 +12,7 @@ the tags to a retry) are found by the same tags.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import overload
 
 import dagster as dg
 from dagster._core.events import DagsterEventType
@@ -27,6 +28,10 @@ TIMELINE_EVENT_TYPES = {
 }
 
 
+@overload
+def _utc(ts: float) -> datetime: ...
+@overload
+def _utc(ts: float | None) -> datetime | None: ...
 def _utc(ts: float | None) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC).replace(tzinfo=None)
 

@@ -151,7 +151,8 @@ def forget_dead_defs_state_storage() -> None:
     from dagster._core.storage.defs_state.base import DefsStateStorage, _current_storage
 
     storage = DefsStateStorage.get()
-    if storage is not None and storage.has_instance and storage._instance_weakref() is None:
+    ref = storage._instance_weakref if storage is not None and storage.has_instance else None
+    if ref is not None and ref() is None:
         _current_storage.set(None)
 
 
@@ -187,7 +188,7 @@ def failed_checks(result: dg.ExecuteInProcessResult) -> list[str]:
     for e in result.all_events:
         if e.event_type_value == "ASSET_CHECK_EVALUATION":
             ev = e.event_specific_data
-            if not ev.passed and ev.severity == dg.AssetCheckSeverity.ERROR:
+            if isinstance(ev, dg.AssetCheckEvaluation) and not ev.passed and ev.severity == dg.AssetCheckSeverity.ERROR:
                 out.append(f"{ev.asset_key.to_user_string()} {ev.check_name}: {ev.description or 'failed'}")
     return out
 
@@ -213,7 +214,7 @@ def run_failure(result: dg.ExecuteInProcessResult, job_name: str) -> RecoveryErr
     if chain:
         inner = chain[-1]
         return RunCrashedError(f"{where} crashed: {inner.cls_name}: {_message(inner)}", detail=chain[0].to_string())
-    failures = [e.message for e in result.all_events if e.is_failure]
+    failures = [e.message or "" for e in result.all_events if e.is_failure]
     return RunCrashedError(f"{where} failed: {failures[-1] if failures else 'see the run in the UI'}", detail="\n".join(failures))
 
 

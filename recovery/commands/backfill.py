@@ -45,8 +45,8 @@ def _gates_table(title: str, gates: list[tuple[str, bool, str]]) -> Table:
 
 def _changes_table(changes: list[dict]) -> Table:
     t = Table(title="columns: share of the range's keys whose value would change")
-    for c in ("column", "keys changed", "share", "allowed", "declared", "e.g. key: published -> backfill"):
-        t.add_column(c, overflow="fold")
+    for title in ("column", "keys changed", "share", "allowed", "declared", "e.g. key: published -> backfill"):
+        t.add_column(title, overflow="fold")
     for c in changes:
         share = f"{c['share']:.1%}"
         t.add_row(c["column"], f"{c['changed']:,} of {c['keys']:,}", f"[red]{share}[/]" if c["refused"] else share,

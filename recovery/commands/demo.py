@@ -25,7 +25,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
                       highlight=False, soft_wrap=True)
         return 0
     console.rule("where things are")
-    places = [("warehouse", result.warehouse), ("evidence", result.evidence / "manifest.json")]
+    places: list[tuple[str, object]] = [("warehouse", result.warehouse), ("evidence", result.evidence / "manifest.json")]
     places += [(f"{name} report", result.reports / f"{name}.html") for name in ("timeline", "reconciliation", "recovery")]
     places += [(name, result.reports / name) for name in ("reconciliation.parquet", "summary.json")]
     places.append(("Dagster UI", "make ui, then http://127.0.0.1:3000/runs"))

@@ -25,11 +25,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
         launcher.require(PUBLISH)  # names the verb to run first
     done, result, plan = publish_or_roll_back(launcher)
     if done == "rolled_back":
+        assert result is not None  # the rollback run
         console.print(f"rolled back {spec.target.table} to {chosen.rollback_to} (run {result.run_id[:8]})")
         return 0
     if done == "already_published":
+        assert plan is not None  # published from this plan
         console.print(f"{incident.incident_id}: already published ({spec.target.table} -> {plan.namespace}); nothing to do")
         return 0
+    assert result is not None  # the publish run
     meta = result.asset_materializations_for_node("repair__publication")[0].metadata
     console.print(f"[bold]published[/] {spec.target.table} -> {meta['published_namespace'].value} "
                   f"(was {meta['previous_namespace'].value}, kept; run {result.run_id[:8]})", highlight=False)

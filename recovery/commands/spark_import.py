@@ -15,6 +15,7 @@ from rich.console import Console
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.lib.engine import open_engine
+    from recovery.lib.engine.spark_engine import SparkEngine
     from recovery.lib.engine.spark_import import import_duckdb_data_plane
     from recovery.lib.errors import SpecError
     from recovery.lib.spec import parse_spec
@@ -24,9 +25,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise SpecError("warehouse.engine", f"is {spec.warehouse.engine!r}, so there is nothing to move to Spark",
                         "set warehouse: {engine: spark, path: <control file>, spark: {data_path: <dir>}} first",
                         source=str(args.spec))
+    engine = open_engine(spec.warehouse)
+    assert isinstance(engine, SparkEngine)  # warehouse.engine is spark (checked above)
     with console.status("moving the data plane to Spark …"):
-        moved = import_duckdb_data_plane(open_engine(spec.warehouse))
-    console.print(f"moved {len(moved)} relations to {spec.warehouse.spark.data_path}: {', '.join(moved) or 'none'}",
+        moved = import_duckdb_data_plane(engine)
+    console.print(f"moved {len(moved)} relations to {engine.data_root}: {', '.join(moved) or 'none'}",
                   highlight=False, soft_wrap=True)
     return 0
 

@@ -25,6 +25,7 @@ from recovery.example.truth import build_truth
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.control_plane import SCHEMA
 from recovery.lib.engine import open_engine
+from recovery.lib.errors import RecoveryError
 from recovery.lib.spec import parse_spec
 from recovery.lib.writer import Writer, retrying
 from recovery.orchestration import Daemon, backfill_finished, launch_asset_backfill, run_job
@@ -140,6 +141,8 @@ def build_failed_backfill(
 
         daemon.wait_until(lambda: backfill_finished(instance, backfill_id), timeout_s=daemon_timeout_s, on_tick=tick)
     backfill = instance.get_backfill(backfill_id)
+    if backfill is None:
+        raise RecoveryError(f"backfill {backfill_id} is not in the Dagster instance it was launched on")
     bruns = instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
     runs["backfill"] = [r.run_id for r in bruns]
     failed = [r for r in bruns if r.status == dg.DagsterRunStatus.FAILURE]

@@ -21,6 +21,7 @@ This is deliberately wrong code, kept readable so each bug is visible:
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta
+from typing import Any
 
 from recovery.example.scenario import SCENARIO, Scenario
 from recovery.lib.snapshot import ts_literal
@@ -108,7 +109,7 @@ def recompute_partition(
     """Recompute one partition the 2.3.0 way. Returns the checkpoint state it leaves."""
     rows = buggy_rows_sql(partition, stage)
     key = partition.isoformat()
-    kw = dict(at=at, run_id=run_id, allow_duplicate_keys=True)   # the 2.3.0 pipeline wrote duplicates; reproduce it
+    kw: dict[str, Any] = dict(at=at, run_id=run_id, allow_duplicate_keys=True)   # the 2.3.0 pipeline wrote duplicates; reproduce it
     if partition in scenario.flaky_partitions:
         if checkpoint.get(key) != "cleared":
             writer.write(generation, f"SELECT * FROM ({rows}) WHERE false", mode="replace_partitions", partitions=[key], **kw)

@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 
 from recovery.example.scenario import SCENARIO, Scenario
+from recovery.lib.engine.duckdb_engine import fetch_row
 
 EVENT_COLUMNS = (
     "txn_id BIGINT, account_id BIGINT, customer_id BIGINT, merchant_id INTEGER, event_ts TIMESTAMP, "
@@ -132,8 +133,8 @@ def generate(warehouse: Path, *, events: int = 200_000, seed: int = 42, scenario
             """
         )
         counts = {
-            "source_events": con.execute("SELECT count(*) FROM raw.transaction_events").fetchone()[0],
-            "live_events": con.execute("SELECT count(*) FROM example.live_events").fetchone()[0],
+            "source_events": fetch_row(con, "SELECT count(*) FROM raw.transaction_events")[0],
+            "live_events": fetch_row(con, "SELECT count(*) FROM example.live_events")[0],
             "staging_rows": n_staging,
             "transactions": n_txn,
         }

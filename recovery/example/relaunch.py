@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import date
 
 from recovery.example.faulty_backfill import CatalogTimeout, recompute_partition, stage_sql, stage_table
+from recovery.lib.errors import RecoveryError
 from recovery.lib.recurrence.recompute import RecomputeContext
 
 RECOMPUTE = "recovery.example.relaunch:faulty_2_3_0"
@@ -21,6 +22,8 @@ RECOMPUTE = "recovery.example.relaunch:faulty_2_3_0"
 def faulty_2_3_0(ctx: RecomputeContext) -> None:
     partitions = [date.fromisoformat(p) for p in ctx.partitions]
     stage = stage_table(ctx.run_id or ctx.backfill_id)
+    if ctx.watermark is None:
+        raise RecoveryError(f"backfill {ctx.backfill_id}: the source is empty, so the example has nothing to recompute")
     engine = ctx.writer.engine
     with engine.transaction() as s:
         s.execute("CREATE SCHEMA IF NOT EXISTS example")

@@ -14,6 +14,7 @@ from datetime import datetime
 import duckdb
 import pandas as pd
 
+from recovery.lib.engine.duckdb_engine import fetch_row
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec
 
@@ -44,7 +45,7 @@ def build_truth(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, *, failed_gen
         f'SELECT {key}, "{meta.generation}" AS gen, "{meta.source_version}" AS sv, "{meta.written_at}" AS wat, '
         f'_delta_seq AS seq, _delta_op AS op FROM _recovery."delta__{spec.dataset}"'
     ).df()
-    start = con.execute("SELECT started_at FROM _recovery.generations WHERE generation = ?", [failed_generation]).fetchone()[0]
+    start = fetch_row(con, "SELECT started_at FROM _recovery.generations WHERE generation = ?", [failed_generation])[0]
 
     payload = [c for c in E.columns if c not in (meta.source_version,)]
     no_part = [c for c in payload if c != part]
@@ -123,8 +124,8 @@ def build_truth(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, *, failed_gen
         findings += [(p, "total_mismatch") for p in ta.index[ta["t"] != ta["e"]]]
     pf = pd.DataFrame(findings, columns=[part, "finding"])
     # pandas turns DATE partitions into timestamps: store them with the target's partition type
-    ptype = con.execute(
-        "SELECT data_type FROM information_schema.columns WHERE table_schema = 'truth' AND table_name = 'expected' "
-        "AND column_name = ?", [part]).fetchone()[0]
+    ptype = fetch_row(
+        con, "SELECT data_type FROM information_schema.columns WHERE table_schema = 'truth' AND table_name = 'expected' "
+        "AND column_name = ?", [part])[0]
     con.execute(f'CREATE OR REPLACE TABLE truth.partition_findings AS SELECT CAST("{part}" AS {ptype}) AS "{part}", finding FROM pf')
     return damage["label"].value_counts().to_dict()

@@ -72,7 +72,8 @@ def runs_of_asset(instance: dg.DagsterInstance, asset: dg.AssetKey, backfill_id:
         raise RecoveryError(
             f"no run of Dagster backfill {backfill_id!r} is in the Dagster instance at {instance.root_directory}. "
             f"Fix: set DAGSTER_HOME to the instance that ran the backfill, and give its id as the UI shows it")
-    ids, cursor = set(), None
+    ids: set[str] = set()
+    cursor: str | None = None
     while True:
         page = instance.fetch_materializations(asset, limit=1000, cursor=cursor)
         ids.update(r.run_id for r in page.records)

@@ -19,7 +19,7 @@ from recovery.lib.engine import open_engine
 from recovery.lib.errors import RecoveryError
 from recovery.lib.phases import CANARY, PLAN, PUBLISH, WAVE
 from recovery.lib.repair.gates import latest_gates
-from recovery.lib.repair.plan import RepairPlan, load_plan, wave_name
+from recovery.lib.repair.plan import RepairPlan, load_plan, require_plan, wave_name
 from recovery.lib.spec import DatasetSpec
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class RepairOutcome:
 
 def _plan(spec: DatasetSpec, incident_id: str) -> RepairPlan:
     with open_engine(spec.warehouse).session(read_only=True) as s:
-        return load_plan(s, incident_id)
+        return require_plan(s, incident_id)
 
 
 def run_repair(launcher: Launcher, *, canary: list[str] | None = None, canary_max: int = 5, wave_size: int = 30,

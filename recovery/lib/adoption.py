@@ -30,7 +30,7 @@ from recovery.lib.control_plane import (
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError
 from recovery.lib.identifiers import TableName, quote
-from recovery.lib.namespaces import create_or_adopt, current_namespace, is_managed, namespace_sql
+from recovery.lib.namespaces import create_or_adopt, is_managed, namespace_sql, published_namespace
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.writer import retrying
 
@@ -54,7 +54,7 @@ class Adoption:
 
 def content_checksum(s: Session, relation_sql: str) -> tuple[int, str]:
     """Row count and an order-independent checksum of a relation's content (sum of row hashes)."""
-    n, h = s.fetchone(f"SELECT count(*), CAST(coalesce(sum(hash(t)), 0) AS VARCHAR) FROM {relation_sql} t")
+    n, h = s.fetchrow(f"SELECT count(*), CAST(coalesce(sum(hash(t)), 0) AS VARCHAR) FROM {relation_sql} t")
     return int(n), h
 
 
@@ -63,7 +63,7 @@ def adopt(engine: Engine, spec: DatasetSpec, *, actor: str, incident_id: str | N
     public = spec.target.table_name
     with engine.session(read_only=True) as s:
         if is_managed(s, spec):
-            ns = current_namespace(s, spec)
+            ns = published_namespace(s, spec)
             return Adoption(ns, False, 0, [c for c, _ in s.columns(namespace_sql(ns))], None, 0)
         kind = s.object_kind(public.schema, public.name)
     if kind is None:
@@ -74,7 +74,7 @@ def adopt(engine: Engine, spec: DatasetSpec, *, actor: str, incident_id: str | N
         with engine.transaction() as s:
             ensure_control_plane(s)
             if is_managed(s, spec):  # another process adopted it meanwhile
-                ns = current_namespace(s, spec)
+                ns = published_namespace(s, spec)
                 return Adoption(ns, False, 0, [c for c, _ in s.columns(namespace_sql(ns))], None, 0)
             rows, checksum = content_checksum(s, public.sql()) if kind == "table" else (0, None)
             columns = [c for c, _ in s.columns(public.sql())]
@@ -105,7 +105,7 @@ def release(engine: Engine, spec: DatasetSpec, *, actor: str) -> tuple[str, int]
             if building:
                 raise RecoveryError(f"a repair generation is still being built ({building}): publish or abandon it "
                                     f"before handing {public} back")
-            ns = current_namespace(s, spec)
+            ns = published_namespace(s, spec)
             seq = next_seq(s)
             staging = TableName(public.schema, f"{public.name}__released")
             s.execute(f"DROP TABLE IF EXISTS {staging.sql()}")

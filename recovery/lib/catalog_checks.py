@@ -83,6 +83,7 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
         cols = dict(s.columns(s_table.sql()))
         if not cols:
             fail("source.table", f"table {s_table} does not exist in {spec.warehouse.path.name}", "name an existing schema.table")
+        n: str | None  # a column name; the optional fields below may name none
         for field, names in [
             ("source.key", spec.source.key),
             ("source.version", [spec.source.version]),
@@ -137,8 +138,8 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
             from recovery.lib.sensitive_lineage import follow_sensitive
 
             target_cols = {**out, **{m: "VARCHAR" for m in spec.target.metadata.columns}}
-            for e in follow_sensitive(spec, cols, target_cols).exposures:
-                fail(e.field, f"exposes sensitive column {e.column}: {e.why}",
+            for x in follow_sensitive(spec, cols, target_cols).exposures:
+                fail(x.field, f"exposes sensitive column {x.column}: {x.why}",
                      "hash or drop the value in the SQL (e.g. sha256(col)), or do not pivot on it")
         produced = dict(s.relation_columns(transform_sql(spec, source_snapshot_sql(spec, None))))
         _plain_outputs("target.transform", spec.target.transform.name, produced, fail)
@@ -163,6 +164,7 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
 
 def _check_registry(s, spec: DatasetSpec, fail) -> None:
     reg = spec.registry
+    assert reg is not None  # called only for a spec with a registry section
     cols = dict(s.columns(reg.table_name.sql()))
     if not cols:
         fail("registry.table", f"table {reg.table} does not exist in {spec.warehouse.path.name}",

@@ -84,7 +84,7 @@ def write_output(
     writer.register_generation(run.generation, run.kind, run_id=run_id, backfill_id=run.backfill_id,
                                code_version=code_version)
     return writer.write(run.generation, f"SELECT * FROM {stage}", mode=mode,
-                        partitions=list(partitions) if mode == "replace_partitions" else None,
+                        partitions=list(partitions) if mode == "replace_partitions" and partitions else None,
                         run_id=run_id, note="io manager output")
 
 

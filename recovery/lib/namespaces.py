@@ -128,6 +128,14 @@ def current_namespace(s: Session, spec: DatasetSpec) -> str | None:
     return current(s, target_name(spec))
 
 
+def published_namespace(s: Session, spec: DatasetSpec) -> str:
+    """The namespace the public name points at, for a step that needs a managed target: none is a ``RecoveryError``."""
+    ns = current_namespace(s, spec)
+    if ns is None:
+        raise RecoveryError(f"{spec.target.table} is not managed (no pointer): contain or adopt it first")
+    return ns
+
+
 def move_pointer(s: Session, spec: DatasetSpec, to_namespace: str, *, actor: str, reason: str, at: datetime | None = None) -> int:
     """Point the public view at ``to_namespace``; the caller owns the transaction."""
     known = s.scalar(f"SELECT status FROM {SCHEMA}.namespaces WHERE namespace = ? AND dataset = ?", [to_namespace, spec.dataset])

@@ -158,8 +158,11 @@ class Notifier:
         return True
 
     def _record(self, alert: Alert, dataset: str | None) -> None:
+        engine = self.engine
+        assert engine is not None  # recorded only when the notifier has a warehouse
+
         def txn() -> None:
-            with self.engine.transaction() as s:
+            with engine.transaction() as s:
                 ensure_control_plane(s)
                 s.execute(NOTIFICATIONS_DDL)
                 s.execute(f"INSERT INTO {NOTIFICATIONS} VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",

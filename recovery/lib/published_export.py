@@ -70,7 +70,7 @@ def refresh_published_export(engine: Engine, spec: DatasetSpec) -> Path | None:
         d.mkdir(parents=True, exist_ok=True)
         tmp = d / f".{name}.{os.getpid()}.{secrets.token_hex(4)}"
         try:
-            rows = s.fetchone(f"COPY (SELECT * FROM {namespace_sql(ns)}) TO ? (FORMAT parquet, COMPRESSION zstd)",
+            rows = s.fetchrow(f"COPY (SELECT * FROM {namespace_sql(ns)}) TO ? (FORMAT parquet, COMPRESSION zstd)",
                               [str(tmp)])[0]
             _fsync(tmp)
             os.replace(tmp, d / name)

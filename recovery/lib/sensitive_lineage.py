@@ -52,9 +52,11 @@ def derived_outputs(sql: str, placeholder: str, columns: dict[str, str], sensiti
     Raises ``ValueError`` when the lineage cannot be followed."""
     name = f"__{placeholder}__"
     text = _PLACEHOLDER.sub(name, sql.strip().rstrip(";"))
-    schema = {name: dict(columns)}
+    schema: dict[str, object] = {name: dict(columns)}
     try:
         tree = qualify(sqlglot.parse_one(text, read="duckdb"), schema=schema, dialect="duckdb")
+        if not isinstance(tree, exp.Query):  # only a query has output columns to follow
+            raise ValueError(f"not a query: {text[:200]}")
         out: dict[str, set[str]] = {}
         for col in tree.named_selects:
             node = lineage(col, tree, schema=schema, dialect="duckdb")

@@ -15,7 +15,7 @@ import re
 import stat
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -613,7 +613,10 @@ def _check_values(raw: Any, what: str, source: str) -> None:
             stack.extend((v, loc + (i,)) for i, v in enumerate(node))
 
 
-def load_yaml_model(path: str | Path, model: type[BaseModel], *, what: str, example: str) -> BaseModel:
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def load_yaml_model(path: str | Path, model: type[_Model], *, what: str, example: str) -> _Model:
     """Read a YAML file and validate it as ``model``; every failure is one ``SpecError`` naming
     the field (``what`` when the whole file is at fault) and the fix.
 

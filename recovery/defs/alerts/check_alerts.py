@@ -16,6 +16,8 @@ import dagster as dg
 from dagster._core.definitions.assets.graph.base_asset_graph import BaseAssetGraph
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
+from recovery.lib.notify import Severity
+
 UI_URL_ENV = "RECOVERY_UI_URL"
 DEFAULT_UI_URL = "http://127.0.0.1:3000"
 DEFAULT_OWNER = "data-platform-oncall"
@@ -48,7 +50,7 @@ class FailedCheck:
     def run_url(self, base: str | None = None) -> str:
         return f"{base or ui_url()}/runs/{self.run_id}"
 
-    def alert(self, base: str | None = None) -> tuple[str, str, str]:
+    def alert(self, base: str | None = None) -> tuple[str, str, Severity]:
         """(subject, body, notifier severity)."""
         kind = "blocking " if self.blocking else ""
         subject = f"{kind}{self.severity} check failed: {self.name}" + (f" [{self.partition}]" if self.partition else "")

@@ -17,6 +17,8 @@ from dagster import InputContext, OutputContext
 from dagster._core.storage.db_io_manager import DbTypeHandler, TableSlice
 from dagster_duckdb.io_manager import DuckDbClient
 
+from recovery.lib.engine.duckdb_engine import fetch_row
+
 _VIEW = "__recovery_io_output"
 
 
@@ -26,7 +28,7 @@ def _store(obj, table_slice: TableSlice, connection: duckdb.DuckDBPyConnection) 
         connection.execute(f"CREATE OR REPLACE TABLE {table_slice.schema}.{table_slice.table} AS SELECT * FROM {_VIEW}")
     finally:
         connection.unregister(_VIEW)
-    rows = connection.execute(f"SELECT count(*) FROM {table_slice.schema}.{table_slice.table}").fetchone()[0]
+    rows = fetch_row(connection, f"SELECT count(*) FROM {table_slice.schema}.{table_slice.table}")[0]
     return {"dagster/row_count": int(rows)}
 
 

@@ -16,7 +16,8 @@ from recovery.lib.identifiers import quote
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec
 
-TARGET_PARTITIONS = dg.DynamicPartitionsDefinition(name="target_partitions")
+TARGET_PARTITIONS_NAME = "target_partitions"
+TARGET_PARTITIONS = dg.DynamicPartitionsDefinition(name=TARGET_PARTITIONS_NAME)
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 
 
@@ -33,11 +34,11 @@ def data_partitions(spec: DatasetSpec) -> list[str]:
 
 def register_target_partitions(instance: dg.DagsterInstance, spec: DatasetSpec) -> list[str]:
     """Add the data's partitions that Dagster does not know yet; returns all known keys in order."""
-    known = set(instance.get_dynamic_partitions(TARGET_PARTITIONS.name))
+    known = set(instance.get_dynamic_partitions(TARGET_PARTITIONS_NAME))
     new = [p for p in data_partitions(spec) if p not in known]
     if new:
-        instance.add_dynamic_partitions(TARGET_PARTITIONS.name, new)
-    return list(instance.get_dynamic_partitions(TARGET_PARTITIONS.name))
+        instance.add_dynamic_partitions(TARGET_PARTITIONS_NAME, new)
+    return list(instance.get_dynamic_partitions(TARGET_PARTITIONS_NAME))
 
 
 def whole_range_tags(keys: list[str]) -> dict[str, str]:
@@ -50,15 +51,15 @@ def reconciliation_tags(instance: dg.DagsterInstance, spec: DatasetSpec) -> dict
     (a pass over the target and the expected rows) only when none is known yet; otherwise the
     run's classification finds any new one itself and registers it (``register_found``), so no
     run pays for a second pass over the change log before it starts."""
-    known = list(instance.get_dynamic_partitions(TARGET_PARTITIONS.name))
+    known = list(instance.get_dynamic_partitions(TARGET_PARTITIONS_NAME))
     return whole_range_tags(known or register_target_partitions(instance, spec))
 
 
 def register_found(instance: dg.DagsterInstance, partitions: list[str]) -> list[str]:
     """Register the partitions a classification found (target and expected rows) that Dagster
     does not know yet; returns them, in order."""
-    known = set(instance.get_dynamic_partitions(TARGET_PARTITIONS.name))
+    known = set(instance.get_dynamic_partitions(TARGET_PARTITIONS_NAME))
     new = sorted({p for p in partitions if p is not None and p not in known})
     if new:
-        instance.add_dynamic_partitions(TARGET_PARTITIONS.name, new)
+        instance.add_dynamic_partitions(TARGET_PARTITIONS_NAME, new)
     return new

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from recovery.defs.reconciliation.partitions import TARGET_PARTITIONS, data_partitions
+from recovery.defs.reconciliation.partitions import TARGET_PARTITIONS, TARGET_PARTITIONS_NAME, data_partitions
 from recovery.defs.resources import WarehouseResource
 
 
@@ -12,7 +12,7 @@ from recovery.defs.resources import WarehouseResource
     description="Register the target's partitions (from the data) as target_partitions, so reconciliation can run per partition.",
 )
 def target_partitions_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult:
-    known = set(context.instance.get_dynamic_partitions(TARGET_PARTITIONS.name))
+    known = set(context.instance.get_dynamic_partitions(TARGET_PARTITIONS_NAME))
     new = [p for p in data_partitions(warehouse.spec()) if p not in known]
     requests = [TARGET_PARTITIONS.build_add_request(new)] if new else []
     return dg.SensorResult(dynamic_partitions_requests=requests, skip_reason=None if new else "no new partitions")

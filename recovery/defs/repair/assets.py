@@ -29,7 +29,7 @@ from recovery.defs.resources import WarehouseResource
 from recovery.lib.engine import open_engine
 from recovery.lib.repair.build import build_wave, start_repair
 from recovery.lib.repair.diffs import label_diffs
-from recovery.lib.repair.plan import load_plan, wave_name
+from recovery.lib.repair.plan import load_plan, require_plan, wave_name
 from recovery.lib.repair.publish import gate_candidate, publish, replay_to_now
 from recovery.lib.repair.waves import gate_wave
 from recovery.lib.spec import parse_spec
@@ -157,7 +157,7 @@ def gate_checks(spec) -> list[dg.AssetChecksDefinition]:
             raise dg.Failure(description="this run replayed no repair candidate; nothing to gate")
         writer = warehouse.writer("candidate_gates")
         with writer.engine.session(read_only=True) as s:
-            plan = load_plan(s, incident_id)
+            plan = require_plan(s, incident_id)
         _, results, diffs = gate_candidate(writer, plan, run_id=context.run.run_id)
         yield from check_results(results, CANDIDATE_KEY, warehouse.spec(), f"{incident_id} candidate")
 

@@ -11,17 +11,18 @@ import dagster as dg
 from recovery.defs.reconciliation.partitions import RANGE_END, RANGE_START
 from recovery.lib.repair.plan import RepairPlan
 
-REPAIR_PARTITIONS = dg.DynamicPartitionsDefinition(name="repair_partitions")
+REPAIR_PARTITIONS_NAME = "repair_partitions"
+REPAIR_PARTITIONS = dg.DynamicPartitionsDefinition(name=REPAIR_PARTITIONS_NAME)
 
 
 def register_repair_partitions(instance: dg.DagsterInstance, plan: RepairPlan) -> list[str]:
     """Make the registered keys exactly the plan's rebuild list, in wave order."""
     wanted = plan.rebuild
-    known = list(instance.get_dynamic_partitions(REPAIR_PARTITIONS.name))
+    known = list(instance.get_dynamic_partitions(REPAIR_PARTITIONS_NAME))
     if known != wanted:
         for key in known:
-            instance.delete_dynamic_partition(REPAIR_PARTITIONS.name, key)
-        instance.add_dynamic_partitions(REPAIR_PARTITIONS.name, wanted)
+            instance.delete_dynamic_partition(REPAIR_PARTITIONS_NAME, key)
+        instance.add_dynamic_partitions(REPAIR_PARTITIONS_NAME, wanted)
     return wanted
 
 

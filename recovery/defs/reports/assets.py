@@ -45,7 +45,7 @@ def incident_reports(context: dg.AssetExecutionContext, config: ReportsConfig, w
     summary_json = next((p for p in (out / "summary.json", default_dir / "summary.json") if p.exists()), None)
     reports = build_reports(incident, spec, engine, timeline, summary_json=summary_json)
     paths = write_reports(reports, out)
-    metadata = {f"{name}_report": dg.MetadataValue.md(reports.markdown[name]) for name in paths}
+    metadata: dict[str, dg.MetadataValue] = {f"{name}_report": dg.MetadataValue.md(reports.markdown[name]) for name in paths}
     metadata.update({f"{name}_html": dg.MetadataValue.path(str(path)) for name, path in paths.items()})
     metadata["summary"] = dg.MetadataValue.md("\n".join(f"- {line}" for line in reports.summary()))
     return dg.MaterializeResult(metadata=metadata)

@@ -5,15 +5,23 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+from recovery.lib.errors import RecoveryError
+
+if TYPE_CHECKING:
+    import duckdb
 
 
 class Session(ABC):
     """One connection's worth of work. Statements run in the session's transaction, if any."""
 
     dialect: str
+    # the DuckDB connection under the session (Spark: its control store's), for the DuckDB-only
+    # paths: GE's SQL datasource, the IO manager's type handlers
+    conn: duckdb.DuckDBPyConnection
 
     @abstractmethod
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> None: ...
@@ -27,6 +35,13 @@ class Session(ABC):
     def fetchone(self, sql: str, params: Sequence[Any] | None = None) -> tuple | None:
         rows = self.fetchall(sql, params)
         return rows[0] if rows else None
+
+    def fetchrow(self, sql: str, params: Sequence[Any] | None = None) -> tuple:
+        """The row of a statement that always returns one (an aggregate without GROUP BY, a COPY's count)."""
+        row = self.fetchone(sql, params)
+        if row is None:
+            raise RecoveryError(f"expected one row, got none from: {sql[:200]}")
+        return row
 
     def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         row = self.fetchone(sql, params)
@@ -54,6 +69,7 @@ class Engine(ABC):
 
     dialect: str
     location: str
+    busy_timeout_s: float  # how long opening the (control-plane) DuckDB file retries a lock
 
     @abstractmethod
     def session(self, read_only: bool = False) -> AbstractContextManager[Session]: ...

@@ -167,6 +167,14 @@ def _turnstile(location: str, *, writer: bool, deadline: float) -> Iterator[None
         os.close(fd)  # drops the lock
 
 
+def fetch_row(conn: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | None = None) -> tuple:
+    """The row of a statement that always returns one, on a raw connection: none is a ``RecoveryError``."""
+    row = conn.execute(sql, params or []).fetchone()
+    if row is None:
+        raise RecoveryError(f"expected one row, got none from: {sql[:200]}")
+    return row
+
+
 class DuckDBSession(Session):
     dialect = "duckdb"
 

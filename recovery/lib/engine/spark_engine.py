@@ -107,6 +107,20 @@ class SparkObject:
     schema_json: str | None = None
     view_sql: str | None = None
 
+    @property
+    def schema(self) -> str:
+        """A table's Spark schema (JSON); every table row of the catalog has one."""
+        if self.schema_json is None:
+            raise RecoveryError(f"the Spark catalog row of this {self.kind} has no schema")
+        return self.schema_json
+
+    @property
+    def query_sql(self) -> str:
+        """A view's SQL; every view row of the catalog has one."""
+        if self.view_sql is None:
+            raise RecoveryError(f"the Spark catalog row of this {self.kind} has no SQL")
+        return self.view_sql
+
 
 def duckdb_type(dt) -> str:
     """A Spark data type under the name the phases' dialect gives it."""
@@ -165,10 +179,7 @@ class SparkWarehouseSession(Session):
         self.ship_epoch = 0
         self._shipped: dict[str, int] = {}
         self._cache: dict[str, SparkObject | None] = {}
-
-    @property
-    def conn(self):
-        return self.control.conn
+        self.conn = control.conn
 
     # ---- catalog ----------------------------------------------------------------------
     def lookup(self, schema: str, name: str) -> SparkObject | None:
@@ -235,12 +246,12 @@ class SparkWarehouseSession(Session):
                                     f"{self.engine.data_root}")
             view = flat_name("d", t.db, t.name)
             if obj.kind == "view":
-                sql = to_spark(parse(obj.view_sql), self._view_for, self._star_columns)
+                sql = to_spark(parse(obj.query_sql), self._view_for, self._star_columns)
                 with ENGINE_SECONDS.timing("-- view " + view):
                     self.spark.sql(f"CREATE OR REPLACE TEMP VIEW `{view}` AS {sql}")
                 registered.pop(view, None)
                 return view
-            token = ("table", tuple(obj.dirs), obj.schema_json)
+            token: tuple = ("table", tuple(obj.dirs), obj.schema_json)
             if registered.get(view) != token:
                 self._read(obj).createOrReplaceTempView(view)
                 registered[view] = token
@@ -257,6 +268,8 @@ class SparkWarehouseSession(Session):
     def _star_columns(self, t: exp.Expression) -> list[str]:
         if isinstance(t, exp.Subquery):
             return self._df(t.this).columns
+        if not isinstance(t, exp.Table):
+            raise NotImplementedError(f"the columns of {t.sql('duckdb')[:200]}")
         if self._on_spark(t):
             return self.spark.table(self._view_for(t)).columns
         return [c for c, _ in self.control.columns(exp.table_(t.name, db=t.db or None, quoted=True).sql("duckdb"))]
@@ -273,7 +286,7 @@ class SparkWarehouseSession(Session):
     def _read(self, obj: SparkObject):
         from pyspark.sql.types import StructType
 
-        schema = StructType.fromJson(json.loads(obj.schema_json))
+        schema = StructType.fromJson(json.loads(obj.schema))
         if not obj.dirs:
             return self.spark.createDataFrame([], schema)
         return self.spark.read.schema(schema).parquet(*obj.dirs)
@@ -322,7 +335,7 @@ class SparkWarehouseSession(Session):
             yield from self.control.arrow_batches(sql, batch_rows)
             return
         # bounded memory: Spark writes the result, then it is read back a batch at a time
-        path = self._write_dir(self._df(st.query), "_results", uuid.uuid4().hex, root=self.scratch)
+        path = self._write_dir(self._df(st.required_query), "_results", uuid.uuid4().hex, root=self.scratch)
         files = sorted(Path(path).glob("*.parquet"))
         for f in files:
             yield from pq.ParquetFile(f).iter_batches(batch_rows)
@@ -361,7 +374,7 @@ class SparkWarehouseSession(Session):
             return self._run_in_control(st, sql, params, want)
         st = statement(bind(sql, params))
         self._bind_variables(st.tree)
-        if st.kind in ("update", "delete") and not self._on_spark(st.target):
+        if st.kind in ("update", "delete") and not self._on_spark(st.required_target):
             return self._run_in_control_pulling(st, want)
         handler = getattr(self, f"_spark_{st.kind}", None)
         if handler is None:
@@ -465,10 +478,10 @@ class SparkWarehouseSession(Session):
         return None
 
     def _spark_select(self, st: Statement, want: str):
-        return self._result(self._df(st.query), want)
+        return self._result(self._df(st.required_query), want)
 
     def _spark_describe(self, st: Statement, want: str):
-        fields = self._df(st.query).schema.fields
+        fields = self._df(st.required_query).schema.fields
         rows = [(f.name, duckdb_type(f.dataType), "YES", None, None, None) for f in fields]
         if want == "arrow":
             return pa.table({n: [r[i] for r in rows] for i, n in enumerate(
@@ -480,13 +493,13 @@ class SparkWarehouseSession(Session):
         if not files:
             raise NotImplementedError("COPY without a destination")
         path = files[0].name if isinstance(files[0], exp.Literal) else files[0].this.name
-        table = self._df(st.query).toArrow()
+        table = self._df(st.required_query).toArrow()
         with ENGINE_SECONDS.timing("-- copy to " + path):
             pq.write_table(table, path, compression="zstd")
         return [(table.num_rows,)] if want == "rows" else None
 
     def _target(self, st: Statement) -> tuple[str, str, str]:
-        t = st.target
+        t = st.required_target
         return t.db, t.name, full_name(t.db, t.name)
 
     def _aligned(self, df, obj: SparkObject, columns: list[str] | None):
@@ -494,7 +507,7 @@ class SparkWarehouseSession(Session):
         from pyspark.sql import functions as F
         from pyspark.sql.types import StructType
 
-        schema = StructType.fromJson(json.loads(obj.schema_json))
+        schema = StructType.fromJson(json.loads(obj.schema))
         if columns is None:
             if len(df.columns) != len(schema.fields):
                 raise RecoveryError(f"INSERT gives {len(df.columns)} columns for a relation of {len(schema.fields)}")
@@ -506,8 +519,8 @@ class SparkWarehouseSession(Session):
             .cast(f.dataType).alias(f.name) for f in schema.fields])
 
     def _spark_insert(self, st: Statement, want: str):
-        if not self._on_spark(st.target):  # control-plane target, rows computed on Spark
-            rows = _shippable(self._df(st.query).toArrow())
+        if not self._on_spark(st.required_target):  # control-plane target, rows computed on Spark
+            rows = _shippable(self._df(st.required_query).toArrow())
             name = f"__shipped_{uuid.uuid4().hex[:8]}"
             self.control.conn.register(name, rows)
             try:
@@ -520,7 +533,7 @@ class SparkWarehouseSession(Session):
         schema, name, key = self._target(st)
         obj = self._relation(schema, name, key)
         cols = [c.name for c in st.tree.this.expressions] if isinstance(st.tree.this, exp.Schema) else None
-        new = self._write_dir(self._aligned(self._df(st.query), obj, cols), schema, name)
+        new = self._write_dir(self._aligned(self._df(st.required_query), obj, cols), schema, name)
         self._stage(key, SparkObject("table", obj.dirs + [new], obj.schema_json))
         return [] if want == "rows" else None
 
@@ -541,7 +554,7 @@ class SparkWarehouseSession(Session):
         schema, name, key = self._target(st)
         obj = self._relation(schema, name, key)
         where = st.tree.args.get("where")
-        source = st.target.copy()
+        source = st.required_target.copy()
         select = exp.select("*").from_(source)
         if where is not None:
             select = select.where(exp.not_(exp.func("coalesce", exp.paren(where.this.copy()), exp.false())))
@@ -557,17 +570,17 @@ class SparkWarehouseSession(Session):
             raise NotImplementedError("UPDATE ... FROM / RETURNING on a Spark relation")
         from pyspark.sql.types import StructType
 
-        fields = [f.name for f in StructType.fromJson(json.loads(obj.schema_json)).fields]
+        fields = [f.name for f in StructType.fromJson(json.loads(obj.schema)).fields]
         sets = {e.this.name.lower(): e.expression for e in st.tree.expressions}
         where = st.tree.args.get("where")
         cond = exp.func("coalesce", exp.paren(where.this.copy()), exp.false()) if where is not None else exp.true()
         cols = []
         for f in fields:
-            col = exp.column(f, quoted=True)
+            col: exp.Expression = exp.column(f, quoted=True)
             if f.lower() in sets:
                 col = exp.Case(ifs=[exp.If(this=cond.copy(), true=sets[f.lower()].copy())], default=col)
             cols.append(exp.alias_(col, f, quoted=True))
-        self._rewrite(st, obj, exp.select(*cols).from_(st.target.copy()))
+        self._rewrite(st, obj, exp.select(*cols).from_(st.required_target.copy()))
         return [] if want == "rows" else None
 
     def _spark_create_table(self, st: Statement, want: str):
@@ -606,7 +619,7 @@ class SparkWarehouseSession(Session):
         schema, name, key = self._target(st)
         if not schema:
             view = flat_name("t", str(id(self)), name)
-            sql = to_spark(st.query, self._view_for, self._star_columns)
+            sql = to_spark(st.required_query, self._view_for, self._star_columns)
             self.spark.sql(f"CREATE OR REPLACE TEMP VIEW `{view}` AS {sql}")
             self.spark_temps[name] = view
             return None
@@ -614,8 +627,8 @@ class SparkWarehouseSession(Session):
             if st.tree.args.get("exists"):
                 return None
             raise RecoveryError(f"view {key} already exists")
-        self._df(st.query).schema  # analyse now: a view that cannot resolve is refused here
-        self._stage(key, SparkObject("view", view_sql=st.query.sql("duckdb")))
+        self._df(st.required_query).schema  # analyse now: a view that cannot resolve is refused here
+        self._stage(key, SparkObject("view", view_sql=st.required_query.sql("duckdb")))
         return None
 
     def _spark_drop(self, st: Statement, want: str):
@@ -648,6 +661,14 @@ class SparkEngine(Engine):
         self.control = DuckDBEngine(control_path, memory_limit=memory_limit, threads=threads,
                                     busy_timeout_s=busy_timeout_s)
         self._ready = False
+
+    @property
+    def busy_timeout_s(self) -> float:
+        return self.control.busy_timeout_s
+
+    @busy_timeout_s.setter
+    def busy_timeout_s(self, value: float) -> None:  # the lock is the control-plane file's
+        self.control.busy_timeout_s = value
 
     def spark(self):
         return spark_session(self.master, self.conf)

@@ -33,7 +33,7 @@ def import_duckdb_data_plane(engine: SparkEngine) -> list[str]:
         views = [(s, n, sql) for s, n, sql in conn.execute(
             "SELECT schema_name, view_name, sql FROM duckdb_views() WHERE NOT internal ORDER BY 1, 2").fetchall()
             if is_data_relation(s, n)]
-        rows = []
+        rows: list[tuple[str, str, list[str], str | None, str | None]] = []
         for schema, name in tables:
             path = Path(engine.data_root) / schema / name / uuid.uuid4().hex
             path.mkdir(parents=True)
@@ -42,7 +42,7 @@ def import_duckdb_data_plane(engine: SparkEngine) -> list[str]:
             shape = spark.read.parquet(str(path)).schema.json()
             rows.append((f"{schema}.{name}", "table", [str(path)], shape, None))
         for schema, name, sql in views:
-            rows.append((f"{schema}.{name}", "view", [], None, statement(sql).query.sql("duckdb")))
+            rows.append((f"{schema}.{name}", "view", [], None, statement(sql).required_query.sql("duckdb")))
         conn.execute("BEGIN TRANSACTION")
         for schema, name, _ in views:
             conn.execute(f"DROP VIEW {TableName(schema, name).sql()}")

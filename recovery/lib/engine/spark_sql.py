@@ -22,6 +22,8 @@ import sqlglot.expressions as exp
 from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.tokens import TokenType
 
+from recovery.lib.errors import RecoveryError
+
 CONTROL_SCHEMA = "_recovery"
 _FLAT = re.compile(r"[^A-Za-z0-9_]")
 
@@ -77,7 +79,10 @@ def bind(sql: str, params: Sequence[Any] | None) -> str:
 
 
 def parse(sql: str) -> exp.Expression:
-    return sqlglot.parse_one(sql, read="duckdb")
+    tree = sqlglot.parse_one(sql, read="duckdb")
+    if not isinstance(tree, exp.Expression):  # every statement node is one; the base Expr is abstract
+        raise RecoveryError(f"not a SQL statement: {sql[:200]}")
+    return tree
 
 
 def cte_names(tree: exp.Expression) -> set[str]:
@@ -111,6 +116,20 @@ class Statement:
         if self.target is None:
             return None
         return self.target.db, self.target.name
+
+    @property
+    def required_target(self) -> exp.Table:
+        """The target of a statement that writes (INSERT, UPDATE, DELETE, CREATE, DROP)."""
+        if self.target is None:
+            raise RecoveryError(f"the {self.kind} statement names no target relation: {self.tree.sql()[:200]}")
+        return self.target
+
+    @property
+    def required_query(self) -> exp.Expression:
+        """The query part of a statement that has one (SELECT, INSERT ... SELECT, CREATE ... AS, COPY, DESCRIBE)."""
+        if self.query is None:
+            raise RecoveryError(f"the {self.kind} statement has no query: {self.tree.sql()[:200]}")
+        return self.query
 
 
 def statement(sql: str) -> Statement:
@@ -190,6 +209,7 @@ def to_spark(query: exp.Expression, rename: Callable[[exp.Table], str | None],
     """
     tree = query.copy()
     ctes = cte_names(tree)
+    select: exp.Select | None
     for select in reversed(list(tree.find_all(exp.Select))):
         if select.args.get("qualify") is not None:
             unqualify(select, star_columns)

@@ -117,7 +117,7 @@ class _Files:
             replace = ", ".join(f"{HASH_SQL.format(col=quote(c))} AS {quote(c)}" for c in hashed)
             select = f"SELECT * REPLACE ({replace}) FROM ({copy.sql}) AS t"
         path = self._path(copy.path)
-        rows = s.fetchone(f"COPY ({select}) TO ? (FORMAT parquet, COMPRESSION zstd)", [*copy.params, str(path)])[0]
+        rows = s.fetchrow(f"COPY ({select}) TO ? (FORMAT parquet, COMPRESSION zstd)", [*copy.params, str(path)])[0]
         self._add(copy.path, copy.description, int(rows), hashed_columns=hashed)
 
     def data(self, rel: str, payload: bytes, description: str, rows: int | None = None) -> None:

@@ -104,6 +104,7 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
     covers = _log_covers(s, spec, start)
     registry = None if covers else _registry_basis(s, inputs, start, watermark)
     if covers:
+        assert start is not None  # the log covers nothing without a start
         basis = {"absent": "write_log", "older": "write_log", "registry_rows": []}
         s.execute(
             f"CREATE OR REPLACE TEMP TABLE __held AS SELECT {key}, CAST(NULL AS VARCHAR) AS __by FROM ("

@@ -23,13 +23,17 @@ from recovery.lib.spec import DatasetSpec
 
 def _totals_checked(spec: DatasetSpec, declared: Declared | None) -> bool:
     """Totals are compared unless there is no amount column or the request declares changing it."""
-    return bool(spec.target.amount) and not (declared is not None and declared.covers(spec.target.amount))
+    amount = spec.target.amount
+    if not amount:
+        return False
+    return not (declared is not None and declared.covers(amount))
 
 
 def anomaly_frame_sql(spec: DatasetSpec, namespace: str, published: str, partitions: list[str],
                       declared: Declared | None = None) -> str:
     part = quote(spec.target.partition)
-    total = (f"CAST(sum({quote(spec.target.amount)}) AS DOUBLE)" if _totals_checked(spec, declared)
+    amount = spec.target.amount
+    total = (f"CAST(sum({quote(amount)}) AS DOUBLE)" if amount and _totals_checked(spec, declared)
              else "CAST(NULL AS DOUBLE)")
     inside = in_partitions(spec, partitions)
     agg = lambda ns, where: (f"SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {total} AS t "  # noqa: E731

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from recovery.lib.engine.base import Session
+from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.recurrence.preview import in_partitions
@@ -100,7 +101,8 @@ def evaluate_invariants(s: Session, spec: DatasetSpec, namespace: str, partition
     if spec.suites:
         columns = [c for c, _ in s.columns(ns)]
         suites = declared_suites(spec, columns)
-        if getattr(s, "dialect", None) == "duckdb":   # computed by the warehouse over the whole relation
+        # computed by the warehouse over the whole relation (a Spark session's dialect is "duckdb" too: the type decides)
+        if isinstance(s, DuckDBSession):
             suite_results = SqlSuiteRunner(s.conn, suites).validate(relations["rows"])
         else:                                         # Spark: bounded pandas batches (aggregates are per batch)
             runner = SuiteRunner(suites)

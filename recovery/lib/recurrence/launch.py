@@ -29,7 +29,7 @@ from recovery.lib.namespaces import current_namespace, namespace_sql
 from recovery.lib.recurrence.policy import pre_write_gates
 from recovery.lib.recurrence.preview import ScopePreview, in_partitions, preview_scope
 from recovery.lib.recurrence.recompute import Recompute, RecomputeContext, code_version, resolve_recompute
-from recovery.lib.recurrence.record import BackfillRecord, load_backfill, record_gates, set_status
+from recovery.lib.recurrence.record import BackfillRecord, load_backfill, record_gates, require_backfill, set_status
 from recovery.lib.recurrence.request import BackfillRequest
 from recovery.lib.recurrence.tables import BACKFILLS, ensure_backfill_tables
 from recovery.lib.recurrence.values import compared_columns
@@ -140,7 +140,7 @@ def start_backfill(writer: Writer, pf: Preflight, *, recompute: Recompute | None
     retrying(txn)
     if not pf.passed:
         with writer.engine.session(read_only=True) as s:
-            return load_backfill(s, req.id)
+            return require_backfill(s, req.id)
     namespace = writer.register_generation(
         req.generation, "backfill", own_namespace=True, source_watermark=pv.source_watermark, code_version=code,
         run_id=run_id, backfill_id=req.id, parent=pv.published_namespace, note=f"guarded backfill {req.id}")
@@ -164,7 +164,7 @@ def start_backfill(writer: Writer, pf: Preflight, *, recompute: Recompute | None
 
     retrying(seed)
     with writer.engine.session(read_only=True) as s:
-        return load_backfill(s, req.id)
+        return require_backfill(s, req.id)
 
 
 def build_backfill(writer: Writer, rec: BackfillRecord, recompute: Recompute, *, run_id: str | None = None) -> BackfillRecord:
@@ -180,7 +180,7 @@ def build_backfill(writer: Writer, rec: BackfillRecord, recompute: Recompute, *,
         gate = GateResult("invariants", False, 1, f"unique key {writer.spec.key} refused by the writer: {err}")
         _end_build(writer, rec, "stopped", f"gate invariants failed: {gate.details}", run_id, gate)
         with writer.engine.session(read_only=True) as s:
-            return load_backfill(s, rec.backfill_id)
+            return require_backfill(s, rec.backfill_id)
     except Exception as err:  # the recompute is user code: any failure ends the backfill, unpublished
         reason = f"{type(err).__name__}: {err}"
         _end_build(writer, rec, "failed", reason, run_id)
@@ -190,7 +190,7 @@ def build_backfill(writer: Writer, rec: BackfillRecord, recompute: Recompute, *,
 
     def built() -> None:
         with writer.engine.transaction() as s:
-            rows = s.scalar(f"SELECT count(*) FROM {namespace_sql(rec.namespace)} WHERE {in_partitions(writer.spec, rec.partitions)}")
+            rows = s.scalar(f"SELECT count(*) FROM {namespace_sql(rec.built_namespace)} WHERE {in_partitions(writer.spec, rec.partitions)}")
             s.execute(f"UPDATE {BACKFILLS} SET status = 'built', manifest = json_merge_patch(manifest, ?) WHERE backfill_id = ?",
                       [json.dumps({"build": {"rows_written": rows, "seconds": round(seconds, 3),
                                              "rows_per_second": round(rows / seconds, 1)}}), rec.backfill_id])
@@ -201,7 +201,7 @@ def build_backfill(writer: Writer, rec: BackfillRecord, recompute: Recompute, *,
     retrying(built)
     writer.set_status(rec.generation, "complete", ended_at=utcnow())
     with writer.engine.session(read_only=True) as s:
-        return load_backfill(s, rec.backfill_id)
+        return require_backfill(s, rec.backfill_id)
 
 
 def _end_build(writer: Writer, rec: BackfillRecord, status: str, reason: str, run_id: str | None,

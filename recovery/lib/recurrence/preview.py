@@ -158,7 +158,7 @@ def preview_in(s: Session, spec: DatasetSpec, request: BackfillRequest, location
     partitions = range_partitions(s, spec, ns, request.start, request.end, "__bf_expected")
     inside = in_partitions(spec, partitions)
     key = quote_all(spec.key)
-    published, seed = s.fetchone(f"SELECT count(*) FILTER (WHERE {inside}), count(*) FILTER (WHERE NOT ({inside})) "
+    published, seed = s.fetchrow(f"SELECT count(*) FILTER (WHERE {inside}), count(*) FILTER (WHERE NOT ({inside})) "
                                  f"FROM {namespace_sql(ns)}")
     expected = s.scalar(f"SELECT count(*) FROM __bf_expected WHERE {inside}")
     keys = s.scalar(f"SELECT count(*) FROM (SELECT {key} FROM {namespace_sql(ns)} WHERE {inside} "

@@ -40,7 +40,7 @@ def _stats(s: Session, relation: str, name: str, kind: str) -> dict:
     c = quote(name)
     num = (f", avg(CAST({c} AS DOUBLE)), stddev_pop(CAST({c} AS DOUBLE)), quantile_cont(CAST({c} AS DOUBLE), 0.1), "
            f"quantile_cont(CAST({c} AS DOUBLE), 0.5), quantile_cont(CAST({c} AS DOUBLE), 0.9)") if kind == "numeric" else ""
-    row = s.fetchone(f"SELECT count(*), count(*) - count({c}), count(DISTINCT {c}){num} FROM {relation}")
+    row = s.fetchrow(f"SELECT count(*), count(*) - count({c}), count(DISTINCT {c}){num} FROM {relation}")
     out = {"n": row[0], "nulls": row[1], "distinct": row[2]}
     if kind == "numeric":
         out.update(zip(("mean", "sd", "p10", "p50", "p90"), row[3:]))
@@ -97,7 +97,7 @@ def evaluate_profile(s: Session, spec: DatasetSpec, candidate: str, published: s
                if not declared.covers(n) and n != spec.target.partition]
     in_range = f"(SELECT * FROM {namespace_sql(published)} WHERE {inside})"
     history = f"(SELECT * FROM {namespace_sql(published)} WHERE NOT ({inside}))"
-    n_range, n_history = s.fetchone(f"SELECT (SELECT count(*) FROM {in_range}), (SELECT count(*) FROM {history})")
+    n_range, n_history = s.fetchrow(f"SELECT (SELECT count(*) FROM {in_range}), (SELECT count(*) FROM {history})")
     part = quote(spec.target.partition)
     published_parts = [r[0] for r in s.fetchall(f"SELECT DISTINCT CAST({part} AS VARCHAR) FROM {in_range} ORDER BY 1")]
     checked = inside

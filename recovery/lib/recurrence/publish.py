@@ -61,7 +61,7 @@ def profile_gate(s: Session, writer: Writer, rec: BackfillRecord, declared: Decl
     if spec.warehouse.engine != "duckdb":
         return GateResult("profile", True, 0, "not evaluated: the profile suite runs through GE's SQL datasource on "
                                               "DuckDB; on Spark the values gate holds the same profile checks")
-    out = evaluate_profile(s, spec, rec.namespace, rec.from_namespace, rec.partitions, declared)
+    out = evaluate_profile(s, spec, rec.built_namespace, rec.from_namespace, rec.partitions, declared)
     if outcomes is not None:
         outcomes["profile"] = out
     return out.gate
@@ -87,6 +87,7 @@ def fencing_gate(s: Session, spec: DatasetSpec, rec: BackfillRecord) -> GateResu
     if problems:
         return GateResult("fencing", False, len(problems), "; ".join(problems)
                           + ". Fix: relaunch the backfill with a range that ends before the partitions ingestion writes")
+    assert gen is not None  # no problem above: the generation's row was found
     token = gen[1]
     return GateResult("fencing", True, 0, f"generation {rec.generation} (token {token}) wrote only its own namespace "
                                           f"{rec.namespace}; {spec.target.table} still points at {rec.from_namespace} and "
@@ -157,9 +158,9 @@ def publish_backfill(writer: Writer, backfill_id: str, *, actor: str = "guarded_
             _, outside = _since_seed(s, spec, rec)
             if outside:   # ingestion wrote partitions outside the range since the seed: carry them over as they are now
                 where = in_partitions(spec, outside)
-                s.execute(f"DELETE FROM {namespace_sql(rec.namespace)} WHERE {where}")
-                s.execute(f"INSERT INTO {namespace_sql(rec.namespace)} SELECT * FROM {namespace_sql(rec.from_namespace)} WHERE {where}")
-            move_pointer(s, spec, rec.namespace, actor=actor, reason=f"publish guarded backfill {backfill_id}")
+                s.execute(f"DELETE FROM {namespace_sql(rec.built_namespace)} WHERE {where}")
+                s.execute(f"INSERT INTO {namespace_sql(rec.built_namespace)} SELECT * FROM {namespace_sql(rec.from_namespace)} WHERE {where}")
+            move_pointer(s, spec, rec.built_namespace, actor=actor, reason=f"publish guarded backfill {backfill_id}")
             s.execute(f"UPDATE {BACKFILLS} SET status = 'published', published_seq = ? WHERE backfill_id = ?", [seq, backfill_id])
             s.execute(f"UPDATE {SCHEMA}.generations SET status = 'published', ended_at = ? WHERE generation = ?",
                       [utcnow(), rec.generation])

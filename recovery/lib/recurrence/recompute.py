@@ -28,7 +28,7 @@ class RecomputeContext:
     writer: Writer
     generation: str
     partitions: list[str]          # the range's partitions, as text
-    watermark: datetime            # the source as of this moment (recorded in the manifest)
+    watermark: datetime | None     # the source as of this moment (recorded in the manifest); None: an empty source
     run_id: str | None
     backfill_id: str
 

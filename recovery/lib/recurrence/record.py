@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from recovery.lib.control_plane import next_seq, record_event, utcnow
 from recovery.lib.engine.base import Session
+from recovery.lib.errors import RecoveryError
 from recovery.lib.recurrence.tables import BACKFILLS, GATES, tables_exist
 from recovery.lib.repair.gates import GateResult
 
@@ -29,9 +30,24 @@ class BackfillRecord(BaseModel):
     converged_seq: int | None
     reason: str | None
 
+    @property
+    def built_namespace(self) -> str:
+        """The backfill's own namespace, set when its seed is written: a step after that needs it."""
+        if self.namespace is None:
+            raise RecoveryError(f"backfill {self.backfill_id} is {self.status} and has no namespace yet")
+        return self.namespace
+
 
 _COLS = ("backfill_id, dataset, generation, namespace, from_namespace, partitions, status, manifest, source_watermark, "
          "seed_seq, published_seq, converged_seq, reason")
+
+
+def require_backfill(s: Session, backfill_id: str) -> BackfillRecord:
+    """The recorded backfill the caller just wrote: none is a ``RecoveryError``."""
+    rec = load_backfill(s, backfill_id)
+    if rec is None:
+        raise RecoveryError(f"backfill {backfill_id} is not recorded")
+    return rec
 
 
 def load_backfill(s: Session, backfill_id: str) -> BackfillRecord | None:

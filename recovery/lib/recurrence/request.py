@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -87,7 +88,7 @@ class BackfillRequest(BaseModel):
     def id(self) -> str:
         if self.backfill_id:
             return self.backfill_id
-        substance = [self.start, self.end, self.recompute]
+        substance: list[Any] = [self.start, self.end, self.recompute]
         if self.declared:   # a declared relaunch of a refused backfill is a new backfill
             substance.append(self.declared)
         h = hashlib.sha256(json.dumps(substance).encode()).hexdigest()[:8]

@@ -254,7 +254,7 @@ def compare_values(s: Session, spec: DatasetSpec, candidate: str, published: str
         worst = max(per, key=lambda x: (x[1] / x[2] if x[2] else 0.0), default=(None, 0, 0))
         is_declared = declared.covers(name)
         allowed = (declared.share if declared.share is not None else 1.0) if is_declared else _limit(a, name, "max_changed_share")
-        sample = ()
+        sample: tuple = ()
         if n_changed and samples:
             sample = tuple((" / ".join(str(x) for x in row[:len(spec.key)]), row[-3], row[-2], row[-1]) for row in s.fetchall(
                 f"SELECT {key_cols}, partition, CAST(b_{i} AS VARCHAR), CAST(a_{i} AS VARCHAR) FROM __bf_pairs "

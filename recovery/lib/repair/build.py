@@ -22,7 +22,7 @@ from recovery.lib.control_plane import SCHEMA, record_event, utcnow
 from recovery.lib.errors import RecoveryError
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.incident import Incident
-from recovery.lib.namespaces import current_namespace, namespace_sql
+from recovery.lib.namespaces import current_namespace, namespace_sql, published_namespace
 from recovery.lib.repair.plan import (
     RepairPlan,
     choose_canary,
@@ -30,6 +30,7 @@ from recovery.lib.repair.plan import (
     load_plan,
     make_waves,
     qualified_partitions,
+    require_plan,
     wave_name,
 )
 from recovery.lib.repair.tables import PARTITIONS, PLANS, ensure_repair_tables, snapshot_table
@@ -70,7 +71,7 @@ def start_repair(writer: Writer, incident: Incident, *, canary: list[str] | None
                         [spec.dataset]) if s.object_kind(SCHEMA, "repair_plans") else None
         if busy:
             raise RecoveryError(f"a repair of {spec.dataset} for incident {busy} is in progress; publish or abandon it first")
-        current = current_namespace(s, spec)
+        current = published_namespace(s, spec)
         damaged = damaged_partitions(s, spec, incident.incident_id, current, incident.failed_generations)
         qualified = qualified_partitions(s, spec, incident.incident_id, list(damaged), current)
     rebuild = {p: labels for p, labels in damaged.items() if p not in qualified}
@@ -139,7 +140,7 @@ def start_repair(writer: Writer, incident: Incident, *, canary: list[str] | None
 
     retrying(txn)
     with engine.session(read_only=True) as s:
-        return load_plan(s, incident.incident_id)
+        return require_plan(s, incident.incident_id)
 
 
 def build_wave(writer: Writer, plan: RepairPlan, wave: int, *, run_id: str | None = None) -> int:

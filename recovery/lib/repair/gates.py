@@ -186,9 +186,9 @@ def evaluate_gates(s: Session, writer: Writer, plan: RepairPlan, *, stage: str, 
     pr = parts.results["repair_partition_totals"]
     results.append(GateResult(pr.name, pr.passed, pr.unexpected, pr.describe()))
     seq = committed_seq(s)
-    for r in results:
+    for g in results:
         s.execute(f"INSERT INTO {GATES} VALUES (?, ?, ?, ?, ?, true, ?, ?, ?, ?, ?)",
-                  [plan.incident_id, plan.generation, stage, r.gate, r.passed, r.observed, r.details, seq, utcnow(), run_id])
+                  [plan.incident_id, plan.generation, stage, g.gate, g.passed, g.observed, g.details, seq, utcnow(), run_id])
     return results
 
 

@@ -75,6 +75,14 @@ def wave_name(n: int) -> str:
     return "canary" if n == CANARY else f"wave {n}"
 
 
+def require_plan(s: Session, incident_id: str) -> RepairPlan:
+    """The incident's repair plan, which the caller's step needs: none is a ``RecoveryError``."""
+    plan = load_plan(s, incident_id)
+    if plan is None:
+        raise RecoveryError(f"incident {incident_id} has no repair plan; run the repair first")
+    return plan
+
+
 def load_plan(s: Session, incident_id: str) -> RepairPlan | None:
     if s.object_kind(SCHEMA, "repair_plans") is None:
         return None

@@ -24,7 +24,7 @@ from recovery.lib.namespaces import current_namespace, move_pointer, namespace_s
 from recovery.lib.published_export import refresh_published_export
 from recovery.lib.repair.diffs import record_diffs
 from recovery.lib.repair.gates import BUILTIN, GateResult, evaluate_gates, latest_gates
-from recovery.lib.repair.plan import RepairPlan, load_plan
+from recovery.lib.repair.plan import RepairPlan, load_plan, require_plan
 from recovery.lib.repair.replay import ReplayResult, committed_seq, replay_in
 from recovery.lib.repair.tables import PARTITIONS, PLANS
 from recovery.lib.spec import DatasetSpec
@@ -57,7 +57,7 @@ def replay_to_now(writer: Writer, plan: RepairPlan, *, stage: str, run_id: str |
 
 
 def _replay_now(s, writer: Writer, incident_id: str, stage: str, run_id: str | None) -> tuple[ReplayResult, RepairPlan]:
-    fresh = load_plan(s, incident_id)
+    fresh = require_plan(s, incident_id)
     if current_namespace(s, writer.spec) != fresh.from_namespace:
         raise RecoveryError(f"{writer.spec.target.table} no longer points at {fresh.from_namespace}; the plan is stale")
     through = committed_seq(s)
@@ -152,7 +152,8 @@ def publish(writer: Writer, incident_id: str, *, actor: str = "publish", run_id:
 def rollback(writer: Writer, incident_id: str, decision: Decision, *, actor: str = "publish", run_id: str | None = None) -> dict:
     """Move the public view back to the decision's complete prior namespace."""
     spec = writer.spec
-    if not decision.is_rollback or not decision.rollback_to:
+    rollback_to = decision.rollback_to
+    if not decision.is_rollback or not rollback_to:
         raise RecoveryError(f"the decision for {incident_id} is {decision.choice}, not rollback: "
                             + "; ".join(decision.reasons))
 
@@ -163,7 +164,7 @@ def rollback(writer: Writer, incident_id: str, decision: Decision, *, actor: str
                 return {"already": True, "namespace": current}
             if current != decision.current_namespace:
                 raise RecoveryError(f"{spec.target.table} moved since the decision was taken; decide again")
-            seq = move_pointer(s, spec, decision.rollback_to, actor=actor, reason=f"rollback for {incident_id}")
+            seq = move_pointer(s, spec, rollback_to, actor=actor, reason=f"rollback for {incident_id}")
             record_event(s, kind="rollback", dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id,
                          summary=f"{spec.target.table} rolled back to {decision.rollback_to} (from {current}, kept)")
             return {"already": False, "namespace": decision.rollback_to, "seq": seq, "from_namespace": current}

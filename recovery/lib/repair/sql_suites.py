@@ -42,7 +42,7 @@ DATASOURCE_TYPE = "recovery_duckdb"
 
 
 @lru_cache(maxsize=1)
-def engine_classes():
+def engine_classes() -> tuple[type, type]:
     """(BufferedExecutionEngine, WarehouseDatasource), defined on first use: importing GE costs seconds."""
     _gx()
     from great_expectations.datasource.fluent import SQLDatasource
@@ -58,7 +58,8 @@ def engine_classes():
     class WarehouseDatasource(SQLDatasource):
         """GE's SQL datasource, running on ``BufferedExecutionEngine``."""
 
-        type: Literal["recovery_duckdb"] = DATASOURCE_TYPE
+        # GE tells datasource classes apart by this literal: a subclass must narrow the base's "sql"
+        type: Literal["recovery_duckdb"] = DATASOURCE_TYPE  # type: ignore[assignment]
         execution_engine_override: ClassVar = BufferedExecutionEngine
 
     return BufferedExecutionEngine, WarehouseDatasource

@@ -19,7 +19,7 @@ from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.repair.build import in_partitions, stop_expansion
 from recovery.lib.repair.gates import GateResult, evaluate_gates
-from recovery.lib.repair.plan import RepairPlan, load_plan, wave_name
+from recovery.lib.repair.plan import RepairPlan, require_plan, wave_name
 from recovery.lib.repair.replay import committed_seq
 from recovery.lib.repair.tables import FINGERPRINTS, ensure_repair_tables
 from recovery.lib.spec import DatasetSpec
@@ -30,7 +30,7 @@ def gate_wave(writer: Writer, incident_id: str, wave: int, *, run_id: str | None
     def txn() -> tuple[RepairPlan, list[GateResult]]:
         with writer.engine.transaction() as s:
             ensure_repair_tables(s)   # a repair started by an earlier version has no fingerprints yet: all count as changed
-            plan = load_plan(s, incident_id)
+            plan = require_plan(s, incident_id)
             own = plan.waves[wave]
             earlier = [p for p in plan.rebuild if p in plan.built and p not in own]
             changed = changed_since_gated(s, writer.spec, plan, earlier)

@@ -39,7 +39,7 @@ def scope(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
     if not row or not row[0]:
         return {"status": NOT_RUN}
     src = spec.source
-    versions = s.fetchone(
+    versions = s.fetchrow(
         f"SELECT count(*), count(DISTINCT ({quote_all(spec.key)})), max({quote(src.version)}), max({quote(src.ingested_at)}), "
         f"count(*) FILTER (WHERE {quote(src.op)} IN ({str_list(src.delete_ops)})) FROM {src.table_name.sql()}")
     return {

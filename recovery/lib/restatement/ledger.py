@@ -107,7 +107,7 @@ def write_decisions(s: Session, spec: DatasetSpec, c: DownstreamSpec, *, inciden
 
 
 def ledger_counts(s: Session, spec: DatasetSpec, *, incident_id: str, consumer: str) -> dict[str, int]:
-    row = s.fetchone(
+    row = s.fetchrow(
         f"SELECT count(*) FILTER (WHERE change = 'changed'), count(*) FILTER (WHERE change = 'missing'), "
         f"count(*) FILTER (WHERE change = 'extra'), count(*) FILTER (WHERE material) "
         f"FROM {ledger_table(spec)} WHERE incident_id = ? AND consumer = ?",

@@ -126,8 +126,8 @@ def _restate_one(s: Session, spec: DatasetSpec, c: DownstreamSpec, *, incident_i
         damaged = damaged_target(s, spec, failed_generations)
         original = build_original(s, spec, c.name, consumer_sql(spec, c, f"SELECT * FROM {TableName.parse(damaged).sql()}"),
                                   damaged, actor=actor, incident_id=incident_id) if damaged else current
-    reused = bool(prior and prior[1] == current and _mismatches(s, f"SELECT * FROM {TableName.parse(current).sql()}", select_sql) == 0)
-    corrected = current if reused else publish_output(s, spec, c.name, select_sql, actor=actor,
+    reused = bool(prior and current is not None and prior[1] == current and _mismatches(s, f"SELECT * FROM {TableName.parse(current).sql()}", select_sql) == 0)
+    corrected = current if reused and current is not None else publish_output(s, spec, c.name, select_sql, actor=actor,
                                                       reason=f"restatement of incident {incident_id}")
     write_ledger(s, spec, c, incident_id=incident_id, original_namespace=original, corrected_namespace=corrected)
     counts = ledger_counts(s, spec, incident_id=incident_id, consumer=c.name)

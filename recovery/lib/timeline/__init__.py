@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from recovery.lib.control_plane import utcnow
 from recovery.lib.engine.base import Engine
@@ -68,7 +69,7 @@ def _incident_events(incident: Incident) -> list[TimelineEvent]:
     path = incident.incident_path
     at = (datetime.fromtimestamp(Path(path).stat().st_mtime, UTC).replace(tzinfo=None)
           if path and Path(path).exists() else None)
-    ev = dict(at=at, clock="file", source="incident file")
+    ev: dict[str, Any] = dict(at=at, clock="file", source="incident file")
     out = [TimelineEvent(kind="request", actor=incident.requested_by, summary=f"recovery of {', '.join(incident.failed_generations)} "
                          f"requested as incident {incident.incident_id}" + (f": {incident.notes.strip()}" if incident.notes else ""), **ev)]
     out += [TimelineEvent(kind="approval", actor=a, summary=f"incident {incident.incident_id} approved by {a}", **ev)

@@ -9,6 +9,8 @@ carries no approval tag is itself a finding, so it is told as one.
 from __future__ import annotations
 
 import json
+from datetime import datetime
+from typing import Any
 
 from recovery.lib.incident import Incident
 from recovery.lib.run_history import BackfillInfo, RunHistory, RunInfo
@@ -34,7 +36,7 @@ def _first_tag(tags: dict[str, str], names: tuple[str, ...]) -> str | None:
 
 
 def _backfill_events(b: BackfillInfo, incident: Incident) -> list[TimelineEvent]:
-    ev = dict(at=b.requested_at, clock="wall", source=f"dagster:backfill {b.backfill_id}")
+    ev: dict[str, Any] = dict(at=b.requested_at, clock="wall", source=f"dagster:backfill {b.backfill_id}")
     span = f"{len(b.partitions)} partitions {b.partitions[0]}..{b.partitions[-1]}" if b.partitions else "no partition list"
     requester = _first_tag(b.tags, REQUESTER_TAGS)
     approver = _first_tag(b.tags, APPROVER_TAGS)
@@ -60,7 +62,7 @@ def _configuration_event(generation: str, runs: list[RunInfo]) -> TimelineEvent:
     tags = sorted({f"{k}={v}" for r in runs for k, v in r.tags.items()
                    if not k.startswith(("dagster/", ".dagster")) and k not in ("dagster/backfill",)})
     config = configs.pop() if len(configs) == 1 else f"{len(configs)} different run configs"
-    first = min(runs, key=lambda r: r.created_at or r.started_at)
+    first = min(runs, key=lambda r: r.created_at or r.started_at or datetime.max)  # a run without a time sorts last
     return TimelineEvent(first.created_at, "wall", "configuration", None,
                          f"{len(runs)} runs of {generation} ({first.job_name}): run config {config}; tags {', '.join(tags) or 'none'}",
                          source="dagster:runs")

@@ -12,6 +12,8 @@ kinds already told here from a registry (registration, fence, fence attempt).
 
 from __future__ import annotations
 
+from typing import Any
+
 from recovery.lib.control_plane import SCHEMA
 from recovery.lib.engine.base import Session
 from recovery.lib.failed_generations import GenerationFacts
@@ -40,7 +42,7 @@ def registration_events(f: GenerationFacts, incident: Incident) -> list[Timeline
                               f"(first write {f.first_write_at}); no request, snapshot or code was recorded",
                               source="target rows")]
     wm, basis = f.snapshot_watermark
-    ev = dict(at=f.started_at, clock="declared", actor=f.registered_by, seq=f.registered_seq, source="_recovery.generations")
+    ev: dict[str, Any] = dict(at=f.started_at, clock="declared", actor=f.registered_by, seq=f.registered_seq, source="_recovery.generations")
     out = [
         TimelineEvent(kind="request", summary=f"{f.kind} generation {f.generation} registered"
                       + (f" for Dagster backfill {f.backfill_id}" if f.backfill_id else "") + (f" ({f.note})" if f.note else ""), **ev),
