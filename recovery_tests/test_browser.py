@@ -424,7 +424,7 @@ def _contain_and_reconcile_shipments(webserver: Webserver, pg) -> None:
     pg.get_by_role("button", name="Materialize…").wait_for()
     pg.locator('button:has([aria-label="arrow_drop_down"])').first.click()
     pg.get_by_role("menuitem", name="Open launchpad").click()
-    dialog = pg.get_by_role("dialog").filter(has_text="Launchpad")
+    dialog = pg.locator('[role="dialog"][aria-modal="true"]').filter(has_text="Launchpad")  # not the menu popover
     dialog.wait_for()
     # the partition picker lists the registered partitions; one partition is picked (the asset reconciles
     # every key whatever the partition)
@@ -561,7 +561,7 @@ def _refused_backfill_from_the_launchpad_to_the_alert_and_back(server: Webserver
     pg.get_by_role("button", name="Materialize all").wait_for()
     pg.locator('button:has([aria-label="arrow_drop_down"])').first.click()
     pg.get_by_role("menuitem", name="Open launchpad").click()
-    dialog = pg.get_by_role("dialog").filter(has_text="Launchpad")
+    dialog = pg.locator('[role="dialog"][aria-modal="true"]').filter(has_text="Launchpad")  # not the menu popover
     dialog.wait_for()
     dialog.get_by_text("Generating configuration").wait_for(state="hidden")
     _clear_editor(pg, dialog)

@@ -91,6 +91,24 @@ def test_a_key_the_table_holds_in_another_partition_is_refused_by_replace_partit
     assert _dups(db, NS) == 0
 
 
+def test_a_stray_copy_written_by_a_fenced_generation_does_not_stop_normal_ingestion(loaded):
+    spec, w, db = loaded
+    e = expected_rows_sql(spec, None)
+    shard = fetch(db, f"SELECT min(shard) FROM ({e}) WHERE region = 'south'")[0][0]
+    w.register_generation("bf-stray", "backfill")   # the backfill's damage: a north order copied into a south shard
+    w.write("bf-stray", f"SELECT * REPLACE ('{shard}' AS shard) FROM ({e}) WHERE region = 'north' ORDER BY order_no LIMIT 1",
+            mode="append", allow_duplicate_keys=True)
+    w.fence("bf-stray", incident_id="INC-1", fenced_by="test")
+    # ingestion rewrites the north shard holding that order's right copy: the stray is known damage, not a refusal
+    north = fetch(db, f"SELECT min(shard) FROM ({e}) WHERE region = 'north'")[0][0]
+    assert w.write("ingest-1", f"SELECT * FROM ({e}) WHERE shard = '{north}'", mode="replace_partitions",
+                   partitions=[north]).rows_inserted > 0
+    w.register_generation("bf-live", "backfill")    # the same stray by a generation nobody fenced is refused
+    with pytest.raises(DuplicateKeyError, match="is already in the table"):
+        w.write("bf-live", f"SELECT * REPLACE ('{shard}' AS shard) FROM ({e}) WHERE region = 'north' "
+                           f"ORDER BY order_no LIMIT 1 OFFSET 1", mode="append")
+
+
 def test_append_of_a_key_the_table_already_holds_is_refused(loaded):
     spec, w, db = loaded
     e = expected_rows_sql(spec, None)

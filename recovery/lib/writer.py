@@ -179,7 +179,9 @@ class Writer:
         :class:`~recovery.lib.errors.DuplicateKeyError` inside the transaction and nothing
         lands: which row should win is the caller's decision, not the writer's. So does a
         ``replace_partitions`` or ``append`` batch whose key the namespace still holds outside
-        the replaced partitions (a key moving partition, a retried append).
+        the replaced partitions (a key moving partition, a retried append), unless that row
+        belongs to a fenced generation: known damage, which the repair removes, and normal
+        ingestion must keep running during an incident.
 
         ``allow_duplicate_keys`` lifts the second check only, to reproduce the faulty
         pipelines whose damage this package repairs (the worked example's backfill, the
@@ -188,11 +190,12 @@ class Writer:
         if mode not in ("replace_partitions", "upsert_keys", "append", "delete_keys"):
             raise RecoveryError(f"mode {mode!r} is not one of replace_partitions, upsert_keys, append, delete_keys")
         written_at = at or utcnow()
+        lifted = allow_duplicate_keys and mode in ("replace_partitions", "append")
 
         def txn() -> WriteResult:
             with self.engine.transaction() as s:
                 return self._write_in(s, generation, rows_sql, mode, partitions, token, written_at, run_id,
-                                      f"{note + '; ' if note else ''}duplicate keys allowed" if allow_duplicate_keys else note,
+                                      f"{note + '; ' if note else ''}duplicate keys allowed" if lifted else note,
                                       params, keep_stamps=keep_stamps, existing_keys=not allow_duplicate_keys)
 
         try:
@@ -333,8 +336,11 @@ class Writer:
         """Refuse (inside the write's transaction) incoming keys the namespace still holds once
         the replaced partitions are gone: inserting them would leave two rows for one key."""
         key = quote_all(self.spec.key)
-        # an inner join, so the engine builds its hash table on the smaller side (the batch, not the table)
-        held = f"SELECT DISTINCT {key} FROM __incoming JOIN {ns_sql} USING ({key})"
+        # an inner join, so the engine builds its hash table on the smaller side (the batch, not the table);
+        # rows of a fenced generation are known damage the repair removes: normal ingestion keeps running
+        gen = quote(self.meta.generation)
+        held = (f"SELECT DISTINCT {key} FROM __incoming JOIN {ns_sql} AS t USING ({key}) WHERE t.{gen} IS NULL OR t.{gen} "
+                f"NOT IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL)")
         clash = s.fetchone(f"{held} LIMIT 1")
         if clash is None:
             return
