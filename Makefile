@@ -26,7 +26,7 @@ run: $(STAMP) dagster-home
 
 # pytest exits 5 when it collects no tests: treat that as a failure as well.
 test: $(STAMP) dagster-home lint typecheck
-	$(VENV)/bin/python -m pytest -n 2 --timeout=900 --durations=30 $(PYTEST_ARGS); rc=$$?; \
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup --timeout=900 --durations=30 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # Lint (ruff, the rules in pyproject.toml): part of make test, so of CI.
