@@ -8,8 +8,11 @@ and is rendered with sqlglot's quoting, never with string formatting alone.
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import sqlglot.expressions as exp
 
@@ -68,3 +71,44 @@ class TableName:
 
     def __str__(self) -> str:
         return f"{self.schema}.{self.name}"
+
+
+# ---- literals: the one place a Python value becomes SQL text ------------------------------------
+
+def utc_naive(value: dt.datetime) -> dt.datetime:
+    """A datetime as the naive UTC the warehouse stores (an aware one is converted, not truncated)."""
+    return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo is not None else value
+
+
+def string_literal(text: str) -> str:
+    """A quoted string literal (sqlglot escapes it)."""
+    return exp.Literal.string(text).sql(dialect="duckdb")
+
+
+def ts_literal(value: dt.datetime) -> str:
+    """A timestamp literal built from a datetime object (never from user text), in UTC."""
+    if not isinstance(value, dt.datetime):
+        raise TypeError(f"watermark must be a datetime, got {type(value).__name__}")
+    return f"TIMESTAMP '{utc_naive(value).isoformat(sep=' ')}'"
+
+
+def str_list(values: list[str] | tuple[str, ...]) -> str:
+    """Comma-separated string literals, for ``IN (...)``."""
+    return ", ".join(string_literal(str(v)) for v in values)
+
+
+def sql_literal(value: Any) -> str:
+    """A Python value as a DuckDB-dialect literal (the Spark route transpiles it with the rest)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, (int, float, decimal.Decimal)):
+        return repr(value) if isinstance(value, float) else str(value)
+    if isinstance(value, dt.datetime):
+        return ts_literal(value)
+    if isinstance(value, dt.date):
+        return f"DATE '{value.isoformat()}'"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(sql_literal(v) for v in value) + "]"
+    return string_literal(str(value))

@@ -32,7 +32,7 @@ import duckdb
 
 from recovery.lib.control_plane import utcnow
 from recovery.lib.engine.base import Engine
-from recovery.lib.identifiers import quote
+from recovery.lib.identifiers import quote, string_literal
 from recovery.lib.managed_names import pointer_seq
 from recovery.lib.namespaces import current_namespace, namespace_sql
 from recovery.lib.spec import DatasetSpec
@@ -104,8 +104,7 @@ def _replace_catalog(d: Path, view: str, parquet: Path) -> None:
     tmp = d / f".{CATALOG}.{os.getpid()}.{secrets.token_hex(4)}"
     con = duckdb.connect(str(tmp))
     try:
-        path = str(parquet.resolve()).replace("'", "''")
-        con.execute(f"CREATE VIEW {quote(view)} AS SELECT * FROM read_parquet('{path}')")
+        con.execute(f"CREATE VIEW {quote(view)} AS SELECT * FROM read_parquet({string_literal(str(parquet.resolve()))})")
         con.execute("CHECKPOINT")
     finally:
         con.close()

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from recovery.lib.control_plane import SCHEMA, control_plane_exists
 from recovery.lib.engine.base import Session
-from recovery.lib.identifiers import quote
-from recovery.lib.snapshot import str_list
+from recovery.lib.identifiers import quote, str_list, string_literal
 from recovery.lib.spec import DatasetSpec
 
 COLUMNS = "generation, kind, started_at, ended_at, source_watermark, basis"
@@ -29,10 +28,10 @@ def registry_sql(spec: DatasetSpec) -> str | None:
     col = lambda name, cast: f"CAST({quote(name)} AS {cast})" if name else f"CAST(NULL AS {cast})"  # noqa: E731
     kind = (f"CASE WHEN CAST({quote(reg.kind)} AS VARCHAR) IN ({str_list(reg.backfill_kinds)}) THEN 'backfill' ELSE 'ingest' END"
             if reg.kind else "'unknown'")
-    basis = f"registry {reg.table}".replace("'", "''")
+    basis = string_literal(f"registry {reg.table}")
     return (f"SELECT CAST({quote(reg.generation)} AS VARCHAR) AS generation, {kind} AS kind, "
             f"{col(reg.started_at, 'TIMESTAMP')} AS started_at, {col(reg.ended_at, 'TIMESTAMP')} AS ended_at, "
-            f"{col(reg.source_watermark, 'TIMESTAMP')} AS source_watermark, '{basis}' AS basis "
+            f"{col(reg.source_watermark, 'TIMESTAMP')} AS source_watermark, {basis} AS basis "
             f"FROM {reg.table_name.sql()} WHERE {quote(reg.generation)} IS NOT NULL")
 
 

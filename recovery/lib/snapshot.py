@@ -11,22 +11,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from recovery.lib.identifiers import quote, quote_all
+from recovery.lib.identifiers import quote, quote_all, str_list, ts_literal
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.sql_files import render
-
-
-def ts_literal(value: datetime) -> str:
-    """A timestamp literal built from a datetime object (never from user text)."""
-    if not isinstance(value, datetime):
-        raise TypeError(f"watermark must be a datetime, got {type(value).__name__}")
-    if value.tzinfo is not None:
-        value = value.replace(tzinfo=None)
-    return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
-
-
-def str_list(values: list[str]) -> str:
-    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
 
 def latest_versions_sql(spec: DatasetSpec, watermark: datetime | None, *, include_deleted: bool) -> str:

@@ -10,8 +10,6 @@ the temporary view the engine registered for it.
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.tokens import TokenType
 
 from recovery.lib.errors import RecoveryError
+from recovery.lib.identifiers import sql_literal as literal_sql
 
 CONTROL_SCHEMA = "_recovery"
 _FLAT = re.compile(r"[^A-Za-z0-9_]")
@@ -43,24 +42,6 @@ def full_name(schema: str, name: str) -> str:
 
 def flat_name(prefix: str, schema: str, name: str) -> str:
     return _FLAT.sub("_", f"{prefix}__{schema}__{name}")
-
-
-def literal_sql(value: Any) -> str:
-    """A Python parameter as a DuckDB-dialect literal (transpiled to Spark with the rest)."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, (int, float, decimal.Decimal)):
-        return repr(value) if isinstance(value, float) else str(value)
-    if isinstance(value, dt.datetime):
-        return f"TIMESTAMP '{value.replace(tzinfo=None).isoformat(sep=' ')}'"
-    if isinstance(value, dt.date):
-        return f"DATE '{value.isoformat()}'"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(literal_sql(v) for v in value) + "]"
-    text = str(value).replace("'", "''")
-    return f"'{text}'"
 
 
 def bind(sql: str, params: Sequence[Any] | None) -> str:

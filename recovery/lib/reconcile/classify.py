@@ -18,7 +18,7 @@ from datetime import datetime
 
 from recovery.lib.control_plane import SCHEMA, delta_table
 from recovery.lib.engine.base import Session
-from recovery.lib.identifiers import quote, quote_all
+from recovery.lib.identifiers import quote, quote_all, string_literal
 from recovery.lib.reconcile.inputs import ReconcileInputs, partition_table, recon_table
 from recovery.lib.reconcile.partitions import partition_findings_sql
 from recovery.lib.registry import generations_sql
@@ -294,7 +294,7 @@ def classification_sql(inputs: ReconcileInputs, start: datetime | None, columns:
     """
     # a duplicated key has one __diff row per copy: keep one, without sorting the single-row keys
     b = basis or {}
-    lit = lambda v: "'" + str(v).replace("'", "''") + "'"  # noqa: E731
+    lit = string_literal
     labelled = (
         f"{select} WHERE coalesce(__n, 1) = 1 UNION ALL "
         f"SELECT * FROM ({select} WHERE __n > 1) QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY actual_version, generation) = 1"

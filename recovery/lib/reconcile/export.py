@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from recovery.lib.engine.base import Session
+from recovery.lib.identifiers import string_literal
 from recovery.lib.reconcile.classify import ReconcileInputs, recon_table
 from recovery.lib.reconcile.summary import ReconciliationSummary
 
@@ -14,10 +15,10 @@ def write_outputs(s: Session, inputs: ReconcileInputs, summary: ReconciliationSu
     """``reconciliation.parquet`` (one row per damaged key) and ``summary.json``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     parquet = out_dir / "reconciliation.parquet"
-    path_literal = str(parquet).replace("'", "''")
+    path_literal = string_literal(str(parquet))
     s.execute(
         f"COPY (SELECT * EXCLUDE (incident_id) FROM {recon_table(inputs.spec, inputs.persist)} WHERE incident_id = ? "
-        f"ORDER BY ALL) TO '{path_literal}' (FORMAT parquet)",
+        f"ORDER BY ALL) TO {path_literal} (FORMAT parquet)",
         [inputs.incident_id],
     )
     per_partition = s.fetchall(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from recovery.lib.control_plane import SCHEMA, utcnow
 from recovery.lib.engine.base import Session
-from recovery.lib.identifiers import quote, quote_all
+from recovery.lib.identifiers import quote, quote_all, ts_literal
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.repair.build import in_partitions
 from recovery.lib.repair.plan import RepairPlan
@@ -112,13 +112,13 @@ def row_frame_sql(spec: DatasetSpec, plan: RepairPlan, scope: list[str]) -> str:
     versions = f"SELECT {key}, max({sv}) AS {quote(src.version)} FROM c GROUP BY ALL"
     source_rows = f"SELECT src.* FROM {src.table_name.sql()} src SEMI JOIN ({versions}) v USING ({key}, {quote(src.version)})"
     derived = f"SELECT {key}, CAST({part} AS VARCHAR) AS __derived_partition FROM ({render(spec.transform_sql, source=source_rows)})"
-    wm = plan.source_watermark.isoformat(sep=" ")
+    wm = ts_literal(plan.source_watermark)
     return f"""
         WITH c AS (SELECT * FROM {ns} WHERE {in_partitions(spec, scope)}),
         copies AS (SELECT {key}, count(*) AS __key_copies FROM {ns} GROUP BY ALL HAVING count(*) > 1),
         der AS ({derived}),
         tomb AS (SELECT {key}, max({quote(src.version)}) AS __tomb_version FROM {src.table_name.sql()}
-                 WHERE {quote(src.op)} IN ({str_list(src.delete_ops)}) AND {quote(src.ingested_at)} <= TIMESTAMP '{wm}'
+                 WHERE {quote(src.op)} IN ({str_list(src.delete_ops)}) AND {quote(src.ingested_at)} <= {wm}
                  AND ({key}) IN (SELECT ({key}) FROM c) GROUP BY ALL)
         SELECT c.*, CAST(c.{part} AS VARCHAR) AS __partition, der.__derived_partition,
                coalesce(copies.__key_copies, 1) AS __key_copies,
