@@ -14,6 +14,7 @@ from datetime import datetime
 import duckdb
 import pandas as pd
 
+from recovery.lib.control_plane import delta_table
 from recovery.lib.engine.duckdb_engine import fetch_row
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec
@@ -43,7 +44,7 @@ def build_truth(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, *, failed_gen
     arrived = src.set_index([key, "version"])["ingested_at"]
     delta = con.execute(
         f'SELECT {key}, "{meta.generation}" AS gen, "{meta.source_version}" AS sv, "{meta.written_at}" AS wat, '
-        f'_delta_seq AS seq, _delta_op AS op FROM _recovery."delta__{spec.dataset}"'
+        f'_delta_seq AS seq, _delta_op AS op FROM {delta_table(spec.dataset)}'
     ).df()
     start = fetch_row(con, "SELECT started_at FROM _recovery.generations WHERE generation = ?", [failed_generation])[0]
 

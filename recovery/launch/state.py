@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recovery.lib.control_plane import SCHEMA, control_plane_exists
+from recovery.lib.control_plane import SCHEMA, control_plane_exists, has_dataset_table
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import OutOfOrderError
 from recovery.lib.incident import Incident
@@ -35,10 +35,8 @@ def read_state(incident: Incident, spec: DatasetSpec) -> IncidentState:
         managed = is_managed(s, spec)
         fenced = s.scalar(f"SELECT count(DISTINCT generation) FROM {SCHEMA}.fences WHERE generation IN "
                           f"({str_list(incident.failed_generations)})")
-        table = partition_table(spec)
-        name = table.split(".", 1)[1].strip('"')
-        assessed = s.object_kind(SCHEMA, name) is not None and bool(
-            s.scalar(f"SELECT count(*) FROM {table} WHERE incident_id = ?", [incident.incident_id]))
+        assessed = has_dataset_table(s, "recon_partitions", spec.dataset) and bool(
+            s.scalar(f"SELECT count(*) FROM {partition_table(spec)} WHERE incident_id = ?", [incident.incident_id]))
         plan = load_plan(s, incident.incident_id) if s.object_kind(SCHEMA, "repair_plans") else None
     built = plan is not None and plan.next_wave() is None
     return IncidentState(managed=managed, contained=fenced == len(incident.failed_generations), assessed=assessed,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recovery.lib.control_plane import SCHEMA, ensure_control_plane, next_seq, utcnow
+from recovery.lib.control_plane import SCHEMA, ensure_control_plane, has_dataset_table, next_seq, utcnow
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import TableName, quote
 from recovery.lib.managed_names import ADOPTED_NOTE, ManagedName, adopt_if_plain, build, current, move, rebuild_in_place
@@ -145,7 +145,7 @@ def damaged_target(s: Session, spec: DatasetSpec, generations: list[str] | None)
     what a consumer built during the damage would have read."""
     from recovery.lib.control_plane import delta_table
 
-    if s.object_kind(SCHEMA, f"delta__{spec.dataset}") is None:
+    if not has_dataset_table(s, "delta", spec.dataset):
         return None
     wanted = (str_list(generations) if generations
               else f"SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL AND dataset = '{spec.dataset}'")

@@ -87,9 +87,31 @@ def next_seq(session: Session) -> int:
     return int(session.scalar(f"UPDATE {SCHEMA}.clock SET seq = seq + 1 WHERE id = 1 RETURNING seq"))
 
 
+PER_DATASET_TABLES = ("delta", "recon", "recon_partitions", "impact", "repair_snapshot", "restatement_ledger",
+                      "convergence")
+"""The control plane's per-dataset tables, each named ``_recovery."<kind>__<dataset>"``: every module
+asks here for the name rather than building it."""
+
+
+def dataset_table_name(kind: str, dataset: str) -> str:
+    """The bare name of a per-dataset control-plane table (the dataset is a plain identifier)."""
+    if kind not in PER_DATASET_TABLES:
+        raise ValueError(f"{kind!r} is not a per-dataset control-plane table ({', '.join(PER_DATASET_TABLES)})")
+    return f"{kind}__{dataset}"
+
+
+def dataset_table(kind: str, dataset: str) -> str:
+    """The qualified name of a per-dataset control-plane table."""
+    return f'{SCHEMA}."{dataset_table_name(kind, dataset)}"'
+
+
+def has_dataset_table(session: Session, kind: str, dataset: str) -> bool:
+    return session.object_kind(SCHEMA, dataset_table_name(kind, dataset)) is not None
+
+
 def delta_table(dataset: str) -> str:
-    """Qualified name of a dataset's append-only delta log (the dataset is a plain identifier)."""
-    return f'{SCHEMA}."delta__{dataset}"'
+    """Qualified name of a dataset's append-only delta log."""
+    return dataset_table("delta", dataset)
 
 
 def record_event(

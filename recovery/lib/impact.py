@@ -14,7 +14,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from recovery.lib.consumers import consumer_sql, consumer_table
-from recovery.lib.control_plane import SCHEMA
+from recovery.lib.control_plane import dataset_table
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote
 from recovery.lib.snapshot import expected_rows_sql
@@ -49,7 +49,7 @@ class ConsumerImpact(BaseModel):
 
 
 def impact_table(spec: DatasetSpec) -> str:
-    return f'{SCHEMA}."impact__{spec.dataset}"'
+    return dataset_table("impact", spec.dataset)
 
 
 def consumer_impact_sql(spec: DatasetSpec, c: DownstreamSpec, watermark: datetime | None, value_columns: list[str],

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from recovery.lib.control_plane import SCHEMA, delta_table
+from recovery.lib.control_plane import SCHEMA, delta_table, has_dataset_table
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote
 from recovery.lib.spec import DatasetSpec
@@ -32,7 +32,7 @@ def applied_watermark(s: Session, spec: DatasetSpec) -> datetime | None:
 
 
 def _written_partitions(s: Session, spec: DatasetSpec, kind: str, limit: int | None) -> list[str]:
-    if s.object_kind(SCHEMA, f"delta__{spec.dataset}") is None:
+    if not has_dataset_table(s, "delta", spec.dataset):
         return []
     part = quote(spec.target.partition)
     lim = f" LIMIT {int(limit)}" if limit else ""

@@ -15,7 +15,14 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from recovery.lib.control_plane import SCHEMA, ensure_control_plane, next_seq, record_event, utcnow
+from recovery.lib.control_plane import (
+    dataset_table,
+    ensure_control_plane,
+    has_dataset_table,
+    next_seq,
+    record_event,
+    utcnow,
+)
 from recovery.lib.convergence.drift import stage_drift
 from recovery.lib.convergence.scope import applied_watermark, pending_changes, recent_partitions, repaired_partitions
 from recovery.lib.engine.base import Engine, Session
@@ -92,7 +99,7 @@ class ConvergenceResult(BaseModel):
 
 
 def history_table(spec: DatasetSpec) -> str:
-    return f'{SCHEMA}."convergence__{spec.dataset}"'
+    return dataset_table("convergence", spec.dataset)
 
 
 HISTORY_COLUMNS = (
@@ -178,7 +185,7 @@ def _check(s: Session, spec: DatasetSpec, recent: int, watermark: datetime | Non
 def drift_history(s: Session, spec: DatasetSpec, *, partition: str | None = None, limit: int = 1000) -> list[tuple]:
     """(check_id, checked_at, partition, drift_keys, expected_rows, actual_rows), latest first."""
     table = history_table(spec)
-    if s.object_kind(SCHEMA, f"convergence__{spec.dataset}") is None:
+    if not has_dataset_table(s, "convergence", spec.dataset):
         return []
     where, params = ("WHERE partition = ?", [partition]) if partition is not None else ("", [])
     return s.fetchall(

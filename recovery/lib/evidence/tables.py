@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from recovery.lib.consumers import CONSUMER_SCHEMA, consumer_table
-from recovery.lib.control_plane import SCHEMA, control_plane_exists, delta_table
+from recovery.lib.control_plane import SCHEMA, control_plane_exists, delta_table, has_dataset_table
 from recovery.lib.engine.base import Session
 from recovery.lib.failed_generations import GenerationFacts
 from recovery.lib.identifiers import TableName, quote
@@ -90,7 +90,7 @@ def planned_copies(s: Session, spec: DatasetSpec, facts: list[GenerationFacts]) 
             copies.append(TableCopy(f"target/namespace/{safe_name(f.namespace)}.parquet", f"SELECT * FROM {namespace_sql(f.namespace)}",
                                     f"namespace {f.namespace} written by failed generation {f.generation}"))
     delta = delta_table(spec.dataset)
-    if s.object_kind(SCHEMA, f"delta__{spec.dataset}"):
+    if has_dataset_table(s, "delta", spec.dataset):
         for f in facts:
             copies.append(TableCopy(f"target/delta/{safe_name(f.generation)}.parquet", f"SELECT * FROM {delta} WHERE {gen} = ?",
                                     f"delta-log entries (inserted and removed rows) of failed generation {f.generation}",

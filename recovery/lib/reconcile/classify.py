@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from recovery.lib.control_plane import SCHEMA, delta_table
+from recovery.lib.control_plane import SCHEMA, dataset_table_name, delta_table, has_dataset_table
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, quote_all, string_literal
 from recovery.lib.reconcile.inputs import ReconcileInputs, partition_table, recon_table
@@ -40,7 +40,7 @@ def _failed_start(s: Session, spec: DatasetSpec, gens: list) -> datetime | None:
     meta = spec.target.metadata
     first = [f"SELECT min({quote(meta.written_at)}) AS w FROM {spec.target.table_name.sql()} "
              f"WHERE {quote(meta.generation)} IN ({str_list(gens)})"]
-    if s.object_kind(SCHEMA, f"delta__{spec.dataset}") is not None:
+    if has_dataset_table(s, "delta", spec.dataset):
         first.append(f"SELECT min({quote(meta.written_at)}) FROM {delta_table(spec.dataset)} "
                      f"WHERE {quote(meta.generation)} IN ({str_list(gens)})")
     return s.scalar(f"SELECT min(w) FROM ({' UNION ALL '.join(first)})")
@@ -49,7 +49,7 @@ def _failed_start(s: Session, spec: DatasetSpec, gens: list) -> datetime | None:
 def _log_covers(s: Session, spec: DatasetSpec, start: datetime | None) -> bool:
     """Whether the package's write log saw the target before the failed generation started
     (false for a target adopted after the damage: its log begins at the adoption)."""
-    if start is None or s.object_kind(SCHEMA, f"delta__{spec.dataset}") is None:
+    if start is None or not has_dataset_table(s, "delta", spec.dataset):
         return False
     return bool(s.scalar(f"SELECT count(*) > 0 FROM (SELECT 1 FROM {delta_table(spec.dataset)} "
                          f"WHERE {quote(spec.target.metadata.written_at)} <= {ts_literal(start)} LIMIT 1)"))
@@ -128,7 +128,7 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
         basis = registry
     # out_of_order from the failed generations' own write log where it holds their writes
     # (an adopted foreign table's log starts at adoption), else from the metadata columns
-    has_delta = s.object_kind(SCHEMA, f"delta__{spec.dataset}") is not None
+    has_delta = has_dataset_table(s, "delta", spec.dataset)
     logged = has_delta and s.scalar(f"SELECT count(*) FROM (SELECT 1 FROM {delta} WHERE {gen} IN ({gens}) LIMIT 1)")
     ooo_basis = "write_log" if logged else "metadata"
     reordered = reordered_from_write_log_sql(inputs) if logged else reordered_from_metadata_sql(inputs)
@@ -317,7 +317,7 @@ def reconcile(s: Session, inputs: ReconcileInputs) -> dict:
     create = "CREATE TABLE IF NOT EXISTS" if inputs.persist else "CREATE TEMP TABLE IF NOT EXISTS"
     s.execute(f"CREATE OR REPLACE TEMP TABLE __recon AS {classification_sql(inputs, facts['failed_start'], columns, facts['basis'])}")
     if inputs.persist:
-        _drop_if_reshaped(s, f"recon__{spec.dataset}", "__recon")
+        _drop_if_reshaped(s, dataset_table_name("recon", spec.dataset), "__recon")
     s.execute(f"{create} {table} AS SELECT CAST(NULL AS VARCHAR) AS incident_id, * FROM __recon LIMIT 0")
     s.execute(f"DELETE FROM {table} WHERE incident_id = ?", [inputs.incident_id])
     s.execute(f"INSERT INTO {table} SELECT ?, * FROM __recon", [inputs.incident_id])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from recovery.lib.control_plane import SCHEMA
+from recovery.lib.control_plane import dataset_table, dataset_table_name
 from recovery.lib.spec import DatasetSpec
 
 
@@ -19,8 +19,10 @@ class ReconcileInputs:
 
 
 def recon_table(spec: DatasetSpec, persist: bool = True) -> str:
-    return f'{SCHEMA}."recon__{spec.dataset}"' if persist else f'"recon__{spec.dataset}"'
+    name = dataset_table_name("recon", spec.dataset)
+    return dataset_table("recon", spec.dataset) if persist else f'"{name}"'
 
 
 def partition_table(spec: DatasetSpec, persist: bool = True) -> str:
-    return f'{SCHEMA}."recon_partitions__{spec.dataset}"' if persist else f'"recon_partitions__{spec.dataset}"'
+    name = dataset_table_name("recon_partitions", spec.dataset)
+    return dataset_table("recon_partitions", spec.dataset) if persist else f'"{name}"'

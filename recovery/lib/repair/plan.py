@@ -17,7 +17,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from recovery.lib.control_plane import SCHEMA
+from recovery.lib.control_plane import SCHEMA, has_dataset_table
 from recovery.lib.engine.base import Session
 from recovery.lib.errors import RecoveryError, SpecError
 from recovery.lib.identifiers import quote, quote_all
@@ -115,7 +115,7 @@ def damaged_partitions(s: Session, spec: DatasetSpec, incident_id: str, current_
                        failed_generations: list[str]) -> dict[str, list[str]]:
     """Partition (as text) -> damage labels found there (an empty list: a finding, or fenced rows)."""
     recon, parts = recon_table(spec), partition_table(spec)
-    if s.object_kind(SCHEMA, f"recon__{spec.dataset}") is None or not s.scalar(
+    if not has_dataset_table(s, "recon", spec.dataset) or not s.scalar(
         f"SELECT count(*) FROM {parts} WHERE incident_id = ?", [incident_id]
     ):
         raise RecoveryError(f"incident {incident_id} has no reconciliation yet; run assess_incident "

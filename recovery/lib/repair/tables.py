@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recovery.lib.control_plane import SCHEMA
+from recovery.lib.control_plane import SCHEMA, dataset_table
 from recovery.lib.engine.base import Session
 from recovery.lib.spec import DatasetSpec
 
@@ -43,4 +43,4 @@ def ensure_repair_tables(s: Session) -> None:
 
 def snapshot_table(spec: DatasetSpec) -> str:
     """The fixed source snapshot's expected rows for the repair of ``spec``'s dataset."""
-    return f'{SCHEMA}."repair_snapshot__{spec.dataset}"'
+    return dataset_table("repair_snapshot", spec.dataset)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recovery.lib.control_plane import SCHEMA, delta_table
+from recovery.lib.control_plane import SCHEMA, delta_table, has_dataset_table
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote
 from recovery.lib.incident import Incident
@@ -78,7 +78,7 @@ def consumer_builds_from_damage(s: Session, spec: DatasetSpec, incident: Inciden
 
 def write_log_holds(s: Session, spec: DatasetSpec, incident: Incident) -> bool:
     """Whether the dataset's write log holds the failed generations' writes."""
-    if s.object_kind(SCHEMA, f"delta__{spec.dataset}") is None:
+    if not has_dataset_table(s, "delta", spec.dataset):
         return False
     gen = quote(spec.target.metadata.generation)
     return bool(s.scalar(f"SELECT count(*) FROM (SELECT 1 FROM {delta_table(spec.dataset)} "

@@ -9,7 +9,7 @@ the recovery acts on, not a recomputation.
 
 from __future__ import annotations
 
-from recovery.lib.control_plane import SCHEMA
+from recovery.lib.control_plane import SCHEMA, dataset_table_name
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.impact import DECISIONS, impact_summary
@@ -28,7 +28,7 @@ VERSION_RELATIONS = ("older version than expected", "expected version", "newer v
 
 def scope(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
     """Keys, partitions and source versions the reconciliation compared."""
-    ptable = f"recon_partitions__{spec.dataset}"
+    ptable = dataset_table_name("recon_partitions", spec.dataset)
     if not exists(s, ptable):
         return {"status": NOT_RUN}
     row = s.fetchone(
@@ -54,7 +54,7 @@ def scope(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
 
 def labels(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
     """Damaged keys per label, with the source-version relation of each label's keys."""
-    table = f"recon__{spec.dataset}"
+    table = dataset_table_name("recon", spec.dataset)
     if not exists(s, table):
         return {"status": NOT_RUN}
     rel = (f"CASE WHEN actual_version IS NULL THEN '{VERSION_RELATIONS[3]}' WHEN expected_version IS NULL THEN '{VERSION_RELATIONS[4]}' "
@@ -86,7 +86,7 @@ def labels(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
 
 def partitions(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
     """Per damaged partition: rows and totals vs expected, findings, keys per label; and the heatmap."""
-    ptable, table = f"recon_partitions__{spec.dataset}", f"recon__{spec.dataset}"
+    ptable, table = dataset_table_name("recon_partitions", spec.dataset), dataset_table_name("recon", spec.dataset)
     if not exists(s, ptable) or not exists(s, table):
         return {"status": NOT_RUN}
     rows = s.fetchall(
@@ -119,7 +119,7 @@ def partitions(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
 
 def consumers(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
     """Per consumer: differing rows, material rows against its threshold, magnitude, the decision affected."""
-    if not exists(s, f"impact__{spec.dataset}"):
+    if not exists(s, dataset_table_name("impact", spec.dataset)):
         return {"status": NOT_RUN}
     by_name = {c.name: c for c in spec.downstream}
     out = []

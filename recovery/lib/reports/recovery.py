@@ -17,7 +17,7 @@ dedicated summary).
 
 from __future__ import annotations
 
-from recovery.lib.control_plane import SCHEMA
+from recovery.lib.control_plane import SCHEMA, dataset_table_name
 from recovery.lib.engine.base import Session
 from recovery.lib.incident import Incident
 from recovery.lib.reports import plots
@@ -29,11 +29,11 @@ RECURRENCE = "recurrence_gates"  # issue 7: the gates in force per dataset (name
 
 
 def ledger_name(spec: DatasetSpec) -> str:
-    return f"restatement_ledger__{spec.dataset}"
+    return dataset_table_name("restatement_ledger", spec.dataset)
 
 
 def convergence_name(spec: DatasetSpec) -> str:
-    return f"convergence__{spec.dataset}"
+    return dataset_table_name("convergence", spec.dataset)
 
 
 def _not_run(table: str) -> dict:

@@ -13,7 +13,7 @@ notification's delivery record, so it survives a re-run too.
 
 from __future__ import annotations
 
-from recovery.lib.control_plane import SCHEMA
+from recovery.lib.control_plane import SCHEMA, dataset_table
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import TableName, quote
 from recovery.lib.impact import consumer_impact_sql
@@ -35,7 +35,7 @@ BELOW_MATERIALITY = "none: below materiality"
 
 
 def ledger_table(spec: DatasetSpec) -> str:
-    return f'{SCHEMA}."restatement_ledger__{spec.dataset}"'
+    return dataset_table("restatement_ledger", spec.dataset)
 
 
 def notice_key(spec: DatasetSpec, incident_id: str, consumer: str) -> str:
