@@ -9,7 +9,8 @@ a blocking check only blocks within its own run.
 import dagster as dg
 
 from recovery.defs.resources import WarehouseResource
-from recovery.lib.repair.gates import BUILTIN, DESCRIPTIONS, GateResult
+from recovery.lib.gates import GateResult
+from recovery.lib.repair.gates import BUILTIN, DESCRIPTIONS
 from recovery.lib.repair.tables import PARTITIONS, REPLAYS
 from recovery.lib.spec import DatasetSpec
 

@@ -12,11 +12,11 @@ small (one row per partition) and is validated by Great Expectations.
 from __future__ import annotations
 
 from recovery.lib.engine.base import Session
+from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.recurrence.preview import in_partitions
 from recovery.lib.recurrence.values import Declared
-from recovery.lib.repair.gates import GateResult
 from recovery.lib.repair.suites import Expectation, Suite, SuiteRunner
 from recovery.lib.spec import DatasetSpec
 

@@ -17,10 +17,10 @@ from datetime import datetime
 
 from recovery.lib.engine.base import Session
 from recovery.lib.engine.duckdb_engine import DuckDBSession
+from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.recurrence.preview import in_partitions
-from recovery.lib.repair.gates import GateResult
 from recovery.lib.repair.sql_suites import SqlSuiteRunner
 from recovery.lib.repair.suites import BATCH_ROWS, SuiteRunner, declared_suites
 from recovery.lib.snapshot import latest_versions_sql, str_list

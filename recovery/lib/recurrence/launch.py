@@ -23,6 +23,7 @@ from importlib import metadata
 
 from recovery.lib.control_plane import record_event, utcnow
 from recovery.lib.errors import DuplicateKeyError, RecoveryError, SpecError
+from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.managed_names import pointer_seq
 from recovery.lib.namespaces import current_namespace, namespace_sql
@@ -33,7 +34,6 @@ from recovery.lib.recurrence.record import BackfillRecord, load_backfill, record
 from recovery.lib.recurrence.request import BackfillRequest
 from recovery.lib.recurrence.tables import BACKFILLS, ensure_backfill_tables
 from recovery.lib.recurrence.values import compared_columns
-from recovery.lib.repair.gates import GateResult
 from recovery.lib.writer import Writer, retrying
 
 

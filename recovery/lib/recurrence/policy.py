@@ -7,9 +7,9 @@ the thresholds it applies, for the recovery report's recurrence section.
 
 from __future__ import annotations
 
+from recovery.lib.gates import GateResult
 from recovery.lib.recurrence.preview import ScopePreview
 from recovery.lib.recurrence.request import BackfillRequest
-from recovery.lib.repair.gates import GateResult
 from recovery.lib.spec import DatasetSpec
 
 PRE_WRITE = ("approval", "scope", "capacity")

@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recovery.lib.engine.base import Session
+from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.recurrence.preview import in_partitions
 from recovery.lib.recurrence.values import NOTHING_DECLARED, Declared, compared_columns
-from recovery.lib.repair.gates import GateResult
 from recovery.lib.repair.sql_suites import SqlSuiteRunner
 from recovery.lib.repair.suites import Expectation, Suite, SuiteResult
 from recovery.lib.spec import DatasetSpec

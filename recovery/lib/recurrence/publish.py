@@ -23,6 +23,7 @@ from recovery.lib.convergence.scope import applied_watermark
 from recovery.lib.convergence.verify import verify_convergence
 from recovery.lib.engine.base import Session
 from recovery.lib.errors import RecoveryError
+from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import current_namespace, move_pointer, namespace_sql
 from recovery.lib.recurrence.anomaly import evaluate_anomaly
@@ -33,7 +34,6 @@ from recovery.lib.recurrence.profile import evaluate_profile
 from recovery.lib.recurrence.record import BackfillRecord, latest_gates, load_backfill, record_gates, set_status
 from recovery.lib.recurrence.tables import BACKFILLS
 from recovery.lib.recurrence.values import Declared, evaluate_values
-from recovery.lib.repair.gates import GateResult
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.writer import Writer, retrying
 

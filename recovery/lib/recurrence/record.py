@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict
 from recovery.lib.control_plane import next_seq, record_event, utcnow
 from recovery.lib.engine.base import Session
 from recovery.lib.errors import RecoveryError
+from recovery.lib.gates import GateResult
 from recovery.lib.recurrence.tables import BACKFILLS, GATES, tables_exist
-from recovery.lib.repair.gates import GateResult
 
 
 class BackfillRecord(BaseModel):

@@ -13,8 +13,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from recovery.lib.gates import GateResult
 from recovery.lib.recurrence.values import ValueReport
-from recovery.lib.repair.gates import GateResult
 from recovery.lib.spec import DatasetSpec
 
 

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 
 from recovery.lib.engine.base import Session
 from recovery.lib.errors import SpecError
+from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.recurrence.preview import in_partitions
-from recovery.lib.repair.gates import GateResult
 from recovery.lib.spec import AnomalyThresholds, DatasetSpec
 
 HISTORY = "(history)"

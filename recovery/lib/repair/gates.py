@@ -12,10 +12,10 @@ blocks within its own run).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from recovery.lib.control_plane import SCHEMA, utcnow
 from recovery.lib.engine.base import Session
+from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote, quote_all, ts_literal
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.repair.build import in_partitions
@@ -38,14 +38,6 @@ DESCRIPTIONS = {
     "repair_partition_totals": "Row counts and amount totals per partition equal the source snapshot plus the replayed delta.",
     "repair_reconciliation": "Every key equals the reference (snapshot plus replayed delta): no unexplained difference.",
 }
-
-
-@dataclass(frozen=True)
-class GateResult:
-    gate: str
-    passed: bool
-    observed: int
-    details: str
 
 
 def builtin_suites(spec: DatasetSpec) -> list[Suite]:

@@ -19,11 +19,12 @@ from recovery.lib import faults
 from recovery.lib.control_plane import SCHEMA, next_seq, record_event, utcnow
 from recovery.lib.decision import Decision
 from recovery.lib.errors import RecoveryError
+from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import current_namespace, move_pointer, namespace_sql
 from recovery.lib.published_export import refresh_published_export
 from recovery.lib.repair.diffs import record_diffs
-from recovery.lib.repair.gates import BUILTIN, GateResult, evaluate_gates, latest_gates
+from recovery.lib.repair.gates import BUILTIN, evaluate_gates, latest_gates
 from recovery.lib.repair.plan import RepairPlan, load_plan, require_plan
 from recovery.lib.repair.replay import ReplayResult, committed_seq, replay_in
 from recovery.lib.repair.tables import PARTITIONS, PLANS

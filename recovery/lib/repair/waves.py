@@ -15,10 +15,11 @@ import json
 
 from recovery.lib.control_plane import record_event
 from recovery.lib.engine.base import Session
+from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.repair.build import in_partitions, stop_expansion
-from recovery.lib.repair.gates import GateResult, evaluate_gates
+from recovery.lib.repair.gates import evaluate_gates
 from recovery.lib.repair.plan import RepairPlan, require_plan, wave_name
 from recovery.lib.repair.replay import committed_seq
 from recovery.lib.repair.tables import FINGERPRINTS, ensure_repair_tables

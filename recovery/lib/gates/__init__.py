@@ -1,0 +1,5 @@
+"""What every gate returns, repair gates and recurrence gates alike."""
+
+from recovery.lib.gates.result import GateResult
+
+__all__ = ["GateResult"]
