@@ -316,7 +316,7 @@ def _race_once(spec: DatasetSpec, db: Path, i: int, order: str) -> dict:
     start = threading.Barrier(2, timeout=20)
     fencer = Writer(_ConflictSignallingEngine(open_engine(spec.warehouse), b_conflicted), spec, actor="fencer-b")
     attempts: list[int] = []
-    original = writer._write_in
+    original = writer.write_in
 
     def paused_write_in(s, *args, **kwargs):
         attempts.append(1)
@@ -331,7 +331,7 @@ def _race_once(spec: DatasetSpec, db: Path, i: int, order: str) -> dict:
             assert release_a.wait(20)
         return result
 
-    writer._write_in = paused_write_in
+    writer.write_in = paused_write_in  # type: ignore[method-assign]
     rows = (f"SELECT 'race' AS region, {i * 10 + j} AS order_no, 'race-2026' AS shard, TIMESTAMP '2026-01-01' "
             f"AS placed_at, {j} AS qty, 'SKU-R' AS sku, 1 AS src_rev" for j in range(3))
     rows_sql = " UNION ALL ".join(rows)

@@ -194,9 +194,10 @@ class Writer:
 
         def txn() -> WriteResult:
             with self.engine.transaction() as s:
-                return self._write_in(s, generation, rows_sql, mode, partitions, token, written_at, run_id,
-                                      f"{note + '; ' if note else ''}duplicate keys allowed" if lifted else note,
-                                      params, keep_stamps=keep_stamps, existing_keys=not allow_duplicate_keys)
+                return self.write_in(s, generation, rows_sql, mode=mode, partitions=partitions, token=token, at=written_at,
+                                     run_id=run_id, params=params, keep_stamps=keep_stamps,
+                                     note=f"{note + '; ' if note else ''}duplicate keys allowed" if lifted else note,
+                                     existing_keys=not allow_duplicate_keys)
 
         try:
             return retrying(txn)
@@ -204,8 +205,16 @@ class Writer:
             self.record_fence_attempt(generation, f"write:{mode}", run_id=run_id, detail=str(err))
             raise
 
-    def _write_in(self, s: Session, generation, rows_sql, mode, partitions, token, written_at, run_id, note, params,
-                  *, keep_stamps: bool = False, log_delta: bool = True, existing_keys: bool = True) -> WriteResult:
+    def write_in(self, s: Session, generation: str, rows_sql: str, *, mode: WriteMode, partitions: list[Any] | None = None,
+                 token: int | None = None, at: datetime | None = None, run_id: str | None = None, note: str | None = None,
+                 params: list[Any] | None = None, keep_stamps: bool = False, log_delta: bool = True,
+                 existing_keys: bool = True) -> WriteResult:
+        """:meth:`write` inside the caller's transaction ``s`` (no retry: the caller owns it), for a
+        step whose write must commit with its own bookkeeping (a repair plan's carry-over, the delta
+        replay, a guarded backfill's seed). ``log_delta=False`` keeps the write out of the delta log
+        (a copy into a namespace of its own that ingestion must not replay); ``existing_keys=False``
+        is what ``allow_duplicate_keys`` sets."""
+        written_at = at or utcnow()
         seq = next_seq(s)
         token_clause = "AND token = ?" if token is not None else ""
         row = s.fetchone(

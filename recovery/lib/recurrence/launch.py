@@ -152,10 +152,10 @@ def start_backfill(writer: Writer, pf: Preflight, *, recompute: Recompute | None
         with writer.engine.transaction() as s:
             if current_namespace(s, spec) != pv.published_namespace:
                 raise RecoveryError(f"{spec.target.table} was republished while the backfill started; launch it again")
-            res = writer._write_in(
+            res = writer.write_in(
                 s, req.generation, f"SELECT * FROM {namespace_sql(pv.published_namespace)} WHERE NOT ({part_filter})",
-                "append", None, None, utcnow(), run_id, f"seed of guarded backfill {req.id}: published rows outside the range",
-                None, keep_stamps=True, log_delta=False)
+                mode="append", run_id=run_id, note=f"seed of guarded backfill {req.id}: published rows outside the range",
+                keep_stamps=True, log_delta=False)
             s.execute(f"UPDATE {BACKFILLS} SET namespace = ?, seed_seq = ?, status = 'building' WHERE backfill_id = ?",
                       [namespace, res.seq, req.id])
             record_event(s, kind="backfill_started", dataset=spec.dataset, actor=req.requested_by, run_id=run_id,

@@ -99,10 +99,10 @@ def start_repair(writer: Writer, incident: Incident, *, canary: list[str] | None
                       f"WHERE {in_partitions(spec, rebuilt)}")
             # carried: every row outside the rebuilt partitions, except a key the snapshot rebuilds
             # elsewhere (a stray copy of a duplicated or mispartitioned key)
-            carry = writer._write_in(
+            carry = writer.write_in(
                 s, generation, f"SELECT t.* FROM {namespace_sql(current)} t ANTI JOIN {snap} USING ({quote_all(spec.key)}) "
                 f"WHERE NOT ({in_partitions(spec, rebuilt)})",
-                "append", None, None, stamped_at, run_id, "carry over partitions that need no repair", None,
+                mode="append", at=stamped_at, run_id=run_id, note="carry over partitions that need no repair",
                 keep_stamps=True, log_delta=False,
             )
             low_seq = carry.seq

@@ -71,12 +71,11 @@ def replay_in(s: Session, writer: Writer, plan: RepairPlan, *, after_seq: int, t
     note = f"delta replay ({stage}) of seq ({after_seq}, {through_seq}]"
     if n_up:
         s.execute(f"CREATE OR REPLACE TEMP TABLE __replay_up AS {upserts}")
-        writer._write_in(s, plan.generation, "SELECT * FROM __replay_up", "upsert_keys", None, None, utcnow(), run_id,
-                         note, None, keep_stamps=True)
+        writer.write_in(s, plan.generation, "SELECT * FROM __replay_up", mode="upsert_keys", run_id=run_id, note=note,
+                        keep_stamps=True)
     if n_del:
         s.execute(f"CREATE OR REPLACE TEMP TABLE __replay_del AS {deletes}")
-        writer._write_in(s, plan.generation, "SELECT * FROM __replay_del", "delete_keys", None, None, utcnow(), run_id,
-                         note, None)
+        writer.write_in(s, plan.generation, "SELECT * FROM __replay_del", mode="delete_keys", run_id=run_id, note=note)
     result = ReplayResult(after_seq, through_seq, n_up, n_del, total - n_up - n_del)
     s.execute(f"INSERT INTO {REPLAYS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
               [plan.incident_id, stage, after_seq, through_seq, n_up, n_del, result.skipped_older, utcnow(), run_id])
