@@ -341,6 +341,17 @@ def _type_lines(pg, scope, lines: list[str]) -> None:
     pg.keyboard.press("Control+Home")  # back to the top left, for the screenshot
 
 
+def _asset_job_launchpad(pg, base: str, job: str, button: str):
+    """An asset job has no Launchpad tab: its launchpad is behind the arrow beside the materialize button."""
+    pg.goto(f"{base}/locations/{LOCATION}/jobs/{job}")
+    pg.get_by_role("button", name=button).wait_for()
+    pg.locator('button:has([aria-label="arrow_drop_down"])').first.click()
+    pg.get_by_role("menuitem", name="Open launchpad").click()
+    dialog = pg.locator('[role="dialog"][aria-modal="true"]').filter(has_text="Launchpad")  # not the menu popover
+    dialog.wait_for()
+    return dialog
+
+
 def _clear_editor(pg, scope) -> None:
     editor = scope.locator(".CodeMirror").first
     editor.wait_for()
@@ -419,13 +430,7 @@ def _contain_and_reconcile_shipments(webserver: Webserver, pg) -> None:
     with _env(DAGSTER_HOME=str(webserver.home)), dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(webserver.home))) as instance:
         keys = register_target_partitions(instance, parse_spec(spec))
     assert p["start"] in keys and p["end"] in keys, keys
-    pg.goto(f"{base}/locations/{LOCATION}/jobs/reconcile_incident")
-    # an asset job has no Launchpad tab: its launchpad is behind the arrow beside "Materialize…"
-    pg.get_by_role("button", name="Materialize…").wait_for()
-    pg.locator('button:has([aria-label="arrow_drop_down"])').first.click()
-    pg.get_by_role("menuitem", name="Open launchpad").click()
-    dialog = pg.locator('[role="dialog"][aria-modal="true"]').filter(has_text="Launchpad")  # not the menu popover
-    dialog.wait_for()
+    dialog = _asset_job_launchpad(pg, base, "reconcile_incident", "Materialize…")
     # the partition picker lists the registered partitions; one partition is picked (the asset reconciles
     # every key whatever the partition)
     picker = dialog.get_by_role("combobox").first
@@ -557,12 +562,7 @@ def _refused_backfill_from_the_launchpad_to_the_alert_and_back(server: Webserver
         "requested_by": "data-platform-oncall", "approved_by": APPROVERS}}}}
 
     # 1. guarded_backfill's launchpad (an asset job: behind the arrow beside "Materialize all")
-    pg.goto(f"{base}/locations/{LOCATION}/jobs/guarded_backfill")
-    pg.get_by_role("button", name="Materialize all").wait_for()
-    pg.locator('button:has([aria-label="arrow_drop_down"])').first.click()
-    pg.get_by_role("menuitem", name="Open launchpad").click()
-    dialog = pg.locator('[role="dialog"][aria-modal="true"]').filter(has_text="Launchpad")  # not the menu popover
-    dialog.wait_for()
+    dialog = _asset_job_launchpad(pg, base, "guarded_backfill", "Materialize all")
     dialog.get_by_text("Generating configuration").wait_for(state="hidden")
     _clear_editor(pg, dialog)
     pg.keyboard.type(json.dumps(config))  # JSON is YAML in flow style
