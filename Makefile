@@ -24,9 +24,10 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 run: $(STAMP) dagster-home
 	$(VENV)/bin/recovery demo
 
-# pytest exits 5 when it collects no tests: treat that as a failure as well.
+# pytest exits 5 when it collects no tests: treat that as a failure as well. --dist loadscope sends each
+# module to one worker, so a module fixture (a recovery through Dagster, a Spark session) is built once.
 test: $(STAMP) dagster-home lint typecheck
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup --timeout=900 --durations=30 $(PYTEST_ARGS); rc=$$?; \
+	$(VENV)/bin/python -m pytest -n 2 --dist loadscope --timeout=900 --durations=30 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # Lint (ruff, the rules in pyproject.toml): part of make test, so of CI.

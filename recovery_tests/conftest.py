@@ -39,19 +39,3 @@ def example_copy(failed_example: BuiltExample, tmp_path: Path) -> Path:
     return copy_dataset(failed_example.root, tmp_path / "transactions")
 
 
-
-# Modules whose module-scoped fixture is expensive (a recovery through Dagster, a Spark session):
-# `make test` runs with `--dist loadgroup`, which sends each of these modules to one xdist worker,
-# so the fixture is built once rather than once on each worker.
-ONE_WORKER_MODULES = frozenset({
-    "test_repair", "test_spark_engine", "test_recurrence_matrix", "test_evidence", "test_evidence_lineage",
-    "test_timeline", "test_example_backfill", "test_definitions",
-})
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        name = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        if name in ONE_WORKER_MODULES:
-            item.add_marker(pytest.mark.xdist_group(name))
