@@ -24,15 +24,7 @@ from recovery.lib.managed_output import generation_for_run
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.writer import Writer
 from recovery_tests.repaired_small import now
-from recovery_tests.small_dataset import build_small_dataset
-
-
-def fetch(db: Path, sql: str, params: list | None = None) -> list[tuple]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(sql, params or []).fetchall()
-    finally:
-        con.close()
+from recovery_tests.small_dataset import build_small_dataset, fetch
 
 
 @pytest.fixture
