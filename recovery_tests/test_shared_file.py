@@ -114,14 +114,21 @@ def test_readers_queue_behind_a_writer_holding_the_turnstile_and_never_create_it
         assert s.scalar("SELECT count(*) FROM t") == 1
 
 
-def test_a_reader_inside_its_own_process_write_never_waits_for_another_writers_turnstile(db):
+def test_a_writer_keeps_the_turnstile_until_closed_and_its_own_readers_never_wait_for_it(db):
+    """A writer holds the turnstile for its whole session and its close (another process must not
+    open the file while this one checkpoints it on close); a reader inside the writer's own
+    process joins its instance and never waits."""
     engine = DuckDBEngine(str(db), busy_timeout_s=0.3)
-    with engine.transaction() as w:
-        w.execute("INSERT INTO t VALUES (5)")
-        fd = os.open(turnstile_path(str(db)), os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)                    # another process's writer now waits for the file
-            with engine.session(read_only=True) as s:        # joins this process's instance: no turnstile, no wait
+    other = os.open(turnstile_path(str(db)), os.O_RDWR | os.O_CREAT, 0o600)   # another process's writer
+    try:
+        with engine.transaction() as w:
+            w.execute("INSERT INTO t VALUES (5)")
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)        # it would wait for this session
+            with engine.session(read_only=True) as s:                    # joins this process's instance: no wait
                 assert s.scalar("SELECT count(*) FROM t") == 0
-        finally:
-            os.close(fd)
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)        # the reader's close kept it held
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)                # closed: the next writer goes in
+    finally:
+        os.close(other)

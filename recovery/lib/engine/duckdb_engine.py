@@ -12,6 +12,11 @@ Hazards designed against (measured in shared/RELIABILITY.md):
   (``<file>.turnstile``, an exclusive ``flock``) while it waits to open, and this
   package's readers pass the turnstile before opening, so new readers queue behind a
   waiting writer (in this process and in others);
+- another process can open the file while a closing writer is still checkpointing it
+  (measured: 2 writer processes alternating under CPU load lost an acknowledged append,
+  or failed with "Could not read enough bytes", in about 1 race in 5): a writer keeps
+  the turnstile until this process's last connection to the file has closed, so no
+  process of this package opens it during a close;
 - replacement scans can resolve an unknown table to a Python variable: disabled on
   every connection;
 - after an error inside a transaction every statement fails until ROLLBACK: the
@@ -26,7 +31,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Any
 
 import duckdb
@@ -121,13 +126,23 @@ class _ProcessFiles:
                 if not read_only:
                     st["writers"] -= 1
 
+    def hold(self, path: str, fd: int) -> None:
+        """Keep the turnstile ``fd`` until this process's last connection to ``path`` closes."""
+        with self.cond:
+            self.files[path]["turnstile"] = fd
+
     def release(self, path: str, *, read_only_slot: bool = False) -> None:
+        """Drop a slot; called after its connection closed, so the last one drops the turnstile
+        only once the instance (and its checkpoint on close) is gone."""
         if read_only_slot:
             self.local.ro[path] -= 1
         with self.cond:
             st = self.files[path]
             st["n"] -= 1
             if st["n"] == 0:
+                fd = st.pop("turnstile", None)
+                if fd is not None:
+                    os.close(fd)  # drops the flock
                 st.update(rw=None, config=None)
             self.cond.notify_all()
 
@@ -139,17 +154,16 @@ def turnstile_path(location: str) -> str:
     return location + ".turnstile"
 
 
-@contextmanager
-def _turnstile(location: str, *, writer: bool, deadline: float) -> Iterator[None]:
-    """Writers hold the file's turnstile while they wait to open; this package's readers pass
-    it (take and drop it) before opening, so they queue behind a waiting writer. Readers
-    never create the file: validation must write nothing."""
+def _take_turnstile(location: str, *, writer: bool, deadline: float) -> int | None:
+    """Writers take the file's turnstile before they open (and keep it, see :meth:`_ProcessFiles.hold`);
+    this package's readers pass it (take and drop it) before opening, so they queue behind a
+    waiting or working writer. Readers never create the file: validation must write nothing.
+    Returns the open descriptor (``None`` where there is no turnstile to take)."""
     path = turnstile_path(location)
     try:
         fd = os.open(path, (os.O_RDWR | os.O_CREAT) if writer else os.O_RDONLY, 0o600)
     except OSError:
-        yield  # no turnstile yet (no writer ever ran) or a read-only directory: nothing to queue behind
-        return
+        return None  # no turnstile yet (no writer ever ran) or a read-only directory: nothing to queue behind
     try:
         while True:
             try:
@@ -160,11 +174,12 @@ def _turnstile(location: str, *, writer: bool, deadline: float) -> Iterator[None
                     raise WarehouseBusyError(f"warehouse {location}: a writer held its turnstile past the busy timeout; "
                                              f"retry when the other job finishes") from None
                 time.sleep(0.002 + random.random() * 0.003)
-        if not writer:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        yield
-    finally:
-        os.close(fd)  # drops the lock
+    except BaseException:
+        os.close(fd)
+        raise
+    if not writer:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    return fd
 
 
 def fetch_row(conn: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | None = None) -> tuple:
@@ -256,24 +271,21 @@ class DuckDBEngine(Engine):
             config["threads"] = self.threads
         return config
 
-    def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+    def _open_as(self, read_only: bool, want_read_only: bool, *, joined: bool = False) -> duckdb.DuckDBPyConnection:
         """Open a connection with the process's configuration for this file, retrying lock and
         configuration clashes with bounded, jittered backoff (see the module docstring)."""
-        return self._open_as(read_only, read_only)
-
-    def _open_as(self, read_only: bool, want_read_only: bool, *, joined: bool = False) -> duckdb.DuckDBPyConnection:
         config = self._config()
         deadline = time.monotonic() + self.busy_timeout_s
         delay = 0.005 if not want_read_only else 0.02
         # joining an instance this process already holds takes no file lock: no turnstile (a
         # reader inside its own process's write must never wait for another process's writer)
-        gate = nullcontext() if joined else _turnstile(self.location, writer=not want_read_only, deadline=deadline)
-        with gate:
+        fd = None if joined else _take_turnstile(self.location, writer=not want_read_only, deadline=deadline)
+        try:
             while True:
                 try:
                     conn = self._connect(database=self.location, read_only=read_only, config=config)
                     conn.execute("SET python_enable_replacements = false")
-                    return conn
+                    break
                 except (duckdb.IOException, duckdb.ConnectionException) as err:
                     retry = _is_lock_error(err) or _is_config_clash(err)
                     if not retry or time.monotonic() >= deadline:
@@ -286,6 +298,16 @@ class DuckDBEngine(Engine):
                     time.sleep(delay * (0.5 + random.random()))
                     # a writer holding the turnstile only waits for readers already in: poll it tightly
                     delay = min(delay * 1.6, 1.0 if want_read_only else 0.05)
+        except BaseException:
+            if fd is not None:
+                os.close(fd)
+            raise
+        if fd is not None:
+            if want_read_only:
+                os.close(fd)
+            else:
+                PROCESS_FILES.hold(os.path.realpath(self.location), fd)
+        return conn
 
     @contextmanager
     def _connection(self, read_only: bool) -> Iterator[tuple[duckdb.DuckDBPyConnection, bool]]:
