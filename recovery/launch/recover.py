@@ -130,10 +130,10 @@ def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterI
 
     def publish():
         done, r, _ = publish_or_roll_back(launcher)
+        if done == "already_published" or r is None:
+            return [], "already published; nothing to do"
         if done == "rolled_back":
             return [r.run_id], "rolled back to the prior generation"
-        if done == "already_published":
-            return [], "already published; nothing to do"
         meta = r.asset_materializations_for_node("repair__publication")[0].metadata
         cand = r.asset_materializations_for_node("repair__candidate")[0].metadata
         return [r.run_id], (f"{spec.target.table} -> {meta['published_namespace'].value} "
@@ -148,14 +148,14 @@ def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterI
 
     def verify():
         r = launcher.run(VERIFY)
-        checks = [e for e in r.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
-        passed = sum(1 for e in checks if e.event_specific_data.passed)
+        checks = r.get_asset_check_evaluations()
+        passed = sum(1 for c in checks if c.passed)
         return [r.run_id], f"convergence: {passed} of {len(checks)} checks passed"
 
     def reports():
         t = launcher.run(TIMELINE)
         r = launcher.run(REPORT)
-        out.report_summary = r.asset_materializations_for_node("incident__reports")[0].metadata["summary"].value
+        out.report_summary = str(r.asset_materializations_for_node("incident__reports")[0].metadata["summary"].value)
         return [t.run_id, r.run_id], f"timeline, reconciliation and recovery reports in {incident.reports_dir(spec)}"
 
     for name, fn in [("contain", contain), ("evidence", evidence), ("assess", assess), ("repair", repair),

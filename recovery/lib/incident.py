@@ -42,8 +42,12 @@ class PartitionRange(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _ordered(self):
-        if type(self.start) is type(self.end) and not isinstance(self.start, str) and self.end < self.start:
+    def _ordered(self) -> PartitionRange:
+        start, end = self.start, self.end  # strings are ordered in the column's type, by the catalog check
+        backwards = type(start) is type(end) and (
+            (isinstance(start, int) and isinstance(end, int) and end < start)
+            or (isinstance(start, date) and isinstance(end, date) and end < start))
+        if backwards:
             raise ValueError("end is before start")
         return self
 

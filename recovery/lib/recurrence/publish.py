@@ -120,6 +120,8 @@ def gate_backfill(writer: Writer, backfill_id: str, *, run_id: str | None = None
             rec = load_backfill(s, backfill_id)
             if rec is None or rec.status not in ("built", "stopped"):
                 raise RecoveryError(f"backfill {backfill_id} is {rec.status if rec else 'unknown'}; only a built backfill is gated")
+            if rec.namespace is None:
+                raise RecoveryError(f"backfill {backfill_id} has no namespace recorded; rerun the backfill")
             inv, details = evaluate_invariants(s, spec, rec.namespace, rec.partitions, rec.source_watermark)
             declared = declared_of(rec)
             values, _ = evaluate_values(s, spec, rec.namespace, rec.from_namespace, rec.partitions, declared)

@@ -78,6 +78,8 @@ def gate_candidate(writer: Writer, plan: RepairPlan, *, run_id: str | None = Non
         with writer.engine.transaction() as s:
             replayed, fresh = _replay_now(s, writer, plan.incident_id, "high watermark", run_id)
             scope = fresh.rebuild + _carried(s, writer.spec, fresh)
+            if fresh.high_seq is None:  # _replay_now sets it; a plan read back without it is not a candidate
+                raise RecoveryError(f"repair {fresh.generation} has no high watermark after the replay; rerun repair")
             results = evaluate_gates(s, writer, fresh, stage=CANDIDATE, scope=scope, through_seq=fresh.high_seq, run_id=run_id)
             diffs = record_diffs(s, writer.spec, fresh, writer) if with_diffs else {}
             failed = [r for r in results if not r.passed]
