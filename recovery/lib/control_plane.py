@@ -13,9 +13,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from recovery.lib.control_names import (  # noqa: F401 - the control plane's names, re-exported
+    PER_DATASET_TABLES,
+    SCHEMA,
+    dataset_table,
+    dataset_table_name,
+    is_dataset_table_name,
+)
 from recovery.lib.engine.base import Session
-
-SCHEMA = "_recovery"
 
 DDL = [
     f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}",
@@ -85,24 +90,6 @@ def control_plane_exists(session: Session) -> bool:
 def next_seq(session: Session) -> int:
     """Take the next commit sequence number; conflicts with any concurrent writer."""
     return int(session.scalar(f"UPDATE {SCHEMA}.clock SET seq = seq + 1 WHERE id = 1 RETURNING seq"))
-
-
-PER_DATASET_TABLES = ("delta", "recon", "recon_partitions", "impact", "repair_snapshot", "restatement_ledger",
-                      "convergence")
-"""The control plane's per-dataset tables, each named ``_recovery."<kind>__<dataset>"``: every module
-asks here for the name rather than building it."""
-
-
-def dataset_table_name(kind: str, dataset: str) -> str:
-    """The bare name of a per-dataset control-plane table (the dataset is a plain identifier)."""
-    if kind not in PER_DATASET_TABLES:
-        raise ValueError(f"{kind!r} is not a per-dataset control-plane table ({', '.join(PER_DATASET_TABLES)})")
-    return f"{kind}__{dataset}"
-
-
-def dataset_table(kind: str, dataset: str) -> str:
-    """The qualified name of a per-dataset control-plane table."""
-    return f'{SCHEMA}."{dataset_table_name(kind, dataset)}"'
 
 
 def has_dataset_table(session: Session, kind: str, dataset: str) -> bool:

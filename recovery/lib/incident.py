@@ -20,7 +20,7 @@ from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import check_identifier, quote
 from recovery.lib.registry import registered_generations
-from recovery.lib.spec import DatasetSpec, _shape_error, load_yaml_model, resolve_path
+from recovery.lib.spec import DatasetSpec, load_yaml_model, resolve_path, validation_error
 
 PartitionValue = date | int | str
 """A partition in the partition column's own type and format: a date, an integer, '2013-02'."""
@@ -111,7 +111,7 @@ def incident_from_mapping(raw: dict, *, base_dir: Path) -> Incident:
     try:
         inc = Incident.model_validate({k: v for k, v in raw.items() if v is not None})
     except ValidationError as e:
-        raise _shape_error(e, "run config") from None
+        raise validation_error(e, "run config") from None
     spec = resolve_path(base_dir, inc.spec, "spec", source="run config")
     evidence = resolve_path(base_dir, inc.evidence_root, "evidence_root", source="run config") if inc.evidence_root else None
     from recovery.lib.evidence_root import check_evidence_root

@@ -496,7 +496,9 @@ def _loc(loc: tuple) -> str:
     return out or "spec"
 
 
-def _shape_error(err: ValidationError, source: str) -> SpecError:
+def validation_error(err: ValidationError, source: str) -> SpecError:
+    """One line naming the first invalid field of a YAML model (spec, incident, run config,
+    backfill request) and the fix, instead of pydantic's multi-line report."""
     first = err.errors()[0]
     field = _loc(tuple(p for p in first["loc"] if not str(p).startswith("function-")))
     msg = first["msg"].removeprefix("Value error, ")
@@ -632,7 +634,7 @@ def load_yaml_model(path: str | Path, model: type[_Model], *, what: str, example
     try:
         return model.model_validate(raw)
     except ValidationError as e:
-        raise _shape_error(e, source) from None
+        raise validation_error(e, source) from None
     except RecursionError:  # belt and braces: MAX_DEPTH keeps validation shallow
         raise SpecError(what, "nested too deeply to validate", f"start from {example}", source=source) from None
 

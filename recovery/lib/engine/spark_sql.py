@@ -20,10 +20,11 @@ import sqlglot.expressions as exp
 from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.tokens import TokenType
 
+from recovery.lib.control_names import SCHEMA as CONTROL_SCHEMA
+from recovery.lib.control_names import is_dataset_table_name
 from recovery.lib.errors import RecoveryError
 from recovery.lib.identifiers import sql_literal as literal_sql
 
-CONTROL_SCHEMA = "_recovery"
 _FLAT = re.compile(r"[^A-Za-z0-9_]")
 
 
@@ -33,7 +34,7 @@ def is_data_relation(schema: str, name: str) -> bool:
     plane stays in the store that gives it transactions."""
     if not schema or schema.lower() in ("information_schema", "pg_catalog", "main", "temp"):
         return False
-    return schema != CONTROL_SCHEMA or "__" in name
+    return schema != CONTROL_SCHEMA or is_dataset_table_name(name)
 
 
 def full_name(schema: str, name: str) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recovery.lib.control_plane import SCHEMA, delta_table, has_dataset_table
+from recovery.lib.control_plane import SCHEMA, dataset_table_name, delta_table, has_dataset_table
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote
 from recovery.lib.incident import Incident
@@ -214,12 +214,12 @@ def reconciliation_checklist(ctx: dict, *, write_log: bool, out_of_order_basis: 
         rows = [row(i, NOT_VERIFIABLE, "no reconciliation recorded for this incident", fix) for i in RECONCILIATION_ITEMS[:8]]
     else:
         counts = {r["label"]: r["keys"] for r in labels["rows"]}
-        table = f"_recovery.recon__{ctx['dataset']}"
+        table = f"{SCHEMA}.{dataset_table_name('recon', ctx['dataset'])}"
         unexplained = labels["unexplained"]
         rows = [row("keys", QUALIFIED if unexplained else VERIFIED,
                     f"{table}: {labels['total']:,} damaged keys, one label each; {scope['source_keys']:,} source keys compared",
                     f"{unexplained:,} keys match no rule (unexplained): inspect them before repairing" if unexplained else ""),
-                row("partitions", VERIFIED, f"_recovery.recon_partitions__{ctx['dataset']}: {scope['partitions']:,} partitions "
+                row("partitions", VERIFIED, f"{SCHEMA}.{dataset_table_name('recon_partitions', ctx['dataset'])}: {scope['partitions']:,} partitions "
                     f"compared, {len(parts.get('damaged', [])):,} damaged"),
                 row("versions", VERIFIED, f"{scope['source_events']:,} source changes up to version {scope['max_version']}, "
                     f"as of {scope['watermark']}; each label's keys by version relation (older, expected, absent)")]
@@ -245,7 +245,7 @@ def reconciliation_checklist(ctx: dict, *, write_log: bool, out_of_order_basis: 
     if impact["status"] == NOT_RUN:
         rows.append(row("downstream", NOT_VERIFIABLE, "no impact assessment recorded", "run assess_incident (recovery reconcile)"))
     else:
-        rows.append(row("downstream", VERIFIED, f"_recovery.impact__{ctx['dataset']}: {impact['affected']} of "
+        rows.append(row("downstream", VERIFIED, f"{SCHEMA}.{dataset_table_name('impact', ctx['dataset'])}: {impact['affected']} of "
                         f"{len(impact['rows'])} consumers affected, {impact['material_rows']:,} material rows"))
     per = decisions.get("per_consumer", [])
     if impact["status"] == NOT_RUN:
