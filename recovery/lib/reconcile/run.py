@@ -48,9 +48,18 @@ def run_reconciliation(
             record_event(
                 s, kind="reconciliation", dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id,
                 summary=f"{summary.damaged_keys:,} damaged keys in {len(summary.damaged_partitions)} partitions "
-                f"({', '.join(f'{k} {v:,}' for k, v in summary.labels.items())})",
+                f"({', '.join(f'{k} {v:,}' for k, v in summary.labels.items())})" + _scope_note(summary),
             )
             files = write_outputs(s, inputs, summary, out_dir) if out_dir else {}
             return summary, files
 
     return retrying(txn)
+
+
+def _scope_note(summary: ReconciliationSummary) -> str:
+    """What the timeline says about the scope: a footprint run's range, a whole run's drift outside it."""
+    rng = " .. ".join(summary.footprint_range or [])
+    if summary.scope == "footprint":
+        return f"; footprint only (partitions {rng} and the failed generations' keys)"
+    drift = sum((summary.drift_outside_footprint or {}).values())
+    return f"; {drift:,} of them outside the backfill's footprint ({rng}): drift" if drift else ""
