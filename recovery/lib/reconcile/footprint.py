@@ -65,15 +65,18 @@ def resolve_footprint(s: Session, inputs: ReconcileInputs) -> Footprint | None:
     written = [f"SELECT min({part}) AS lo, max({part}) AS hi FROM {target} WHERE {gen} IN ({gens})"]
     if has_dataset_table(s, "delta", spec.dataset):
         written.append(f"SELECT min({part}), max({part}) FROM {delta_table(spec.dataset)} WHERE {gen} IN ({gens})")
+    # a replaced partition the failed generation left empty shows only in the write log, as text (read on
+    # its own: the control plane's table), and the incident's range is text too: both cast to the column's type
+    texts: list[str] = []
     if s.object_kind(SCHEMA, "writes") is not None:
-        # a replaced partition the failed generation left empty shows only in the write log (as text)
-        written.append(
-            f"SELECT min(v), max(v) FROM (SELECT TRY_CAST(unnest(partitions) AS {column_type}) AS v FROM {SCHEMA}.writes "
-            f"WHERE dataset = {sql_literal(spec.dataset)} AND generation IN ({gens}))")
-    given = inputs.partitions
-    if given is not None:
-        start, end = (v.isoformat() if hasattr(v, "isoformat") else str(v) for v in given)
-        written.append(f"SELECT TRY_CAST({sql_literal(start)} AS {column_type}), TRY_CAST({sql_literal(end)} AS {column_type})")
+        texts = [r[0] for r in s.fetchall(
+            f"SELECT DISTINCT p FROM (SELECT unnest(partitions) AS p FROM {SCHEMA}.writes "
+            f"WHERE dataset = {sql_literal(spec.dataset)} AND generation IN ({gens})) WHERE p IS NOT NULL")]
+    if inputs.partitions is not None:
+        texts += [v.isoformat() if hasattr(v, "isoformat") else str(v) for v in inputs.partitions]
+    if texts:
+        values = ", ".join(f"({sql_literal(x)})" for x in texts)
+        written.append(f"SELECT min(TRY_CAST(x AS {column_type})), max(TRY_CAST(x AS {column_type})) FROM (VALUES {values}) AS v(x)")
     row = s.fetchone(f"SELECT min(lo), max(hi) FROM ({' UNION ALL '.join(written)})")
     if row is None or row[0] is None or row[1] is None:
         return None
