@@ -53,9 +53,11 @@ def _footprint_keys(spec, gens: list[str], lo, hi) -> set[tuple]:
     g = ", ".join(f"'{x}'" for x in gens)
     con = duckdb.connect(str(spec.warehouse.path), read_only=True)
     try:
+        logged = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = '_recovery' AND table_name = ?",
+                             [f"delta__{spec.dataset}"]).fetchone()[0]
+        log = f"UNION SELECT {key} FROM _recovery.\"delta__{spec.dataset}\" WHERE {gen} IN ({g}) " if logged else ""
         rows = con.execute(
-            f"SELECT {key} FROM {spec.target.table_name.sql()} WHERE {gen} IN ({g}) OR {part} BETWEEN ? AND ? "
-            f"UNION SELECT {key} FROM _recovery.\"delta__{spec.dataset}\" WHERE {gen} IN ({g}) "
+            f"SELECT {key} FROM {spec.target.table_name.sql()} WHERE {gen} IN ({g}) OR {part} BETWEEN ? AND ? {log}"
             f"UNION SELECT {key} FROM ({expected_rows_sql(spec, None)}) WHERE {part} BETWEEN ? AND ?", [lo, hi, lo, hi]).fetchall()
     finally:
         con.close()
@@ -207,3 +209,40 @@ def test_footprint_scans_push_the_partition_predicate_in_the_columns_own_type(li
     # the source's change log is resolved to latest versions only for the footprint's candidate keys
     assert [q for q in sql if "row_number() OVER" in q and "SEMI JOIN __fp_cand" in q]
     assert not [q for q in sql if "row_number() OVER" in q and "SEMI JOIN" not in q and "__latest" in q]
+
+
+# ---- a foreign warehouse: 'YYYY-MM' text partitions, the team's run registry, no write log ----
+
+def test_footprint_labels_equal_the_full_run_on_a_foreign_target_before_containment(tmp_path):
+    """Read-only, before containment (results in temp tables): the registry-inferred labels
+    (deleted/missing, overwritten/stale) and out_of_order from the metadata columns are the same."""
+    from recovery.lib.incident import check_incident, parse_incident
+    from recovery.lib.reconcile.classify import ReconcileInputs, reconcile
+    from recovery.lib.reconcile.summary import summarize
+    from recovery_tests.foreign_warehouse import generator
+
+    root = tmp_path / "shipments"
+    generator().build(root, shipments=3000)
+    incident = parse_incident(root / "incident.yaml")
+    spec = check_incident(incident)
+    assert incident.partitions is not None
+    rng = (incident.partitions.start, incident.partitions.end)
+    gens = tuple(incident.failed_generations)
+    with open_engine(spec.warehouse).session(read_only=True) as s:
+        table = recon_table(spec, persist=False)
+        out = {}
+        for scope, full in (("FULL", True), ("FP", False)):
+            inputs = ReconcileInputs(spec, gens, incident_id=scope, persist=False, full=full, partitions=rng)
+            facts = reconcile(s, inputs)
+            out[scope] = summarize(s, inputs, facts)
+        cols = [c for c, _ in s.columns(table)]
+        idx = [cols.index(k) for k in spec.key]
+        rows = {scope: {tuple(r[i] for i in idx): r[1:] for r in s.fetchall(f"SELECT * FROM {table} WHERE incident_id = ?", [scope])}
+                for scope in ("FULL", "FP")}
+        lo, hi = out["FP"].footprint_range or ["", ""]
+    assert lo <= "2013-01" and hi >= "2013-04"
+    keys = _footprint_keys(spec, list(gens), lo, hi)
+    assert rows["FP"] == {k: v for k, v in rows["FULL"].items() if k in keys}
+    basis = lambda summary: {k: summary.basis.get(k) for k in ("absent", "older", "out_of_order")}  # noqa: E731
+    assert len(rows["FP"]) > 0 and basis(out["FP"]) == basis(out["FULL"])
+    assert sum((out["FULL"].drift_outside_footprint or {}).values()) == len(rows["FULL"]) - len(rows["FP"])
