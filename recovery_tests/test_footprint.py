@@ -246,3 +246,22 @@ def test_footprint_labels_equal_the_full_run_on_a_foreign_target_before_containm
     basis = lambda summary: {k: summary.basis.get(k) for k in ("absent", "older", "out_of_order")}  # noqa: E731
     assert len(rows["FP"]) > 0 and basis(out["FP"]) == basis(out["FULL"])
     assert sum((out["FULL"].drift_outside_footprint or {}).values()) == len(rows["FULL"]) - len(rows["FP"])
+
+
+# ---- the command and the job accept the scope ------------------------------------------------------
+
+def test_reconcile_takes_full_or_footprint_and_the_job_accepts_it():
+    import dagster as dg
+
+    from recovery.cli import build_parser
+    from recovery.definitions import defs
+    from recovery.lib.phases import RECONCILE
+
+    parser = build_parser()
+    assert parser.parse_args(["reconcile", "--incident", "i.yaml", "--footprint"]).footprint is True
+    assert parser.parse_args(["reconcile", "--incident", "i.yaml"]).footprint is False
+    with pytest.raises(SystemExit):
+        parser.parse_args(["reconcile", "--incident", "i.yaml", "--full", "--footprint"])
+    job = defs().resolve_job_def(RECONCILE.job)
+    config = dg.validate_run_config(job, RECONCILE.run_config("incident.yaml", out_dir="/tmp/out", footprint=True))
+    assert config["ops"][RECONCILE.nodes[0]]["config"]["footprint"] is True
