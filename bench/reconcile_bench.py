@@ -13,6 +13,12 @@ compared key by key in DuckDB; one disagreement prints the disagreeing labels an
 bench exits 1.
 
     python -m bench reconcile --rows 6000000 20000000
+    python -m bench reconcile --rows 2000000 --example-events --peers --footprint   # + the footprint case
+
+``--footprint`` adds the package's footprint reconciliation (``recovery reconcile --footprint``: the
+failed backfill's keys and its 8 of ~84 months, widened to the month it misfiled into) timed against
+the same whole-table floor; its labels must be the floor's on every key it labels, and the floor's
+other keys exactly the whole run's drift outside the footprint. Target: footprint / floor <= 0.35.
 """
 
 from __future__ import annotations
@@ -78,6 +84,23 @@ def disagreements(recon: Path, floor: Path, key: list[str]) -> list[tuple[str, s
         con.close()
 
 
+def footprint_disagreements(footprint: Path, floor: Path, key: list[str]) -> tuple[list[tuple[str, str, int]], int]:
+    """(footprint label, floor label, keys) for every footprint key the floor labels otherwise (or not at
+    all), and how many keys the floor labels outside the footprint (the whole run's drift)."""
+    using = ", ".join(f'"{k}"' for k in key)
+    con = duckdb.connect()
+    try:
+        bad = con.execute(
+            f"SELECT p.label, coalesce(f.label, '-'), count(*) FROM read_parquet('{footprint}') p "
+            f"LEFT JOIN read_parquet('{floor}') f USING ({using}) WHERE p.label IS DISTINCT FROM f.label "
+            f"GROUP BY ALL ORDER BY 3 DESC").fetchall()
+        outside = con.execute(f"SELECT count(*) FROM read_parquet('{floor}') f ANTI JOIN read_parquet('{footprint}') p "
+                              f"USING ({using})").fetchone()
+        return bad, int(outside[0]) if outside else 0
+    finally:
+        con.close()
+
+
 class FloorDisagrees(Exception):
     pass
 
@@ -86,15 +109,18 @@ def median(runs: list[dict]) -> dict:
     return sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
 
 
-def measure(name: str, spec_path: Path, failed: str, peers: list[str], repeat: int, work: Path, console: Console) -> dict:
-    """``repeat`` rounds of every step, alternating the order; the floor checked against the package each round."""
+def measure(name: str, spec_path: Path, failed: str, peers: list[str], repeat: int, work: Path, console: Console,
+            footprint: bool = False) -> dict:
+    """``repeat`` rounds of every step, alternating the order; the floor checked against the package each round.
+    ``footprint``: also the package's footprint reconciliation, whose labels must be the floor's on every
+    footprint key, the floor's other keys being exactly the whole run's drift outside the footprint."""
     from bench.reconcile_worker import prepare_peers
     from recovery.lib.catalog_checks import load_spec
 
     spec = load_spec(spec_path)
     if peers:
         prepare_peers(spec)
-    steps = ["recon", "floor", *peers]
+    steps = ["recon", "floor", *(["footprint"] if footprint else []), *peers]
     runs: dict[str, list[dict]] = {s: [] for s in steps}
     work.mkdir(parents=True, exist_ok=True)
     for i in range(repeat):
@@ -107,6 +133,15 @@ def measure(name: str, spec_path: Path, failed: str, peers: list[str], repeat: i
             for p, f, n in bad:
                 console.print(f"[red]floor disagrees[/] on {n:,} keys of {name}: package {p!r}, floor {f!r}", highlight=False)
             raise FloorDisagrees(f"{name}: " + ", ".join(f"package {p} vs floor {f} ({n:,} keys)" for p, f, n in bad))
+        if footprint:
+            bad, outside = footprint_disagreements(work / "footprint.parquet", work / "floor.parquet", spec.key)
+            drift = runs["recon"][-1]["drift_outside_footprint"]
+            if bad or outside != drift:
+                for p, f, n in bad:
+                    console.print(f"[red]footprint disagrees[/] on {n:,} keys of {name}: footprint {p!r}, floor {f!r}",
+                                  highlight=False)
+                raise FloorDisagrees(f"{name} footprint: {bad}; the floor labels {outside:,} keys outside the footprint, "
+                                     f"the whole run counts {drift:,} as drift")
     med = {s: median(r) for s, r in runs.items()}
     row = {"dataset": name, "damaged_keys": med["recon"]["damaged_keys"], "labels": med["recon"]["labels"],
            "labels_exact": True, "rounds": repeat}
@@ -115,6 +150,11 @@ def measure(name: str, spec_path: Path, failed: str, peers: list[str], repeat: i
         if "differing_keys" in m:
             row[f"{s}_differing_keys"] = m["differing_keys"]
     row["ratio"] = row["recon_s"] / row["floor_s"]
+    if footprint:
+        row["footprint_ratio"] = row["footprint_s"] / row["floor_s"]
+        row["footprint_keys"] = med["footprint"]["damaged_keys"]
+        row["footprint_range"] = med["footprint"]["footprint_range"]
+        row["drift_outside_footprint"] = med["recon"]["drift_outside_footprint"]
     console.print(row, highlight=False)
     return row
 
@@ -140,6 +180,9 @@ def main(argv: list[str]) -> int:
                    help="datacompy holds both tables in pandas: left out above this many rows")
     p.add_argument("--cache", type=Path, default=CACHE, help="built datasets (reused) and TPC-H files")
     p.add_argument("--json", type=Path, help="also write the figures here")
+    p.add_argument("--footprint", action="store_true",
+                   help="also time the package's footprint reconciliation (the backfill's ~10%% of the partitions) "
+                        "against the whole-table floor (lineitem only)")
     args = p.parse_args(argv)
     console = Console()
     if not console.is_terminal:  # piped: wide enough for the table
@@ -159,7 +202,8 @@ def main(argv: list[str]) -> int:
             else:
                 spec_path, failed = build_example(n, console, args.memory_limit), EXAMPLE_FAILED
             use = [x for x in peers if not (x == "datacompy" and n > args.datacompy_max_rows)]
-            row = measure(name, spec_path, failed, use, args.repeat, spec_path.parent / "bench-runs", console)
+            row = measure(name, spec_path, failed, use, args.repeat, spec_path.parent / "bench-runs", console,
+                          footprint=args.footprint and kind == "lineitem")
             row["rows"] = n
             rows.append(row)
     except FloorDisagrees as err:
@@ -174,11 +218,12 @@ def main(argv: list[str]) -> int:
 def print_table(console: Console, rows: list[dict], args) -> None:
     t = Table(title=f"Reconciliation vs the single-query floor vs peers: medians of {args.repeat} alternating rounds, "
                     f"fresh processes (DuckDB memory_limit {args.memory_limit}, {os.cpu_count()} cores)")
-    for col in ("dataset", "damaged keys", "package s / MB", "floor s / MB", "ratio", "labels", "reladiff s / MB",
-                "datacompy s / MB"):
+    for col in ("dataset", "damaged keys", "package s / MB", "floor s / MB", "ratio", "labels", "footprint s / MB",
+                "footprint ratio", "reladiff s / MB", "datacompy s / MB"):
         t.add_column(col, justify="right")
     fig = lambda r, s: f"{r[s + '_s']:.1f} / {r[s + '_peak_mb']:,.0f}" if f"{s}_s" in r else "-"  # noqa: E731
     for r in rows:
         t.add_row(r["dataset"], f"{r['damaged_keys']:,}", fig(r, "recon"), fig(r, "floor"), f"{r['ratio']:.2f}",
-                  "exact" if r["labels_exact"] else "DIFFER", fig(r, "reladiff"), fig(r, "datacompy"))
+                  "exact" if r["labels_exact"] else "DIFFER", fig(r, "footprint"),
+                  f"{r['footprint_ratio']:.2f}" if "footprint_ratio" in r else "-", fig(r, "reladiff"), fig(r, "datacompy"))
     console.print(t)

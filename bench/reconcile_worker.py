@@ -2,6 +2,8 @@
 
 ``recon``: the package's reconciliation (classification, partition findings, summary),
 then (untimed) its labels per key to ``OUT`` (Parquet).
+``footprint``: the package's footprint reconciliation (the failed generation's keys and the keys held or
+expected in its partition range, ``incident.yaml``'s beside the spec), its labels per key to ``OUT``.
 ``floor``: the single hand-written query of ``bench/floor.py``, its labels per key to ``OUT``.
 ``reladiff`` / ``datacompy``: peers on the diff part only (expected rows vs the target's
 rows, payload and source version): reladiff's joindiff inside DuckDB, datacompy over
@@ -43,6 +45,19 @@ def prepare_peers(spec) -> None:
         s.execute(f"CREATE OR REPLACE VIEW {PEER_SCHEMA}.actual AS SELECT {cols} FROM {spec.target.table_name.sql()}")
 
 
+def incident_range(spec_path: str) -> tuple | None:
+    """The backfill's partition range from ``incident.yaml`` beside the spec (the lineitem bench writes one)."""
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(spec_path).with_name("incident.yaml")
+    if not path.exists():
+        return None
+    rng = (yaml.safe_load(path.read_text()) or {}).get("partitions")
+    return (rng["start"], rng["end"]) if rng else None
+
+
 def main(mode: str, spec_path: str, gens: str, out: str | None = None) -> None:
     from recovery.lib.catalog_checks import load_spec
     from recovery.lib.engine import open_engine
@@ -56,12 +71,24 @@ def main(mode: str, spec_path: str, gens: str, out: str | None = None) -> None:
         from recovery.lib.reconcile.classify import recon_table
         from recovery.lib.reconcile.run import run_reconciliation
 
-        summary, _ = run_reconciliation(spec, failed, incident_id="BENCH")
-        result = {"damaged_keys": summary.damaged_keys, "labels": summary.labels}
+        rng = incident_range(spec_path)
+        summary, _ = run_reconciliation(spec, failed, incident_id="BENCH", partitions=rng)
+        result = {"damaged_keys": summary.damaged_keys, "labels": summary.labels,
+                  "drift_outside_footprint": sum((summary.drift_outside_footprint or {}).values())}
         wall = time.perf_counter() - t0
         with open_engine(spec.warehouse).session(read_only=True) as s:
             table = recon_table(spec, summary.contained)
             s.execute(f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH') TO {_literal(out)} (FORMAT parquet)")
+    elif mode == "footprint":
+        from recovery.lib.reconcile.classify import recon_table
+        from recovery.lib.reconcile.run import run_reconciliation
+
+        summary, _ = run_reconciliation(spec, failed, incident_id="BENCH-FP", full=False, partitions=incident_range(spec_path))
+        result = {"damaged_keys": summary.damaged_keys, "labels": summary.labels, "footprint_range": summary.footprint_range}
+        wall = time.perf_counter() - t0
+        with open_engine(spec.warehouse).session(read_only=True) as s:
+            table = recon_table(spec, summary.contained)
+            s.execute(f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH-FP') TO {_literal(out)} (FORMAT parquet)")
     elif mode == "floor":
         from bench.floor import floor_sql
 

@@ -16,16 +16,19 @@ from recovery.lib.spec import DatasetSpec
 from recovery.lib.sql_files import render
 
 
-def latest_versions_sql(spec: DatasetSpec, watermark: datetime | None, *, include_deleted: bool) -> str:
-    """Latest change per key as of ``watermark`` (all keys, tombstones included if asked)."""
+def latest_versions_sql(spec: DatasetSpec, watermark: datetime | None, *, include_deleted: bool,
+                        keys: str | None = None) -> str:
+    """Latest change per key as of ``watermark`` (all keys, or only those of the relation ``keys``;
+    tombstones included if asked)."""
     s = spec.source
     key = quote_all(s.key)
     where = f"WHERE {quote(s.ingested_at)} <= {ts_literal(watermark)}" if watermark else ""
+    only = f" SEMI JOIN {keys} USING ({key})" if keys else ""
     deleted = "" if include_deleted else f" AND {quote(s.op)} NOT IN ({str_list(s.delete_ops)})"
     return (
         f"SELECT * EXCLUDE (__rn) FROM ("
         f"SELECT src.*, row_number() OVER (PARTITION BY {key} ORDER BY {quote(s.version)} DESC) AS __rn "
-        f"FROM {s.table_name.sql()} AS src {where}) WHERE __rn = 1{deleted}"
+        f"FROM {s.table_name.sql()} AS src{only} {where}) WHERE __rn = 1{deleted}"
     )
 
 

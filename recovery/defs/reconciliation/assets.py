@@ -18,6 +18,9 @@ from recovery.lib.reconcile.run import run_reconciliation
 
 class ReconcileConfig(IncidentConfig):
     out_dir: str | None = Field(None, description="Where to write reconciliation.parquet and summary.json (default: reports/<incident> beside the warehouse).")
+    footprint: bool = Field(False, description="Reconcile only the failed generations' footprint: the keys they wrote and the keys "
+                            "held or expected in their partition range (the incident's, widened to what they wrote). Default: the "
+                            "whole target, with the damage outside the footprint counted as drift.")
 
 
 @dg.asset(
@@ -31,8 +34,10 @@ class ReconcileConfig(IncidentConfig):
 def reconciliation(context: dg.AssetExecutionContext, config: ReconcileConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
     incident, spec = resolve_incident(config, warehouse.spec_path)
     out = Path(config.out_dir) if config.out_dir else incident.reports_dir(spec)
+    rng = (incident.partitions.start, incident.partitions.end) if incident.partitions else None
     summary, files = run_reconciliation(spec, incident.failed_generations, incident_id=incident.incident_id,
-                                        out_dir=out, actor="reconciliation", run_id=context.run.run_id)
+                                        out_dir=out, actor="reconciliation", run_id=context.run.run_id,
+                                        full=not config.footprint, partitions=rng)
     # partitions that appeared since Dagster last learnt the target's (the run covers those it knew):
     # registered from the classification's own findings and materialized here, with the same metadata
     found = register_found(context.instance, [p.partition for p in summary.partitions])
@@ -50,6 +55,9 @@ def reconciliation(context: dg.AssetExecutionContext, config: ReconcileConfig, w
         "labels": dg.MetadataValue.md(table),
         "partition_findings": findings,
         "watermark": str(summary.watermark),
+        "scope": summary.scope,
+        "footprint_range": " .. ".join(summary.footprint_range or []) or "none",
+        "drift_outside_footprint": sum((summary.drift_outside_footprint or {}).values()),
         "summary": dg.MetadataValue.path(str(files["summary"])),
     })
 

@@ -18,7 +18,9 @@ from datetime import datetime
 
 from recovery.lib.control_plane import SCHEMA, dataset_table_name, delta_table, has_dataset_table
 from recovery.lib.engine.base import Session
+from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import quote, quote_all, string_literal
+from recovery.lib.reconcile.footprint import drift_outside_sql, resolve_footprint, stage_candidates, stage_footprint
 from recovery.lib.reconcile.inputs import ReconcileInputs, partition_table, recon_table
 from recovery.lib.reconcile.partitions import partition_findings_sql
 from recovery.lib.registry import generations_sql
@@ -74,12 +76,25 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
     key = quote_all(spec.key)
     gen, sv, wat = quote(meta.generation), quote(meta.source_version), quote(meta.written_at)
     delta = delta_table(spec.dataset)
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __latest AS {latest_versions_sql(spec, watermark, include_deleted=True)}")
+    fp = resolve_footprint(s, inputs)
+    if not inputs.full and fp is None:
+        raise SpecError("partitions", "the failed generations wrote nothing and the incident gives no partition range, "
+                        "so there is no footprint to reconcile", "give the incident's partitions, or reconcile the whole table")
+    footprint = fp if not inputs.full else None
+    if footprint:   # only the footprint's candidate keys are resolved to their latest version
+        stage_candidates(s, inputs, footprint, watermark)
+    s.execute(f"CREATE OR REPLACE TEMP TABLE __latest AS "
+              f"{latest_versions_sql(spec, watermark, include_deleted=True, keys='__fp_cand' if footprint else None)}")
     live = f"SELECT * FROM __latest WHERE {quote(src.op)} NOT IN ({str_list(src.delete_ops)})"
     s.execute(f"CREATE OR REPLACE TEMP TABLE __e AS {expected_rows_sql(spec, None, source_relation=live)}")
     # the target with each row's number of copies (the few duplicated keys are folded to one
     # row after the diff, on the small set of differing rows)
     target = spec.target.table_name.sql()
+    if footprint:   # E and T of the footprint's keys only (every target row of each, copies outside the range too)
+        stage_footprint(s, inputs, footprint)
+        s.execute(f"CREATE OR REPLACE TEMP TABLE __e AS SELECT * FROM __e SEMI JOIN __fp USING ({key})")
+        s.execute(f"CREATE OR REPLACE TEMP TABLE __tfp AS SELECT * FROM {target} SEMI JOIN __fp USING ({key})")
+        target = "__tfp"
     s.execute(f"CREATE OR REPLACE TEMP TABLE __dups AS SELECT {key}, count(*) AS __n FROM {target} GROUP BY ALL HAVING count(*) > 1")
     s.execute(
         f"CREATE OR REPLACE TEMP VIEW __t1 AS SELECT x.*, coalesce(d.__n, 1) AS __n "
@@ -135,7 +150,7 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
     s.execute(f"CREATE OR REPLACE TEMP TABLE __reordered AS {reordered}")
     basis = {**basis, "out_of_order": ooo_basis}
     return {"watermark": watermark, "failed_start": start, "columns": columns, "basis": basis,
-            "out_of_order_basis": ooo_basis}
+            "out_of_order_basis": ooo_basis, "footprint": fp}
 
 
 def _registry_basis(s: Session, inputs: ReconcileInputs, start: datetime | None, watermark: datetime | None) -> dict | None:
@@ -161,7 +176,7 @@ def _registry_basis(s: Session, inputs: ReconcileInputs, start: datetime | None,
     held_gen, held_wm, where = held
     s.execute(
         f"CREATE OR REPLACE TEMP TABLE __held AS SELECT {key}, CAST(? AS VARCHAR) AS __by FROM __absent "
-        f"SEMI JOIN ({latest_versions_sql(spec, held_wm, include_deleted=False)}) USING ({key})", [held_gen])
+        f"SEMI JOIN ({latest_versions_sql(spec, held_wm, include_deleted=False, keys='__absent')}) USING ({key})", [held_gen])
     s.execute(
         f"CREATE OR REPLACE TEMP TABLE __first_after AS SELECT {key}, min(x.{quote(src.ingested_at)}) AS __a "
         f"FROM {src.table_name.sql()} x JOIN __older o USING ({key}) "
@@ -321,7 +336,11 @@ def reconcile(s: Session, inputs: ReconcileInputs) -> dict:
     s.execute(f"{create} {table} AS SELECT CAST(NULL AS VARCHAR) AS incident_id, * FROM __recon LIMIT 0")
     s.execute(f"DELETE FROM {table} WHERE incident_id = ?", [inputs.incident_id])
     s.execute(f"INSERT INTO {table} SELECT ?, * FROM __recon", [inputs.incident_id])
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __partitions AS {partition_findings_sql(inputs, facts['failed_start'])}")
+    fp = facts["footprint"]
+    if inputs.full and fp is not None:   # damage a whole-table run finds outside the footprint: drift
+        facts["drift_outside_footprint"] = dict(s.fetchall(drift_outside_sql(s, inputs, fp)))
+    within = fp if not inputs.full else None
+    s.execute(f"CREATE OR REPLACE TEMP TABLE __partitions AS {partition_findings_sql(inputs, facts['failed_start'], within)}")
     s.execute(f"{create} {ptable} AS SELECT CAST(NULL AS VARCHAR) AS incident_id, * FROM __partitions LIMIT 0")
     s.execute(f"DELETE FROM {ptable} WHERE incident_id = ?", [inputs.incident_id])
     s.execute(f"INSERT INTO {ptable} SELECT ?, * FROM __partitions", [inputs.incident_id])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 
 from recovery.lib.control_plane import dataset_table, dataset_table_name
 from recovery.lib.spec import DatasetSpec
@@ -16,6 +16,15 @@ class ReconcileInputs:
     watermark: datetime | None = None      # snapshot watermark; default: the source's max ingested_at
     incident_id: str = "adhoc"
     persist: bool = True                   # False: results in temp tables only (a read-only look before containment)
+    # True: the whole target (damage outside the failed generations' footprint is counted as drift);
+    # False: only the footprint (``footprint.py``): the keys the failed generations wrote and the keys
+    # held or expected in their partition range
+    full: bool = True
+    partitions: tuple[date | int | str, date | int | str] | None = None   # the incident's range (start, end)
+
+    @property
+    def scope(self) -> str:
+        return "full" if self.full else "footprint"
 
 
 def recon_table(spec: DatasetSpec, persist: bool = True) -> str:

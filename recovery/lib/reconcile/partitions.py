@@ -12,11 +12,14 @@ from datetime import datetime
 
 from recovery.lib.control_plane import SCHEMA
 from recovery.lib.identifiers import quote
+from recovery.lib.reconcile.footprint import Footprint
 from recovery.lib.reconcile.inputs import ReconcileInputs
 from recovery.lib.snapshot import str_list, ts_literal
 
 
-def partition_findings_sql(inputs: ReconcileInputs, start: datetime | None) -> str:
+def partition_findings_sql(inputs: ReconcileInputs, start: datetime | None, footprint: Footprint | None = None) -> str:
+    """One row per partition; with a ``footprint``, the partitions of its range only (their counts
+    and totals are whole: every key expected or held there is in the footprint)."""
     spec = inputs.spec
     meta = spec.target.metadata
     p, gen, wat = quote(spec.target.partition), quote(meta.generation), quote(meta.written_at)
@@ -25,15 +28,17 @@ def partition_findings_sql(inputs: ReconcileInputs, start: datetime | None) -> s
     before = f"{wat} < {ts_literal(start)}" if start else "false"
     fence = (f"(SELECT min(fenced_at) FROM {SCHEMA}.fences WHERE generation IN ({gens}))" if inputs.persist
              else "CAST(NULL AS TIMESTAMP)")  # not fenced yet: nothing can have been written after a fence
+    within = (lambda c: f" WHERE {footprint.between(c)}") if footprint else (lambda c: "")  # noqa: E731
     return f"""
     WITH tp AS (
         SELECT {p} AS p, count(*) AS actual_rows, {amount} AS actual_total,
                count(*) FILTER (WHERE {gen} IN ({gens})) AS failed_rows,
                count(*) FILTER (WHERE {gen} NOT IN ({gens}) AND {before}) AS older_rows,
                count(*) FILTER (WHERE {gen} IN ({gens}) AND {wat} > {fence}) AS written_after_fence
-        FROM {spec.target.table_name.sql()} GROUP BY 1),
-    ep AS (SELECT {p} AS p, count(*) AS expected_rows, {amount} AS expected_total FROM __e GROUP BY 1),
-    lp AS (SELECT coalesce(actual_partition, expected_partition) AS p, count(*) AS damaged_keys FROM __recon GROUP BY 1)
+        FROM {spec.target.table_name.sql()}{within(p)} GROUP BY 1),
+    ep AS (SELECT {p} AS p, count(*) AS expected_rows, {amount} AS expected_total FROM __e{within(p)} GROUP BY 1),
+    lp AS (SELECT coalesce(actual_partition, expected_partition) AS p, count(*) AS damaged_keys FROM __recon
+           {within('coalesce(actual_partition, expected_partition)')} GROUP BY 1)
     SELECT p AS partition,
            coalesce(actual_rows, 0) AS actual_rows, coalesce(expected_rows, 0) AS expected_rows,
            actual_total, expected_total,

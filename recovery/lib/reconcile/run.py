@@ -17,17 +17,21 @@ from recovery.lib.writer import retrying
 
 def run_reconciliation(
     spec: DatasetSpec, failed_generations: list[str], *, incident_id: str, out_dir: Path | None = None,
-    actor: str = "recovery", run_id: str | None = None,
+    actor: str = "recovery", run_id: str | None = None, full: bool = True, partitions: tuple | None = None,
 ) -> tuple[ReconciliationSummary, dict[str, Path]]:
     """Classify every key in one transaction, so the result is one consistent snapshot.
 
     Before containment (the target is not managed yet) responders still size the damage
     first: the classification then runs in a read-only session, its results live only in
-    temp tables and the files written, and the summary says the target was not fenced."""
+    temp tables and the files written, and the summary says the target was not fenced.
+
+    ``full=False`` reconciles the failed generations' footprint only (``footprint.py``; ``partitions``:
+    the incident's range, start and end)."""
     engine = open_engine(spec.warehouse)
     with engine.session(read_only=True) as s:
         managed = is_managed(s, spec)
-    inputs = ReconcileInputs(spec, tuple(failed_generations), incident_id=incident_id, persist=managed)
+    inputs = ReconcileInputs(spec, tuple(failed_generations), incident_id=incident_id, persist=managed, full=full,
+                             partitions=partitions)
     if not managed:
         with engine.session(read_only=True) as s:
             facts = reconcile(s, inputs)
@@ -44,9 +48,18 @@ def run_reconciliation(
             record_event(
                 s, kind="reconciliation", dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id,
                 summary=f"{summary.damaged_keys:,} damaged keys in {len(summary.damaged_partitions)} partitions "
-                f"({', '.join(f'{k} {v:,}' for k, v in summary.labels.items())})",
+                f"({', '.join(f'{k} {v:,}' for k, v in summary.labels.items())})" + _scope_note(summary),
             )
             files = write_outputs(s, inputs, summary, out_dir) if out_dir else {}
             return summary, files
 
     return retrying(txn)
+
+
+def _scope_note(summary: ReconciliationSummary) -> str:
+    """What the timeline says about the scope: a footprint run's range, a whole run's drift outside it."""
+    rng = " .. ".join(summary.footprint_range or [])
+    if summary.scope == "footprint":
+        return f"; footprint only (partitions {rng} and the failed generations' keys)"
+    drift = sum((summary.drift_outside_footprint or {}).values())
+    return f"; {drift:,} of them outside the backfill's footprint ({rng}): drift" if drift else ""

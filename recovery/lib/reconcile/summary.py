@@ -42,6 +42,13 @@ class ReconciliationSummary(BaseModel):
     # where out_of_order was read from: the failed generations' write log, or (a target
     # without one) the metadata columns of the rows each write left
     out_of_order_basis: str | None = None
+    # what was reconciled: the whole target ("full") or the failed generations' footprint ("footprint",
+    # ``footprint.py``), and the footprint's partition range (the incident's, widened to what they wrote)
+    scope: str = "full"
+    footprint_range: list[str] | None = None
+    # a whole-table run: damaged keys outside the footprint, per label (drift, not the backfill's damage;
+    # they are in ``labels`` too)
+    drift_outside_footprint: dict[str, int] | None = None
 
     @property
     def damaged_keys(self) -> int:
@@ -89,4 +96,6 @@ def summarize(s: Session, inputs: ReconcileInputs, facts: dict) -> Reconciliatio
         total_actual=sum(p.actual_total or 0 for p in parts) if spec.target.amount else None,
         basis=facts.get("basis", {}), contained=inputs.persist,
         out_of_order_basis=facts.get("out_of_order_basis"),
+        scope=inputs.scope, footprint_range=[fp.lo_text, fp.hi_text] if (fp := facts.get("footprint")) else None,
+        drift_outside_footprint=facts.get("drift_outside_footprint"),
     )
