@@ -19,8 +19,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     launcher = Launcher.for_file(args.incident)
     incident, spec = launcher.incident, launcher.spec
     out = Path(args.out).resolve() if args.out else incident.reports_dir(spec)
-    result = (launcher.run(RECONCILE, out_dir=str(out), footprint=True) if args.footprint
-              else launcher.run(RECONCILE, out_dir=str(out)))
+    result = launcher.run(RECONCILE, out_dir=str(out), footprint=bool(args.footprint))
     summary = json.loads((out / "summary.json").read_text())
     print_summary(console, summary, f"{incident.incident_id}: damage per label (reconciliation run {result.run_id[:8]})")
     console.print(f"wrote {out / 'reconciliation.parquet'} and {out / 'summary.json'}", highlight=False, soft_wrap=True)
