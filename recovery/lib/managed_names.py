@@ -90,7 +90,7 @@ def register_namespace(s: Session, m: ManagedName, ns: str, *, seq: int, actor: 
 def point_view(s: Session, m: ManagedName, ns: str) -> None:
     """(Re)create the public view over ``ns`` with its explicit column list."""
     cols = ", ".join(quote_any(c) for c, _ in s.columns(namespace_sql(ns)))
-    s.execute(f"CREATE OR REPLACE VIEW {m.public.sql()} AS SELECT {cols} FROM {namespace_sql(ns)}")
+    s.swap_pointer(m.public.sql(), f"SELECT {cols} FROM {namespace_sql(ns)}")
 
 
 def adopt_if_plain(s: Session, m: ManagedName, *, actor: str) -> str | None:

@@ -284,6 +284,10 @@ class Writer:
             in_scope = f"({key}) IN (SELECT ({key}) FROM __incoming)"
         else:
             in_scope = "false"
+        if existing_keys and mode in ("replace_partitions", "append"):
+            # before anything is written: a key the namespace keeps outside the removed rows
+            self._refuse_held_keys(s, ns_sql, generation, mode, replaced=f"t.{part} IN (SELECT p FROM __scope)"
+                                   if mode == "replace_partitions" else None)
 
         # delta log: rows removed and not re-inserted by this write (stamped with this write's
         # generation and time; a tombstone carries its own version), then rows inserted
@@ -295,39 +299,28 @@ class Writer:
                 for c in cols
             )
 
+        # the changes themselves are engine primitives (Session.replace_rows), not DML text
+        log_cols = cols + ["_delta_seq", "_delta_op", "_delta_namespace"]
         if not log_delta:
             pass
         elif mode == "delete_keys":
             # every tombstone is logged, held here or not: a repair generation may hold the key
             # even where this namespace lost it, and the replay must still delete it there
             join = " AND ".join(f"t.{quote(k)} = i.{quote(k)}" for k in self.spec.key)
-            s.execute(
-                f"INSERT INTO {delta} ({all_cols}, _delta_seq, _delta_op, _delta_namespace) "
-                f"SELECT {removed('i', key_from='i')}, ?, 'delete', ? FROM __incoming AS i LEFT JOIN {ns_sql} AS t ON {join}",
-                removal_params + [seq, ns],
-            )
+            s.replace_rows(delta, log_cols, params=removal_params + [seq, ns], insert=(
+                f"SELECT {removed('i', key_from='i')}, ?, 'delete', ? FROM __incoming AS i LEFT JOIN {ns_sql} AS t ON {join}"))
         elif mode != "append":
-            s.execute(
-                f"INSERT INTO {delta} ({all_cols}, _delta_seq, _delta_op, _delta_namespace) "
+            s.replace_rows(delta, log_cols, params=removal_params + [seq, ns], insert=(
                 f"SELECT {removed('t')}, ?, 'delete', ? FROM {ns_sql} AS t WHERE {in_scope} "
-                f"AND ({key}) NOT IN (SELECT ({key}) FROM __incoming)",
-                removal_params + [seq, ns],
-            )
-        deleted = int(s.scalar(f"SELECT count(*) FROM {ns_sql} WHERE {in_scope}") or 0)
-        if mode != "append":
-            s.execute(f"DELETE FROM {ns_sql} WHERE {in_scope}")
-        if existing_keys and mode in ("replace_partitions", "append"):
-            self._refuse_held_keys(s, ns_sql, generation, mode)
-        inserted = 0
-        if mode != "delete_keys":
-            s.execute(f"INSERT INTO {ns_sql} ({all_cols}) SELECT {stamped} FROM __incoming AS i", stamp_params)
-            inserted = int(s.scalar("SELECT count(*) FROM __incoming") or 0)
+                f"AND ({key}) NOT IN (SELECT ({key}) FROM __incoming)"))
+        deleted = int(s.scalar(f"SELECT count(*) FROM {ns_sql} WHERE {in_scope}") or 0) if mode != "append" else 0
+        s.replace_rows(ns_sql, cols, params=stamp_params,
+                       remove=in_scope if mode != "append" else None,
+                       insert=f"SELECT {stamped} FROM __incoming AS i" if mode != "delete_keys" else None)
+        inserted = int(s.scalar("SELECT count(*) FROM __incoming") or 0) if mode != "delete_keys" else 0
         if mode != "delete_keys" and log_delta:
-            s.execute(
-                f"INSERT INTO {delta} ({all_cols}, _delta_seq, _delta_op, _delta_namespace) "
-                f"SELECT {stamped}, ?, 'upsert', ? FROM __incoming AS i",
-                stamp_params + [seq, ns],
-            )
+            s.replace_rows(delta, log_cols, params=stamp_params + [seq, ns],
+                           insert=f"SELECT {stamped}, ?, 'upsert', ? FROM __incoming AS i")
         touched = [r[0] for r in s.fetchall(
             f"SELECT DISTINCT CAST(p AS VARCHAR) FROM (SELECT {part} AS p FROM __incoming "
             + ("UNION SELECT p FROM __scope" if mode == "replace_partitions" else "")
@@ -341,15 +334,17 @@ class Writer:
         s.execute("DROP TABLE IF EXISTS __scope")
         return WriteResult(seq, generation, ns, mode, inserted, deleted, tuple(touched))
 
-    def _refuse_held_keys(self, s: Session, ns_sql: str, generation: str, mode: str) -> None:
-        """Refuse (inside the write's transaction) incoming keys the namespace still holds once
-        the replaced partitions are gone: inserting them would leave two rows for one key."""
+    def _refuse_held_keys(self, s: Session, ns_sql: str, generation: str, mode: str, *, replaced: str | None) -> None:
+        """Refuse (inside the write's transaction, before it changes anything) incoming keys the
+        namespace keeps once the replaced partitions (``replaced``: the predicate on its rows ``t`` that
+        the write removes; None for an append) are gone: inserting them would leave two rows for one key."""
         key = quote_all(self.spec.key)
         # an inner join, so the engine builds its hash table on the smaller side (the batch, not the table);
         # rows of a fenced generation are known damage the repair removes: normal ingestion keeps running
         gen = quote(self.meta.generation)
-        held = (f"SELECT DISTINCT {key} FROM __incoming JOIN {ns_sql} AS t USING ({key}) WHERE t.{gen} IS NULL OR t.{gen} "
-                f"NOT IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL)")
+        outside = f"NOT coalesce({replaced}, false) AND " if replaced else ""
+        held = (f"SELECT DISTINCT {key} FROM __incoming JOIN {ns_sql} AS t USING ({key}) WHERE {outside}(t.{gen} IS NULL OR t.{gen} "
+                f"NOT IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL))")
         clash = s.fetchone(f"{held} LIMIT 1")
         if clash is None:
             return

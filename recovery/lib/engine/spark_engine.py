@@ -319,6 +319,39 @@ class SparkWarehouseSession(Session):
         self.new_dirs.append(str(path))
         return str(path)
 
+    # ---- write primitives --------------------------------------------------------------
+    def replace_rows(self, table_sql: str, columns: Sequence[str], *, remove: str | None = None,
+                     insert: str | None = None, params: Sequence[Any] | None = None) -> None:
+        """One new version of a Spark relation: the rows kept (rewritten only when some are removed)
+        and the rows added, each a directory, staged as one catalog change. A control-plane table
+        takes the control store's statements."""
+        t = exp.to_table(table_sql, dialect="duckdb")
+        if not self._on_spark(t):
+            super().replace_rows(table_sql, columns, remove=remove, insert=insert, params=params)
+            return
+        schema, name, key = t.db, t.name, full_name(t.db, t.name)
+        obj = self._relation(schema, name, key)
+        dirs = list(obj.dirs)
+        if remove is not None:
+            kept = parse(f"SELECT * FROM {table_sql} WHERE NOT coalesce(({remove}), false)")
+            self._bind_variables(kept)
+            dirs = [self._write_dir(self._aligned(self._df(kept), obj, None), schema, name)]
+        if insert is not None:
+            query = parse(bind(insert, params))
+            self._bind_variables(query)
+            dirs.append(self._write_dir(self._aligned(self._df(query), obj, list(columns)), schema, name))
+        self._stage(key, SparkObject("table", dirs, obj.schema_json))
+
+    def swap_pointer(self, view_sql: str, select_sql: str) -> None:
+        """A view over a Spark namespace is a catalog row (its SQL), resolved before it is staged."""
+        t = exp.to_table(view_sql, dialect="duckdb")
+        query = parse(select_sql)
+        if not t.db or not (self._on_spark(t) or self._touches_spark(query)):
+            super().swap_pointer(view_sql, select_sql)
+            return
+        self._df(query).schema  # analyse now: a view that cannot resolve is refused here
+        self._stage(full_name(t.db, t.name), SparkObject("view", view_sql=query.sql("duckdb")))
+
     # ---- Session ----------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
         self._run(sql, params)

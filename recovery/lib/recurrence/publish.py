@@ -159,9 +159,9 @@ def publish_backfill(writer: Writer, backfill_id: str, *, actor: str = "guarded_
                     return {"published": False, "reason": f"gate {gate.gate} failed at publish: {gate.details}", "recheck": gate}
             _, outside = _since_seed(s, spec, rec)
             if outside:   # ingestion wrote partitions outside the range since the seed: carry them over as they are now
-                where = in_partitions(spec, outside)
-                s.execute(f"DELETE FROM {namespace_sql(rec.built_namespace)} WHERE {where}")
-                s.execute(f"INSERT INTO {namespace_sql(rec.built_namespace)} SELECT * FROM {namespace_sql(rec.from_namespace)} WHERE {where}")
+                where, built = in_partitions(spec, outside), namespace_sql(rec.built_namespace)
+                s.replace_rows(built, [c for c, _ in s.columns(built)], remove=where,
+                               insert=f"SELECT * FROM {namespace_sql(rec.from_namespace)} WHERE {where}")
             move_pointer(s, spec, rec.built_namespace, actor=actor, reason=f"publish guarded backfill {backfill_id}")
             s.execute(f"UPDATE {BACKFILLS} SET status = 'published', published_seq = ? WHERE backfill_id = ?", [seq, backfill_id])
             s.execute(f"UPDATE {SCHEMA}.generations SET status = 'published', ended_at = ? WHERE generation = ?",
