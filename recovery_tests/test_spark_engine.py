@@ -22,7 +22,7 @@ from rich.console import Console
 from recovery.cli import main as cli
 from recovery.launch.recover import run_recovery
 from recovery.lib.engine import open_engine
-from recovery.lib.engine.spark_engine import CATALOG, SparkEngine
+from recovery.lib.engine.spark_engine import CATALOG, SparkEngine, SparkWarehouseSession
 from recovery.lib.errors import FencedGenerationError
 from recovery.lib.incident import check_incident, parse_incident
 from recovery.lib.spec import parse_spec
@@ -187,3 +187,32 @@ def test_a_spark_transaction_that_fails_leaves_no_version_behind(tmp_path: Path)
     on_disk = {str(p) for p in (tmp_path / "data" / "raw" / "t").iterdir()}
     assert set(committed) <= on_disk
     assert on_disk == before, "the rolled-back DELETE and INSERT left staged versions on disk"
+
+
+def test_the_write_primitives_are_native_on_spark_one_version_per_change(tmp_path: Path, monkeypatch):
+    """The writer's change and the pointer move reach Spark as primitives (ADR 0001), not as DuckDB
+    DML parsed back: same rows as on DuckDB (``recovery_tests/lib/engine``), one catalog version."""
+    engine = SparkEngine(str(tmp_path / "control.duckdb"), str(tmp_path / "data"))
+    with engine.transaction() as s:
+        s.execute("CREATE TABLE raw.t (k INTEGER, p VARCHAR, v VARCHAR)")
+        s.execute("INSERT INTO raw.t VALUES (1, 'a', 'x'), (2, 'a', 'y'), (3, 'b', 'z'), (4, NULL, 'n')")
+
+    def parsed_back(*_args, **_kwargs):
+        raise AssertionError("a write primitive went through the DML parser")
+
+    for handler in ("_spark_delete", "_spark_insert", "_spark_create_view"):
+        monkeypatch.setattr(SparkWarehouseSession, handler, parsed_back)
+    with engine.transaction() as s:
+        s.replace_rows("raw.t", ["v", "k", "p"], remove="p = 'a'", insert="SELECT ?, 5, 'a'", params=["new"])
+        s.swap_pointer("raw.pub", "SELECT k, v FROM raw.t")
+    with engine.session(read_only=True) as s:
+        assert s.fetchall("SELECT k, p, v FROM raw.t ORDER BY k") == [(3, "b", "z"), (4, None, "n"), (5, "a", "new")]
+        assert s.fetchall("SELECT v FROM raw.pub ORDER BY k") == [("z",), ("n",), ("new",)]
+        replaced = s.scalar(f"SELECT dirs FROM {CATALOG} WHERE name = 'raw.t'")
+    assert len(replaced) == 2  # the kept rows and the added rows, committed as one catalog change
+    with engine.transaction() as s:  # an append rewrites nothing: the version keeps its directories
+        s.replace_rows("raw.t", ["k", "p", "v"], insert="SELECT 9, 'c', 'w'")
+    with engine.session(read_only=True) as s:
+        appended = s.scalar(f"SELECT dirs FROM {CATALOG} WHERE name = 'raw.t'")
+        assert s.scalar("SELECT count(*) FROM raw.pub") == 4
+    assert appended[:2] == replaced and len(appended) == 3
