@@ -96,7 +96,11 @@ def test_no_row_of_a_fenced_generation_lands_while_its_real_backfill_is_in_fligh
                     return g
             return None
 
+        def rest_finished() -> bool:
+            return all(backfill_finished(instance, backfills[g]) for g in gens if g not in figures)
+
         reports = {}
+        finished_first: list[str] = []   # backfills that ran to the end while another was being contained
         with Daemon() as daemon:
             while len(figures) < len(gens):
                 started = time.monotonic()
@@ -104,10 +108,13 @@ def test_no_row_of_a_fenced_generation_lands_while_its_real_backfill_is_in_fligh
 
                 def seen() -> bool:
                     found[0] = in_flight()
-                    return found[0] is not None
+                    return found[0] is not None or rest_finished()
 
                 daemon.wait_until(seen, timeout_s=300)
                 g, waited = found[0], time.monotonic() - started
+                if g is None:   # on a loaded machine the queue can finish a backfill during the last containment
+                    finished_first = [x for x in gens if x not in figures]
+                    break
                 incident = f"INC-RACE-{len(figures)}"
                 result = run_job(code_location, CONTAIN_JOB, instance, run_config={"ops": {"validate_incident": {"config": {
                     "incident_id": incident, "failed_generations": [g], "requested_by": "race-test"}}}})
@@ -142,7 +149,9 @@ def test_no_row_of_a_fenced_generation_lands_while_its_real_backfill_is_in_fligh
                        retries_after_fence=[r.dagster_run.run_id for r in retries if naive_utc(r.create_timestamp) > fenced_at],
                        terminate_events_match=terminate_events == {r.run_id for r in stopped})
 
-    summary = f"{len(figures)} race iterations ({timing}): {list(figures.values())}"
+    summary = (f"{len(figures)} race iterations ({timing}; finished before containment reached them: "
+               f"{finished_first}): {list(figures.values())}")
+    assert figures, summary   # at least the first backfill is contained while it runs
     for fig in figures.values():
         assert fig["writes_before_fence"] > 0, summary          # the race was real: rows landed before the fence
         assert fig["writes_after_fence"] == 0, summary          # and none after it
