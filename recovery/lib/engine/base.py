@@ -65,8 +65,15 @@ class Session(ABC):
         """'table', 'view' or None."""
 
     # ---- write primitives (ADR 0001): what a phase asks for, each engine doing it natively ----
-    def replace_rows(self, table_sql: str, columns: Sequence[str], *, remove: str | None = None,
-                     insert: str | None = None, params: Sequence[Any] | None = None) -> None:
+    def replace_rows(
+        self,
+        table_sql: str,
+        columns: Sequence[str],
+        *,
+        remove: str | None = None,
+        insert: str | None = None,
+        params: Sequence[Any] | None = None,
+    ) -> None:
         """One change to a table: drop the rows the predicate ``remove`` matches, then add the rows of
         the SELECT ``insert`` (``params`` are its parameters), which gives ``columns`` in order.
 
