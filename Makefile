@@ -8,7 +8,7 @@ LOCK_VENV ?= .tmp-lock-venv
 DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export DAGSTER_HOME
 
-.PHONY: run test test-fast lint typecheck ui lock bench fuzz clean dagster-home
+.PHONY: run test test-fast lint format typecheck ui lock bench fuzz clean dagster-home
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -30,9 +30,15 @@ test: $(STAMP) dagster-home lint typecheck
 	$(VENV)/bin/python -m pytest -n 2 --dist loadscope --timeout=900 --durations=30 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-# Lint (ruff, the rules in pyproject.toml): part of make test, so of CI.
+# Lint and format check (ruff, the rules in pyproject.toml): part of make test, so of CI.
+# `make format` rewrites the files the check would refuse.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check recovery recovery_tests bench
+	$(VENV)/bin/ruff format --check recovery recovery_tests bench
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format recovery recovery_tests bench
+	$(VENV)/bin/ruff check --fix recovery recovery_tests bench
 
 # Type check (mypy, [tool.mypy] in pyproject.toml: the recovery package): part of make test, so of CI.
 typecheck: $(STAMP)
