@@ -26,8 +26,11 @@ run: $(STAMP) dagster-home
 
 # pytest exits 5 when it collects no tests: treat that as a failure as well. --dist loadscope sends each
 # module to one worker, so a module fixture (a recovery through Dagster, a Spark session) is built once.
+# Three workers on two cores: about half of the suite's wall time is waiting (Dagster run processes
+# starting, daemon ticks, sensors), so a third worker fills it. TEST_WORKERS overrides.
+TEST_WORKERS ?= 3
 test: $(STAMP) dagster-home lint typecheck
-	$(VENV)/bin/python -m pytest -n 2 --dist loadscope --timeout=900 --durations=30 $(PYTEST_ARGS); rc=$$?; \
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadscope --timeout=900 --durations=30 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # Lint and format check (ruff, the rules in pyproject.toml): part of make test, so of CI.
