@@ -5,8 +5,13 @@ import sys
 
 from bench import fuzz_bench, kill_bench, reconcile_bench, recover_bench, share_bench
 
-BENCHES = {"reconcile": reconcile_bench.main, "recover": recover_bench.main, "fuzz": fuzz_bench.main,
-           "share": share_bench.main, "kill": kill_bench.main}
+BENCHES = {
+    "reconcile": reconcile_bench.main,
+    "recover": recover_bench.main,
+    "fuzz": fuzz_bench.main,
+    "share": share_bench.main,
+    "kill": kill_bench.main,
+}
 
 if __name__ == "__main__":
     name = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else "reconcile"

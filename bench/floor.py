@@ -45,7 +45,7 @@ def floor_sql(spec: DatasetSpec, failed_generations: list[str], columns: list[st
         QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {q(src.version)} DESC) = 1),
     live AS (SELECT * FROM latest WHERE {q(src.op)} NOT IN ({deletes})),
     e AS (SELECT x.*, s.{q(src.version)} AS {sv}
-          FROM ({render(spec.transform_sql, source='SELECT * FROM live')}) x JOIN live s USING ({key})),
+          FROM ({render(spec.transform_sql, source="SELECT * FROM live")}) x JOIN live s USING ({key})),
     t AS (SELECT *, count(*) OVER (PARTITION BY {key}) AS __n FROM {spec.target.table_name.sql()}),
     d AS (SELECT {key}, t.__n, e.{sv} AS __esv, t.{sv} AS __tsv, t.{gen} AS __gen,
                  CASE

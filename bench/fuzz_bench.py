@@ -24,16 +24,26 @@ def fuzz(kind: str, cases: int, seed: int) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"fuzz-{kind}-") as tmp:
         target = FuzzTarget(build_fuzz_dataset(Path(tmp) / "ds"), kind)
 
-        @settings(max_examples=cases, deadline=None, database=None, phases=[Phase.generate],
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=cases,
+            deadline=None,
+            database=None,
+            phases=[Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
         @given(mutated_document(target.base()))
         def run(data: bytes) -> None:
             target.validate(data)
 
         t0 = time.perf_counter()
         hypothesis_seed(seed)(run)()
-        return {"kind": kind, "seconds": round(time.perf_counter() - t0, 1), **target.tally.summary(),
-                "first_uncaught": target.tally.uncaught[:3], "first_writes": target.tally.writes[:3]}
+        return {
+            "kind": kind,
+            "seconds": round(time.perf_counter() - t0, 1),
+            **target.tally.summary(),
+            "first_uncaught": target.tally.uncaught[:3],
+            "first_writes": target.tally.writes[:3],
+        }
 
 
 def main(argv: list[str]) -> int:
@@ -50,13 +60,24 @@ def main(argv: list[str]) -> int:
         t.add_column(col, justify="left" if col == "kind" else "right")
     for r in results:
         errors = sum(n for k, n in r["outcomes"].items() if k.startswith("SpecError"))
-        t.add_row(r["kind"], f"{r['cases']:,}", f"{r['outcomes'].get('valid', 0):,}", f"{errors:,}", str(r["uncaught"]),
-                  str(r["multi_line_errors"]), str(r["writes"]), str(r["seconds"]))
+        t.add_row(
+            r["kind"],
+            f"{r['cases']:,}",
+            f"{r['outcomes'].get('valid', 0):,}",
+            f"{errors:,}",
+            str(r["uncaught"]),
+            str(r["multi_line_errors"]),
+            str(r["writes"]),
+            str(r["seconds"]),
+        )
     console.print(t)
     for r in results:
         for u in r["first_uncaught"]:
             console.print(f"[red]uncaught ({r['kind']}):[/] {u}", highlight=False)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
-    ok = all(r["cases"] >= args.cases and not r["uncaught"] and not r["multi_line_errors"] and not r["writes"] for r in results)
+    ok = all(
+        r["cases"] >= args.cases and not r["uncaught"] and not r["multi_line_errors"] and not r["writes"]
+        for r in results
+    )
     return 0 if ok else 1

@@ -32,9 +32,14 @@ def main(argv: list[str]) -> int:
     figures, problems = {}, []
     for phase, trials in results.items():
         killed = [x for x in trials if x.killed]
-        row = {"trials": len(trials), "killed": len(killed), "old": sum(x.left == "old" for x in killed),
-               "new": sum(x.left == "new" for x in killed), "between": sum(x.left == "between" for x in killed),
-               "problems": sum(len(x.problems) for x in trials)}
+        row = {
+            "trials": len(trials),
+            "killed": len(killed),
+            "old": sum(x.left == "old" for x in killed),
+            "new": sum(x.left == "new" for x in killed),
+            "between": sum(x.left == "between" for x in killed),
+            "problems": sum(len(x.problems) for x in trials),
+        }
         figures[phase] = row
         problems += [f"{phase} after {x.delay_s:.3f}s: {p}" for x in trials for p in x.problems]
         t.add_row(phase, *(str(row[k]) for k in ("trials", "killed", "old", "new", "between", "problems")))

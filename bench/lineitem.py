@@ -36,16 +36,16 @@ from pathlib import Path
 
 import yaml
 
-LINEITEM_SF1 = 6_001_215          # lineitem rows at scale factor 1
+LINEITEM_SF1 = 6_001_215  # lineitem rows at scale factor 1
 DATASET = "lineitem"
 FAILED = "bf-lineitem"
 INCIDENT = "INC-LINEITEM"
 SOURCE = "raw.lineitem_changes"
 TARGET = "mart.lineitem"
-MONTHS = [f"1995-{m:02d}-01" for m in range(1, 9)]      # the backfill's range: 8 of the ~84 months
+MONTHS = [f"1995-{m:02d}-01" for m in range(1, 9)]  # the backfill's range: 8 of the ~84 months
 T0 = datetime(2025, 1, 1)
 BF_START = datetime(2025, 1, 15)
-BF_SNAPSHOT = datetime(2025, 1, 11)                      # the outdated snapshot the backfill read
+BF_SNAPSHOT = datetime(2025, 1, 11)  # the outdated snapshot the backfill read
 
 TRANSFORM = """\
 -- one row per live line item: net amount with discount and tax, filed by ship month
@@ -75,8 +75,13 @@ def spec_doc(memory_limit: str | None) -> dict:
     return {
         "dataset": DATASET,
         "warehouse": wh,
-        "source": {"table": SOURCE, "key": ["l_orderkey", "l_linenumber"], "version": "version", "op": "op",
-                   "ingested_at": "ingested_at"},
+        "source": {
+            "table": SOURCE,
+            "key": ["l_orderkey", "l_linenumber"],
+            "version": "version",
+            "op": "op",
+            "ingested_at": "ingested_at",
+        },
         "target": {"table": TARGET, "partition": "ship_month", "transform": "lineitem.sql", "amount": "net_amount"},
     }
 
@@ -91,8 +96,11 @@ def generate_lineitem(rows: int, cache: Path) -> Path:
         if not exe.exists():
             raise SystemExit("tpchgen-cli is not installed: pip install -c constraints.txt -e '.[bench]'")
         shutil.rmtree(out, ignore_errors=True)
-        subprocess.run([str(exe), "parquet", "-s", f"{sf:g}", "--tables", "lineitem", "-o", str(out)], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [str(exe), "parquet", "-s", f"{sf:g}", "--tables", "lineitem", "-o", str(out)],
+            check=True,
+            capture_output=True,
+        )
     return path
 
 
@@ -125,23 +133,31 @@ def _backfill_rows(spec, month: str, i: int) -> list[tuple[str, str]]:
     from recovery.lib.snapshot import expected_rows_sql, ts_literal
 
     def snap(rank: int) -> str:
-        return (f"SELECT * EXCLUDE (__rn) FROM (SELECT *, row_number() OVER (PARTITION BY l_orderkey, l_linenumber "
-                f"ORDER BY version DESC) AS __rn FROM {SOURCE} WHERE op = 'upsert' AND ingested_at <= "
-                f"{ts_literal(BF_SNAPSHOT)}) WHERE __rn = {rank}")
+        return (
+            f"SELECT * EXCLUDE (__rn) FROM (SELECT *, row_number() OVER (PARTITION BY l_orderkey, l_linenumber "
+            f"ORDER BY version DESC) AS __rn FROM {SOURCE} WHERE op = 'upsert' AND ingested_at <= "
+            f"{ts_literal(BF_SNAPSHOT)}) WHERE __rn = {rank}"
+        )
 
     bucket = "(l_orderkey * 31 + l_linenumber) % 1000 % 100"
     rows = f"SELECT * FROM ({expected_rows_sql(spec, None, source_relation=snap(1))}) WHERE ship_month = DATE '{month}'"
     if i == 1:
-        rows = (f"SELECT * REPLACE (CASE WHEN {bucket} BETWEEN 20 AND 39 THEN CAST(round(l_extendedprice * (1 - l_discount), 2) "
-                f"AS DECIMAL(15, 2)) ELSE net_amount END AS net_amount) FROM ({rows})")
+        rows = (
+            f"SELECT * REPLACE (CASE WHEN {bucket} BETWEEN 20 AND 39 THEN CAST(round(l_extendedprice * (1 - l_discount), 2) "
+            f"AS DECIMAL(15, 2)) ELSE net_amount END AS net_amount) FROM ({rows})"
+        )
     if i == 2:
         rows = f"SELECT * FROM ({rows}) WHERE {bucket} NOT BETWEEN 40 AND 42"
     if i == 7:
-        rows = (f"SELECT * REPLACE (CASE WHEN {bucket} BETWEEN 45 AND 47 THEN CAST(ship_month + INTERVAL 1 MONTH AS DATE) "
-                f"ELSE ship_month END AS ship_month) FROM ({rows})")
+        rows = (
+            f"SELECT * REPLACE (CASE WHEN {bucket} BETWEEN 45 AND 47 THEN CAST(ship_month + INTERVAL 1 MONTH AS DATE) "
+            f"ELSE ship_month END AS ship_month) FROM ({rows})"
+        )
     if i == 6:
-        rows = (f"SELECT * FROM ({rows}) UNION ALL SELECT * REPLACE (-l_orderkey AS l_orderkey) FROM ({rows}) "
-                f"WHERE {bucket} = 50 AND l_linenumber = 1")
+        rows = (
+            f"SELECT * FROM ({rows}) UNION ALL SELECT * REPLACE (-l_orderkey AS l_orderkey) FROM ({rows}) "
+            f"WHERE {bucket} = 50 AND l_linenumber = 1"
+        )
     writes = [("replace_partitions", rows)]
     if i == 3:
         writes.append(("append", f"SELECT * FROM ({rows}) WHERE {bucket} IN (43, 44)"))
@@ -178,10 +194,19 @@ def build(root: Path, rows: int, *, memory_limit: str | None = "3GB", cache: Pat
         con.close()
     (root / "lineitem.sql").write_text(TRANSFORM)
     spec_path.write_text(yaml.safe_dump(spec_doc(memory_limit), sort_keys=False))
-    (root / "incident.yaml").write_text(yaml.safe_dump({
-        "incident_id": INCIDENT, "spec": "spec.yaml", "failed_generations": [FAILED],
-        "partitions": {"start": MONTHS[0], "end": MONTHS[-1]}, "requested_by": "bench", "approved_by": ["bench"]},
-        sort_keys=False))
+    (root / "incident.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "incident_id": INCIDENT,
+                "spec": "spec.yaml",
+                "failed_generations": [FAILED],
+                "partitions": {"start": MONTHS[0], "end": MONTHS[-1]},
+                "requested_by": "bench",
+                "approved_by": ["bench"],
+            },
+            sort_keys=False,
+        )
+    )
     spec = load_spec(spec_path)
     writer = Writer(open_engine(spec.warehouse), spec, actor="bench")
     writer.ensure()
@@ -194,14 +219,23 @@ def build(root: Path, rows: int, *, memory_limit: str | None = "3GB", cache: Pat
 
     for n, until in enumerate([T0 + 10 * day, T0 + 11 * day, T0 + 12 * day, T0 + 13 * day], start=1):
         ingest(n, until)
-    writer.register_generation(FAILED, "backfill", started_at=BF_START, source_watermark=BF_SNAPSHOT, note="history backfill")
+    writer.register_generation(
+        FAILED, "backfill", started_at=BF_START, source_watermark=BF_SNAPSHOT, note="history backfill"
+    )
     for i, month in enumerate(MONTHS):
         at = BF_START + timedelta(minutes=30 * (i + 1))
-        if i == 4:   # the incremental load that runs meanwhile: the concurrent updates and the late lines
+        if i == 4:  # the incremental load that runs meanwhile: the concurrent updates and the late lines
             ingest(5, BF_START + timedelta(hours=2))
         for mode, sql in _backfill_rows(spec, month, i):
-            writer.write(FAILED, sql, mode=mode, at=at, partitions=[month] if mode == "replace_partitions" else None,
-                         note=f"{month} {mode}", allow_duplicate_keys=True)   # the faulty backfill's damage
+            writer.write(
+                FAILED,
+                sql,
+                mode=mode,
+                at=at,
+                partitions=[month] if mode == "replace_partitions" else None,
+                note=f"{month} {mode}",
+                allow_duplicate_keys=True,
+            )  # the faulty backfill's damage
     writer.set_status(FAILED, "failed", ended_at=BF_START + timedelta(hours=5))
     with open_engine(spec.warehouse).session() as s:
         s.execute("CHECKPOINT")

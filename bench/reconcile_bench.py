@@ -66,8 +66,12 @@ def build_example(events: int, console: Console, memory_limit: str) -> Path:
 
         t0 = time.perf_counter()
         with dg.DagsterInstance.get() as instance:
-            result = build_failed_backfill(spec_path, instance=instance, defs=defs(), events=events, console=console, truth=False)
-        (root / "built.json").write_text(json.dumps({"events": events, "build_s": time.perf_counter() - t0, "counts": result.counts}))
+            result = build_failed_backfill(
+                spec_path, instance=instance, defs=defs(), events=events, console=console, truth=False
+            )
+        (root / "built.json").write_text(
+            json.dumps({"events": events, "build_s": time.perf_counter() - t0, "counts": result.counts})
+        )
     return spec_path
 
 
@@ -79,7 +83,8 @@ def disagreements(recon: Path, floor: Path, key: list[str]) -> list[tuple[str, s
         return con.execute(
             f"SELECT coalesce(p.label, '-'), coalesce(f.label, '-'), count(*) FROM read_parquet('{recon}') p "
             f"FULL OUTER JOIN read_parquet('{floor}') f USING ({using}) WHERE p.label IS DISTINCT FROM f.label "
-            f"GROUP BY ALL ORDER BY 3 DESC").fetchall()
+            f"GROUP BY ALL ORDER BY 3 DESC"
+        ).fetchall()
     finally:
         con.close()
 
@@ -93,9 +98,11 @@ def footprint_disagreements(footprint: Path, floor: Path, key: list[str]) -> tup
         bad = con.execute(
             f"SELECT p.label, coalesce(f.label, '-'), count(*) FROM read_parquet('{footprint}') p "
             f"LEFT JOIN read_parquet('{floor}') f USING ({using}) WHERE p.label IS DISTINCT FROM f.label "
-            f"GROUP BY ALL ORDER BY 3 DESC").fetchall()
-        outside = con.execute(f"SELECT count(*) FROM read_parquet('{floor}') f ANTI JOIN read_parquet('{footprint}') p "
-                              f"USING ({using})").fetchone()
+            f"GROUP BY ALL ORDER BY 3 DESC"
+        ).fetchall()
+        outside = con.execute(
+            f"SELECT count(*) FROM read_parquet('{floor}') f ANTI JOIN read_parquet('{footprint}') p USING ({using})"
+        ).fetchone()
         return bad, int(outside[0]) if outside else 0
     finally:
         con.close()
@@ -109,8 +116,16 @@ def median(runs: list[dict]) -> dict:
     return sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
 
 
-def measure(name: str, spec_path: Path, failed: str, peers: list[str], repeat: int, work: Path, console: Console,
-            footprint: bool = False) -> dict:
+def measure(
+    name: str,
+    spec_path: Path,
+    failed: str,
+    peers: list[str],
+    repeat: int,
+    work: Path,
+    console: Console,
+    footprint: bool = False,
+) -> dict:
     """``repeat`` rounds of every step, alternating the order; the floor checked against the package each round.
     ``footprint``: also the package's footprint reconciliation, whose labels must be the floor's on every
     footprint key, the floor's other keys being exactly the whole run's drift outside the footprint."""
@@ -131,20 +146,31 @@ def measure(name: str, spec_path: Path, failed: str, peers: list[str], repeat: i
         bad = disagreements(work / "recon.parquet", work / "floor.parquet", spec.key)
         if bad:
             for p, f, n in bad:
-                console.print(f"[red]floor disagrees[/] on {n:,} keys of {name}: package {p!r}, floor {f!r}", highlight=False)
+                console.print(
+                    f"[red]floor disagrees[/] on {n:,} keys of {name}: package {p!r}, floor {f!r}", highlight=False
+                )
             raise FloorDisagrees(f"{name}: " + ", ".join(f"package {p} vs floor {f} ({n:,} keys)" for p, f, n in bad))
         if footprint:
             bad, outside = footprint_disagreements(work / "footprint.parquet", work / "floor.parquet", spec.key)
             drift = runs["recon"][-1]["drift_outside_footprint"]
             if bad or outside != drift:
                 for p, f, n in bad:
-                    console.print(f"[red]footprint disagrees[/] on {n:,} keys of {name}: footprint {p!r}, floor {f!r}",
-                                  highlight=False)
-                raise FloorDisagrees(f"{name} footprint: {bad}; the floor labels {outside:,} keys outside the footprint, "
-                                     f"the whole run counts {drift:,} as drift")
+                    console.print(
+                        f"[red]footprint disagrees[/] on {n:,} keys of {name}: footprint {p!r}, floor {f!r}",
+                        highlight=False,
+                    )
+                raise FloorDisagrees(
+                    f"{name} footprint: {bad}; the floor labels {outside:,} keys outside the footprint, "
+                    f"the whole run counts {drift:,} as drift"
+                )
     med = {s: median(r) for s, r in runs.items()}
-    row = {"dataset": name, "damaged_keys": med["recon"]["damaged_keys"], "labels": med["recon"]["labels"],
-           "labels_exact": True, "rounds": repeat}
+    row = {
+        "dataset": name,
+        "damaged_keys": med["recon"]["damaged_keys"],
+        "labels": med["recon"]["labels"],
+        "labels_exact": True,
+        "rounds": repeat,
+    }
     for s, m in med.items():
         row[f"{s}_s"], row[f"{s}_peak_mb"] = m["wall_s"], m["peak_rss_mb"]
         if "differing_keys" in m:
@@ -163,7 +189,9 @@ def installed_peers(wanted: list[str], console: Console) -> list[str]:
     out = []
     for p in wanted:
         if importlib.util.find_spec(p) is None:
-            console.print(f"{p} is not installed (pip install -c constraints.txt -e '.[bench]'): left out", highlight=False)
+            console.print(
+                f"{p} is not installed (pip install -c constraints.txt -e '.[bench]'): left out", highlight=False
+            )
         else:
             out.append(p)
     return out
@@ -171,26 +199,38 @@ def installed_peers(wanted: list[str], console: Console) -> list[str]:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m bench reconcile")
-    p.add_argument("--rows", type=int, nargs="*", default=[6_000_000, 20_000_000], help="lineitem rows (TPC-H) per size")
-    p.add_argument("--example-events", type=int, nargs="*", default=[200_000], help="worked-example sizes (events); none: skip")
+    p.add_argument(
+        "--rows", type=int, nargs="*", default=[6_000_000, 20_000_000], help="lineitem rows (TPC-H) per size"
+    )
+    p.add_argument(
+        "--example-events", type=int, nargs="*", default=[200_000], help="worked-example sizes (events); none: skip"
+    )
     p.add_argument("--memory-limit", default="3GB", help="DuckDB memory_limit in every spec")
     p.add_argument("--repeat", type=int, default=3, help="rounds per dataset (alternating order); medians reported")
     p.add_argument("--peers", nargs="*", default=["reladiff", "datacompy"], help="peers on the diff part")
-    p.add_argument("--datacompy-max-rows", type=int, default=6_000_000,
-                   help="datacompy holds both tables in pandas: left out above this many rows")
+    p.add_argument(
+        "--datacompy-max-rows",
+        type=int,
+        default=6_000_000,
+        help="datacompy holds both tables in pandas: left out above this many rows",
+    )
     p.add_argument("--cache", type=Path, default=CACHE, help="built datasets (reused) and TPC-H files")
     p.add_argument("--json", type=Path, help="also write the figures here")
-    p.add_argument("--footprint", action="store_true",
-                   help="also time the package's footprint reconciliation (the backfill's ~10%% of the partitions) "
-                        "against the whole-table floor (lineitem only)")
+    p.add_argument(
+        "--footprint",
+        action="store_true",
+        help="also time the package's footprint reconciliation (the backfill's ~10%% of the partitions) "
+        "against the whole-table floor (lineitem only)",
+    )
     args = p.parse_args(argv)
     console = Console()
     if not console.is_terminal:  # piped: wide enough for the table
         console = Console(width=170)
     peers = installed_peers(args.peers, console)
     rows: list[dict] = []
-    datasets = [(f"lineitem {n:,}", n, "lineitem") for n in args.rows] + [(f"example {n:,} events", n, "example")
-                                                                           for n in args.example_events]
+    datasets = [(f"lineitem {n:,}", n, "lineitem") for n in args.rows] + [
+        (f"example {n:,} events", n, "example") for n in args.example_events
+    ]
     try:
         for name, n, kind in datasets:
             console.rule(name)
@@ -202,8 +242,16 @@ def main(argv: list[str]) -> int:
             else:
                 spec_path, failed = build_example(n, console, args.memory_limit), EXAMPLE_FAILED
             use = [x for x in peers if not (x == "datacompy" and n > args.datacompy_max_rows)]
-            row = measure(name, spec_path, failed, use, args.repeat, spec_path.parent / "bench-runs", console,
-                          footprint=args.footprint and kind == "lineitem")
+            row = measure(
+                name,
+                spec_path,
+                failed,
+                use,
+                args.repeat,
+                spec_path.parent / "bench-runs",
+                console,
+                footprint=args.footprint and kind == "lineitem",
+            )
             row["rows"] = n
             rows.append(row)
     except FloorDisagrees as err:
@@ -216,14 +264,35 @@ def main(argv: list[str]) -> int:
 
 
 def print_table(console: Console, rows: list[dict], args) -> None:
-    t = Table(title=f"Reconciliation vs the single-query floor vs peers: medians of {args.repeat} alternating rounds, "
-                    f"fresh processes (DuckDB memory_limit {args.memory_limit}, {os.cpu_count()} cores)")
-    for col in ("dataset", "damaged keys", "package s / MB", "floor s / MB", "ratio", "labels", "footprint s / MB",
-                "footprint ratio", "reladiff s / MB", "datacompy s / MB"):
+    t = Table(
+        title=f"Reconciliation vs the single-query floor vs peers: medians of {args.repeat} alternating rounds, "
+        f"fresh processes (DuckDB memory_limit {args.memory_limit}, {os.cpu_count()} cores)"
+    )
+    for col in (
+        "dataset",
+        "damaged keys",
+        "package s / MB",
+        "floor s / MB",
+        "ratio",
+        "labels",
+        "footprint s / MB",
+        "footprint ratio",
+        "reladiff s / MB",
+        "datacompy s / MB",
+    ):
         t.add_column(col, justify="right")
     fig = lambda r, s: f"{r[s + '_s']:.1f} / {r[s + '_peak_mb']:,.0f}" if f"{s}_s" in r else "-"  # noqa: E731
     for r in rows:
-        t.add_row(r["dataset"], f"{r['damaged_keys']:,}", fig(r, "recon"), fig(r, "floor"), f"{r['ratio']:.2f}",
-                  "exact" if r["labels_exact"] else "DIFFER", fig(r, "footprint"),
-                  f"{r['footprint_ratio']:.2f}" if "footprint_ratio" in r else "-", fig(r, "reladiff"), fig(r, "datacompy"))
+        t.add_row(
+            r["dataset"],
+            f"{r['damaged_keys']:,}",
+            fig(r, "recon"),
+            fig(r, "floor"),
+            f"{r['ratio']:.2f}",
+            "exact" if r["labels_exact"] else "DIFFER",
+            fig(r, "footprint"),
+            f"{r['footprint_ratio']:.2f}" if "footprint_ratio" in r else "-",
+            fig(r, "reladiff"),
+            fig(r, "datacompy"),
+        )
     console.print(t)

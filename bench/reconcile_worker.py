@@ -41,7 +41,9 @@ def prepare_peers(spec) -> None:
     with open_engine(spec.warehouse).session() as s:
         cols = ", ".join(quote(c) for c in payload_columns(s, spec))
         s.execute(f"CREATE SCHEMA IF NOT EXISTS {PEER_SCHEMA}")
-        s.execute(f"CREATE OR REPLACE VIEW {PEER_SCHEMA}.expected AS SELECT {cols} FROM ({expected_rows_sql(spec, None)})")
+        s.execute(
+            f"CREATE OR REPLACE VIEW {PEER_SCHEMA}.expected AS SELECT {cols} FROM ({expected_rows_sql(spec, None)})"
+        )
         s.execute(f"CREATE OR REPLACE VIEW {PEER_SCHEMA}.actual AS SELECT {cols} FROM {spec.target.table_name.sql()}")
 
 
@@ -73,22 +75,35 @@ def main(mode: str, spec_path: str, gens: str, out: str | None = None) -> None:
 
         rng = incident_range(spec_path)
         summary, _ = run_reconciliation(spec, failed, incident_id="BENCH", partitions=rng)
-        result = {"damaged_keys": summary.damaged_keys, "labels": summary.labels,
-                  "drift_outside_footprint": sum((summary.drift_outside_footprint or {}).values())}
+        result = {
+            "damaged_keys": summary.damaged_keys,
+            "labels": summary.labels,
+            "drift_outside_footprint": sum((summary.drift_outside_footprint or {}).values()),
+        }
         wall = time.perf_counter() - t0
         with open_engine(spec.warehouse).session(read_only=True) as s:
             table = recon_table(spec, summary.contained)
-            s.execute(f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH') TO {_literal(out)} (FORMAT parquet)")
+            s.execute(
+                f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH') TO {_literal(out)} (FORMAT parquet)"
+            )
     elif mode == "footprint":
         from recovery.lib.reconcile.classify import recon_table
         from recovery.lib.reconcile.run import run_reconciliation
 
-        summary, _ = run_reconciliation(spec, failed, incident_id="BENCH-FP", full=False, partitions=incident_range(spec_path))
-        result = {"damaged_keys": summary.damaged_keys, "labels": summary.labels, "footprint_range": summary.footprint_range}
+        summary, _ = run_reconciliation(
+            spec, failed, incident_id="BENCH-FP", full=False, partitions=incident_range(spec_path)
+        )
+        result = {
+            "damaged_keys": summary.damaged_keys,
+            "labels": summary.labels,
+            "footprint_range": summary.footprint_range,
+        }
         wall = time.perf_counter() - t0
         with open_engine(spec.warehouse).session(read_only=True) as s:
             table = recon_table(spec, summary.contained)
-            s.execute(f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH-FP') TO {_literal(out)} (FORMAT parquet)")
+            s.execute(
+                f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH-FP') TO {_literal(out)} (FORMAT parquet)"
+            )
     elif mode == "floor":
         from bench.floor import floor_sql
 
@@ -103,7 +118,10 @@ def main(mode: str, spec_path: str, gens: str, out: str | None = None) -> None:
         with open_engine(spec.warehouse).session(read_only=True) as s:
             extra = tuple(c for c in payload_columns(s, spec) if c not in spec.key)
         db = {"driver": "duckdb", "filepath": str(spec.warehouse.path)}
-        tables = [reladiff.connect_to_table(db, (PEER_SCHEMA, name), spec.key, extra_columns=extra) for name in ("expected", "actual")]
+        tables = [
+            reladiff.connect_to_table(db, (PEER_SCHEMA, name), spec.key, extra_columns=extra)
+            for name in ("expected", "actual")
+        ]
         diff = reladiff.diff_tables(*tables, algorithm=reladiff.Algorithm.JOINDIFF, validate_unique_key=False)
         keys = {tuple(row[: len(spec.key)]) for _, row in diff}
         wall = time.perf_counter() - t0

@@ -37,12 +37,21 @@ def summarize_trace(path: Path, top: int = 12) -> dict:
     per_kind: dict[str, float] = {}
     for x in lines:
         per_kind[x["kind"]] = per_kind.get(x["kind"], 0.0) + x["s"]
-    return {"seconds_per_kind": {k: round(v, 1) for k, v in per_kind.items()},
-            "slowest": sorted(lines, key=lambda x: -x["s"])[:top]}
+    return {
+        "seconds_per_kind": {k: round(v, 1) for k, v in per_kind.items()},
+        "slowest": sorted(lines, key=lambda x: -x["s"])[:top],
+    }
 
 
-def recover_once(dataset: Path, console: Console, *, memory_limit: str | None, wave_size: int, trace: bool = False,
-                 engine: str = "duckdb") -> dict:
+def recover_once(
+    dataset: Path,
+    console: Console,
+    *,
+    memory_limit: str | None,
+    wave_size: int,
+    trace: bool = False,
+    engine: str = "duckdb",
+) -> dict:
     """Copy ``dataset`` (a folder with spec.yaml, incident.yaml and the warehouse) and run
     ``recovery recover`` on it in a fresh process; returns its figures (with ``trace``, also
     where the engine and Great Expectations spent it: steps over 0.5 s)."""
@@ -50,7 +59,9 @@ def recover_once(dataset: Path, console: Console, *, memory_limit: str | None, w
 
     with tempfile.TemporaryDirectory(prefix="bench-recover-") as tmp:
         work = Path(tmp) / "dataset"
-        shutil.copytree(dataset, work, ignore=shutil.ignore_patterns("dagster_home", "evidence", "reports", "built.json"))
+        shutil.copytree(
+            dataset, work, ignore=shutil.ignore_patterns("dagster_home", "evidence", "reports", "built.json")
+        )
         if memory_limit:
             doc = yaml.safe_load((work / "spec.yaml").read_text())
             doc["warehouse"]["memory_limit"] = memory_limit
@@ -58,12 +69,19 @@ def recover_once(dataset: Path, console: Console, *, memory_limit: str | None, w
         import_s = None
         if engine == "spark":  # the same warehouse, its data plane moved to Spark's layout first
             doc = yaml.safe_load((work / "spec.yaml").read_text())
-            doc["warehouse"] = {"engine": "spark", "path": doc["warehouse"]["path"],
-                                "spark": {"data_path": "spark_data", "master": "local[2]"}}
+            doc["warehouse"] = {
+                "engine": "spark",
+                "path": doc["warehouse"]["path"],
+                "spark": {"data_path": "spark_data", "master": "local[2]"},
+            }
             (work / "spec.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
             t0 = time.perf_counter()
-            subprocess.run([str(Path(sys.executable).with_name("recovery")), "spark-import", "--spec",
-                            str(work / "spec.yaml")], check=True, capture_output=True, cwd=PROJECT_ROOT)
+            subprocess.run(
+                [str(Path(sys.executable).with_name("recovery")), "spark-import", "--spec", str(work / "spec.yaml")],
+                check=True,
+                capture_output=True,
+                cwd=PROJECT_ROOT,
+            )
             import_s = time.perf_counter() - t0
         home = Path(tmp) / "dagster_home"
         home.mkdir()
@@ -75,18 +93,37 @@ def recover_once(dataset: Path, console: Console, *, memory_limit: str | None, w
             env["RECOVERY_TRACE"] = str(trace_file)
         t0 = time.perf_counter()
         proc = subprocess.run(
-            [str(Path(sys.executable).with_name("recovery")), "recover", "--incident", str(work / "incident.yaml"),
-             "--figures", str(figures), "--wave-size", str(wave_size)],
-            env=env, capture_output=True, text=True, cwd=PROJECT_ROOT,
+            [
+                str(Path(sys.executable).with_name("recovery")),
+                "recover",
+                "--incident",
+                str(work / "incident.yaml"),
+                "--figures",
+                str(figures),
+                "--wave-size",
+                str(wave_size),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=PROJECT_ROOT,
         )
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
-            raise RuntimeError(f"recovery recover failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            raise RuntimeError(
+                f"recovery recover failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            )
         phases = json.loads(figures.read_text())
         incident_id = yaml.safe_load((work / "incident.yaml").read_text())["incident_id"]
         reports = sorted(p.name for p in (work / "reports" / incident_id).glob("*.html"))
-        out = {"wall_s": wall, "engine": engine, "import_s": import_s, "phases": phases, "reports": reports,
-               "stdout": proc.stdout}
+        out = {
+            "wall_s": wall,
+            "engine": engine,
+            "import_s": import_s,
+            "phases": phases,
+            "reports": reports,
+            "stdout": proc.stdout,
+        }
         if trace:
             out["trace"] = summarize_trace(trace_file)
         return out
@@ -100,25 +137,45 @@ def main(argv: list[str]) -> int:
     p.add_argument("--wave-size", type=int, default=30)
     p.add_argument("--json", type=Path, help="also write the figures here")
     p.add_argument("--trace", action="store_true", help="also report the slowest engine statements and GE batches")
-    p.add_argument("--engine", choices=["duckdb", "spark"], default="duckdb",
-                   help="recover on this engine (spark: local[2]; the JVM's memory is not in peak RSS)")
+    p.add_argument(
+        "--engine",
+        choices=["duckdb", "spark"],
+        default="duckdb",
+        help="recover on this engine (spark: local[2]; the JVM's memory is not in peak RSS)",
+    )
     args = p.parse_args(argv)
     console = Console(width=150) if not Console().is_terminal else Console()
-    datasets = [(None, args.dataset)] if args.dataset else [(n, build(n, console, args.memory_limit).parent) for n in args.events]
+    datasets = (
+        [(None, args.dataset)]
+        if args.dataset
+        else [(n, build(n, console, args.memory_limit).parent) for n in args.events]
+    )
     results = []
     for events, dataset in datasets:
         label = f"{events:,} events" if events else str(dataset)
         console.rule(f"recovery of {label}")
         with console.status(f"recovery recover on {label}"):
-            r = recover_once(dataset, console, memory_limit=args.memory_limit, wave_size=args.wave_size, trace=args.trace,
-                             engine=args.engine)
+            r = recover_once(
+                dataset,
+                console,
+                memory_limit=args.memory_limit,
+                wave_size=args.wave_size,
+                trace=args.trace,
+                engine=args.engine,
+            )
         moved = f"; spark-import {r['import_s']:.1f} s before" if r["import_s"] is not None else ""
         t = Table(title=f"{label} on {args.engine}: {r['wall_s']:.1f} s end to end (process start to exit){moved}")
         for col in ("phase", "wall s", "engine s", "engine share", "peak RSS MB", "Dagster runs"):
             t.add_column(col, justify="left" if col == "phase" else "right")
         for ph in r["phases"]:
-            t.add_row(ph["phase"], f"{ph['seconds']:.1f}", f"{ph['engine_seconds']:.1f}",
-                      f"{ph['engine_seconds'] / max(ph['seconds'], 1e-9):.0%}", f"{ph['peak_rss_mb']:,.0f}", str(len(ph["run_ids"])))
+            t.add_row(
+                ph["phase"],
+                f"{ph['seconds']:.1f}",
+                f"{ph['engine_seconds']:.1f}",
+                f"{ph['engine_seconds'] / max(ph['seconds'], 1e-9):.0%}",
+                f"{ph['peak_rss_mb']:,.0f}",
+                str(len(ph["run_ids"])),
+            )
         console.print(t)
         if "trace" in r:
             console.print(f"traced seconds per kind: {r['trace']['seconds_per_kind']}")

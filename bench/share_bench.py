@@ -98,10 +98,15 @@ def main(argv: list[str]) -> int:
             t.join(60)
     fig = {
         "swaps": args.swaps,
-        "solo_total_s": round(sum(solo), 2), "solo_worst_s": round(max(solo), 4),
-        "with_2_readers_total_s": round(sum(shared), 2), "with_2_readers_worst_s": round(max(shared), 4),
-        "polling_reads": sum(p["reads"] for p in polled), "polling_errors": sum(len(p["errors"]) for p in polled),
-        "export_reads": out["reads"], "export_swaps": export_swaps, "export_errors": len(out["errors"]),
+        "solo_total_s": round(sum(solo), 2),
+        "solo_worst_s": round(max(solo), 4),
+        "with_2_readers_total_s": round(sum(shared), 2),
+        "with_2_readers_worst_s": round(max(shared), 4),
+        "polling_reads": sum(p["reads"] for p in polled),
+        "polling_errors": sum(len(p["errors"]) for p in polled),
+        "export_reads": out["reads"],
+        "export_swaps": export_swaps,
+        "export_errors": len(out["errors"]),
         "export_mixed": out["mixed"],
     }
     fig["worst_ratio"] = round(fig["with_2_readers_worst_s"] / max(fig["solo_worst_s"], 0.05), 2)
@@ -109,5 +114,10 @@ def main(argv: list[str]) -> int:
         console.print(f"{k:>24}: {v}")
     if args.json:
         Path(args.json).write_text(json.dumps(fig, indent=2))
-    ok = fig["worst_ratio"] <= 5 and fig["polling_errors"] == 0 and fig["export_errors"] == 0 and fig["export_mixed"] == 0
+    ok = (
+        fig["worst_ratio"] <= 5
+        and fig["polling_errors"] == 0
+        and fig["export_errors"] == 0
+        and fig["export_mixed"] == 0
+    )
     return 0 if ok else 1

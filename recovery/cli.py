@@ -31,9 +31,12 @@ EXIT_UNEXPECTED = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="recovery", description="Recover from a failed data backfill with Dagster.",
-                                epilog="exit status: 0 done, 1 a gate or check said no, 2 bad input or a verb run out of "
-                                       "order (nothing written), 3 unexpected error (see the log file named)")
+    p = argparse.ArgumentParser(
+        prog="recovery",
+        description="Recover from a failed data backfill with Dagster.",
+        epilog="exit status: 0 done, 1 a gate or check said no, 2 bad input or a verb run out of "
+        "order (nothing written), 3 unexpected error (see the log file named)",
+    )
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     for mod in sorted(pkgutil.iter_modules(recovery.commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"recovery.commands.{mod.name}")
@@ -46,7 +49,10 @@ def log_dir() -> Path:
     """Where unexpected errors' traces go: ``$RECOVERY_LOG_DIR``, else the Dagster instance's ``logs/``."""
     explicit = os.environ.get("RECOVERY_LOG_DIR")
     home = os.environ.get("DAGSTER_HOME") or str(PROJECT_ROOT / ".dagster_home")
-    for candidate in ([Path(explicit)] if explicit else []) + [Path(home) / "logs", Path(tempfile.gettempdir()) / "recovery-logs"]:
+    for candidate in ([Path(explicit)] if explicit else []) + [
+        Path(home) / "logs",
+        Path(tempfile.gettempdir()) / "recovery-logs",
+    ]:
         try:
             candidate.mkdir(parents=True, exist_ok=True)
             return candidate
@@ -84,8 +90,12 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> int:
         return 130
     except Exception as err:  # noqa: BLE001 - the one place an unexpected error becomes a line and a log file
         log = write_trace(argv, traceback.format_exc())
-        console.print(f"[red]error:[/] unexpected {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''} "
-                      f"(trace: {log}; please report it)", highlight=False, soft_wrap=True)
+        console.print(
+            f"[red]error:[/] unexpected {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''} "
+            f"(trace: {log}; please report it)",
+            highlight=False,
+            soft_wrap=True,
+        )
         return EXIT_UNEXPECTED
 
 

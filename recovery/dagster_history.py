@@ -21,9 +21,15 @@ from recovery.lib.fencing import GENERATION_TAG
 from recovery.lib.run_history import BackfillInfo, GenerationRefs, RunEvent, RunHistory, RunInfo, generation_refs
 
 TIMELINE_EVENT_TYPES = {
-    DagsterEventType.RUN_ENQUEUED, DagsterEventType.RUN_STARTING, DagsterEventType.RUN_START,
-    DagsterEventType.RUN_SUCCESS, DagsterEventType.RUN_FAILURE, DagsterEventType.RUN_CANCELING,
-    DagsterEventType.RUN_CANCELED, DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_UP_FOR_RETRY,
+    DagsterEventType.RUN_ENQUEUED,
+    DagsterEventType.RUN_STARTING,
+    DagsterEventType.RUN_START,
+    DagsterEventType.RUN_SUCCESS,
+    DagsterEventType.RUN_FAILURE,
+    DagsterEventType.RUN_CANCELING,
+    DagsterEventType.RUN_CANCELED,
+    DagsterEventType.STEP_FAILURE,
+    DagsterEventType.STEP_UP_FOR_RETRY,
     DagsterEventType.STEP_RESTARTED,
 }
 
@@ -51,14 +57,23 @@ def _run_info(instance: dg.DagsterInstance, record, generation: str, *, with_log
     entries = instance.all_logs(run.run_id)
     events = tuple(
         RunEvent(_utc(e.timestamp), run.run_id, e.dagster_event.event_type.name, e.step_key, _message(e))
-        for e in entries if e.dagster_event is not None and e.dagster_event.event_type in TIMELINE_EVENT_TYPES
+        for e in entries
+        if e.dagster_event is not None and e.dagster_event.event_type in TIMELINE_EVENT_TYPES
     )
     lines = tuple(dg.serialize_value(e) for e in entries) if with_logs else ()
     return RunInfo(
-        run_id=run.run_id, job_name=run.job_name, status=run.status.value,
-        created_at=_utc(record.create_timestamp.timestamp()), started_at=_utc(record.start_time),
-        ended_at=_utc(record.end_time), tags=dict(run.tags), run_config=dict(run.run_config or {}),
-        generation=generation, parent_run_id=run.parent_run_id, events=events, event_log_lines=lines,
+        run_id=run.run_id,
+        job_name=run.job_name,
+        status=run.status.value,
+        created_at=_utc(record.create_timestamp.timestamp()),
+        started_at=_utc(record.start_time),
+        ended_at=_utc(record.end_time),
+        tags=dict(run.tags),
+        run_config=dict(run.run_config or {}),
+        generation=generation,
+        parent_run_id=run.parent_run_id,
+        events=events,
+        event_log_lines=lines,
     )
 
 
@@ -76,14 +91,21 @@ def _backfill_info(instance: dg.DagsterInstance, backfill_id: str, generation: s
     if backfill is None:
         return None
     return BackfillInfo(
-        backfill_id=backfill_id, generation=generation, status=backfill.status.value,
-        requested_at=_utc(backfill.backfill_timestamp), ended_at=_utc(backfill.backfill_end_timestamp),
-        tags=dict(backfill.tags or {}), title=backfill.title, description=backfill.description,
+        backfill_id=backfill_id,
+        generation=generation,
+        status=backfill.status.value,
+        requested_at=_utc(backfill.backfill_timestamp),
+        ended_at=_utc(backfill.backfill_end_timestamp),
+        tags=dict(backfill.tags or {}),
+        title=backfill.title,
+        description=backfill.description,
         partitions=_backfill_partitions(backfill),
     )
 
 
-def collect_run_history(instance: dg.DagsterInstance, refs: list[GenerationRefs], *, with_logs: bool = False) -> RunHistory:
+def collect_run_history(
+    instance: dg.DagsterInstance, refs: list[GenerationRefs], *, with_logs: bool = False
+) -> RunHistory:
     """The runs and backfills of each generation in ``refs``; notes name generations with none."""
     runs: dict[str, RunInfo] = {}
     backfills: dict[str, BackfillInfo] = {}
@@ -97,8 +119,9 @@ def collect_run_history(instance: dg.DagsterInstance, refs: list[GenerationRefs]
         for f in filters:
             for record in instance.get_run_records(filters=f):
                 records[record.dagster_run.run_id] = record
-        backfill_ids = set(ref.backfill_ids) | {r.dagster_run.tags["dagster/backfill"] for r in records.values()
-                                               if "dagster/backfill" in r.dagster_run.tags}
+        backfill_ids = set(ref.backfill_ids) | {
+            r.dagster_run.tags["dagster/backfill"] for r in records.values() if "dagster/backfill" in r.dagster_run.tags
+        }
         for b in sorted(backfill_ids):
             info = _backfill_info(instance, b, ref.generation)
             if info is None:
@@ -108,13 +131,17 @@ def collect_run_history(instance: dg.DagsterInstance, refs: list[GenerationRefs]
         for run_id, record in records.items():
             runs.setdefault(run_id, _run_info(instance, record, ref.generation, with_logs=with_logs))
         if not records:
-            notes.append(f"generation {ref.generation}: no Dagster runs found in this instance "
-                         f"(written by another tool, or by runs recorded elsewhere)")
+            notes.append(
+                f"generation {ref.generation}: no Dagster runs found in this instance "
+                f"(written by another tool, or by runs recorded elsewhere)"
+            )
     ordered = tuple(sorted(runs.values(), key=lambda r: (r.created_at or datetime.min, r.run_id)))
     return RunHistory("dagster", tuple(backfills.values()), ordered, tuple(notes))
 
 
-def run_history_for(instance: dg.DagsterInstance, engine, generations: list[str], *, with_logs: bool = False) -> RunHistory:
+def run_history_for(
+    instance: dg.DagsterInstance, engine, generations: list[str], *, with_logs: bool = False
+) -> RunHistory:
     """The failed generations' run history, looked up from what the control plane recorded (read-only)."""
     with engine.session(read_only=True) as s:
         refs = generation_refs(s, generations)

@@ -22,8 +22,10 @@ def instance_hint() -> str | None:
     home = os.environ.get("DAGSTER_HOME", "")
     if home and not Path(home).name.startswith(".tmp_dagster_home_"):
         return None
-    return (f"DAGSTER_HOME is not set, so Dagster uses a temporary instance: "
-            f"export DAGSTER_HOME={PROJECT_ROOT / '.dagster_home'} to use the one make run and make ui use")
+    return (
+        f"DAGSTER_HOME is not set, so Dagster uses a temporary instance: "
+        f"export DAGSTER_HOME={PROJECT_ROOT / '.dagster_home'} to use the one make run and make ui use"
+    )
 
 
 _hinted: list[str] = []

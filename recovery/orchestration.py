@@ -76,8 +76,9 @@ def launch_asset_backfill(
 
     if context is None:
         with workspace_context(instance, workspace) as ctx:
-            return launch_asset_backfill(instance, asset_key, partitions, tags=tags, title=title,
-                                         description=description, context=ctx)
+            return launch_asset_backfill(
+                instance, asset_key, partitions, tags=tags, title=title, description=description, context=ctx
+            )
     params = {
         "assetSelection": [{"path": list(asset_key)}],
         "partitionNames": list(partitions),
@@ -101,7 +102,9 @@ def backfill_finished(instance: dg.DagsterInstance, backfill_id: str) -> bool:
     backfill = instance.get_backfill(backfill_id)
     if backfill is None or backfill.status not in BULK_ACTION_TERMINAL_STATUSES:
         return False
-    active = instance.get_runs(RunsFilter(tags={"dagster/backfill": backfill_id}, statuses=list(IN_PROGRESS_RUN_STATUSES)))
+    active = instance.get_runs(
+        RunsFilter(tags={"dagster/backfill": backfill_id}, statuses=list(IN_PROGRESS_RUN_STATUSES))
+    )
     return not active
 
 
@@ -117,8 +120,11 @@ class Daemon:
         exe = Path(sys.executable).with_name("dagster-daemon")
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [str(exe), "run", "-w", str(self.workspace)], cwd=str(PROJECT_ROOT),
-            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            [str(exe), "run", "-w", str(self.workspace)],
+            cwd=str(PROJECT_ROOT),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         return self
 
@@ -131,7 +137,9 @@ class Daemon:
                 os.killpg(self.proc.pid, signal.SIGKILL)
         self._log.close()
 
-    def wait_until(self, done: Callable[[], bool], *, timeout_s: float, on_tick: Callable[[], None] | None = None) -> None:
+    def wait_until(
+        self, done: Callable[[], bool], *, timeout_s: float, on_tick: Callable[[], None] | None = None
+    ) -> None:
         deadline = time.monotonic() + timeout_s
         while not done():
             if self.proc and self.proc.poll() is not None:
@@ -156,22 +164,36 @@ def forget_dead_defs_state_storage() -> None:
         _current_storage.set(None)
 
 
-def run_job(defs: dg.Definitions, job_name: str, instance: dg.DagsterInstance, *, partition_key: str | None = None,
-            run_config: dict | None = None, tags: dict[str, str] | None = None) -> dg.ExecuteInProcessResult:
+def run_job(
+    defs: dg.Definitions,
+    job_name: str,
+    instance: dg.DagsterInstance,
+    *,
+    partition_key: str | None = None,
+    run_config: dict | None = None,
+    tags: dict[str, str] | None = None,
+) -> dg.ExecuteInProcessResult:
     """Run one of the code location's jobs in this process, recorded in the project's instance."""
     forget_dead_defs_state_storage()
     job = defs.resolve_job_def(job_name)
     # the run's own log (with any trace) is in the instance, shown by the UI; the terminal gets one line
     config = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}, **(run_config or {})}
-    result = job.execute_in_process(instance=instance, partition_key=partition_key, run_config=config,
-                                    tags=tags or {}, raise_on_error=False)
+    result = job.execute_in_process(
+        instance=instance, partition_key=partition_key, run_config=config, tags=tags or {}, raise_on_error=False
+    )
     if not result.success:
         raise run_failure(result, job_name)
     return result
 
 
-EXPECTED = {"RecoveryError", "SpecError", "OutOfOrderError", "FencedGenerationError", "SchemaMismatchError",
-            "WarehouseBusyError"}
+EXPECTED = {
+    "RecoveryError",
+    "SpecError",
+    "OutOfOrderError",
+    "FencedGenerationError",
+    "SchemaMismatchError",
+    "WarehouseBusyError",
+}
 """Errors of ours a step raises on purpose: their message is the whole story (exit 2)."""
 
 
@@ -215,14 +237,16 @@ def run_failure(result: dg.ExecuteInProcessResult, job_name: str) -> RecoveryErr
         inner = chain[-1]
         return RunCrashedError(f"{where} crashed: {inner.cls_name}: {_message(inner)}", detail=chain[0].to_string())
     failures = [e.message or "" for e in result.all_events if e.is_failure]
-    return RunCrashedError(f"{where} failed: {failures[-1] if failures else 'see the run in the UI'}", detail="\n".join(failures))
+    return RunCrashedError(
+        f"{where} failed: {failures[-1] if failures else 'see the run in the UI'}", detail="\n".join(failures)
+    )
 
 
 def _message(err) -> str:
     msg = (err.message or "").strip()
     prefix = f"{err.cls_name}: "
     while msg.startswith(prefix):
-        msg = msg[len(prefix):]
+        msg = msg[len(prefix) :]
     return msg.splitlines()[0] if msg else err.cls_name
 
 

@@ -39,3 +39,19 @@ def example_copy(failed_example: BuiltExample, tmp_path: Path) -> Path:
     return copy_dataset(failed_example.root, tmp_path / "transactions")
 
 
+# The longest modules first. With ``--dist loadscope`` each module runs on one worker, in collection
+# order: a module of several minutes collected last (alphabetical order put Spark there) runs alone
+# at the end while the other workers idle.
+LONGEST_FIRST = (
+    "test_spark_engine.py",
+    "test_fencing_race.py",
+    "test_reconciliation.py",
+    "test_recurrence_matrix.py",
+    "test_browser.py",
+    "test_recurrence.py",
+)
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))  # stable: the rest keep their order

@@ -25,10 +25,10 @@ EXAMPLE_DIR = EXAMPLE_SPEC.parent
 
 @dataclass(frozen=True)
 class BuiltExample:
-    root: Path          # folder holding spec.yaml, SQL files and warehouse.duckdb
+    root: Path  # folder holding spec.yaml, SQL files and warehouse.duckdb
     dagster_home: Path  # the instance the example's runs were recorded in
     events: int
-    info: dict          # DemoResult fields (backfill id, run ids, counts, labels)
+    info: dict  # DemoResult fields (backfill id, run ids, counts, labels)
 
     @property
     def spec_path(self) -> Path:

@@ -30,7 +30,7 @@ BUGS: dict[str, dict[str, str]] = {
         "timezone_shift": "SELECT * REPLACE (event_ts + INTERVAL 5 HOUR AS event_ts) FROM {rows}",
         "rounding": "SELECT * REPLACE (CAST(round(amount_usd) AS DECIMAL(18, 2)) AS amount_usd) FROM {rows}",
         "lookup_fanout": "SELECT r.* FROM {rows} r JOIN (SELECT 1 AS copy UNION ALL SELECT 2) l "
-                         "ON l.copy = 1 OR hash(r.merchant_id) % 4 = 0",
+        "ON l.copy = 1 OR hash(r.merchant_id) % 4 = 0",
         "duplicate_retries": "SELECT * FROM {rows} UNION ALL SELECT * FROM {rows} WHERE event_date = (SELECT min(event_date) FROM {rows})",
         "half_dropped": "SELECT * FROM {rows} WHERE hash(txn_id) % 2 = 0",
         "stale_snapshot": "SELECT * FROM {stale} WHERE {in_range}",
@@ -43,10 +43,10 @@ BUGS: dict[str, dict[str, str]] = {
         "swapped_columns": "SELECT * REPLACE (CAST(qty AS DOUBLE) AS price, CAST(price AS INTEGER) AS qty) FROM {rows}",
         "column_nulled": "SELECT * REPLACE (CAST(NULL AS BOOLEAN) AS bulk) FROM {rows}",
         "timezone_shift": "SELECT * REPLACE (placed_at - INTERVAL 8 HOUR AS placed_at, "
-                          "CAST(placed_at - INTERVAL 8 HOUR AS DATE) AS placed_on) FROM {rows}",
+        "CAST(placed_at - INTERVAL 8 HOUR AS DATE) AS placed_on) FROM {rows}",
         "rounding": "SELECT * REPLACE (round(price, -1) AS price) FROM {rows}",
         "lookup_fanout": "SELECT r.* FROM {rows} r JOIN (SELECT 1 AS copy UNION ALL SELECT 2) l "
-                         "ON l.copy = 1 OR r.sku IN ('SKU-001', 'SKU-002', 'SKU-003')",
+        "ON l.copy = 1 OR r.sku IN ('SKU-001', 'SKU-002', 'SKU-003')",
         "duplicate_retries": "SELECT * FROM {rows} UNION ALL SELECT * FROM {rows} WHERE shard = (SELECT min(shard) FROM {rows})",
         "half_dropped": "SELECT * FROM {rows} WHERE hash(order_no) % 2 = 0",
         "stale_snapshot": "SELECT * FROM {stale} WHERE {in_range}",
@@ -58,25 +58,38 @@ BUGS: dict[str, dict[str, str]] = {
 
 def _write(ctx: RecomputeContext, bug: str) -> None:
     spec = ctx.writer.spec
-    in_range = (f"CAST({quote(spec.target.partition)} AS VARCHAR) IN ({str_list(ctx.partitions)})"
-                if ctx.partitions else "false")
+    in_range = (
+        f"CAST({quote(spec.target.partition)} AS VARCHAR) IN ({str_list(ctx.partitions)})"
+        if ctx.partitions
+        else "false"
+    )
     src = spec.source
-    upserts = (f"SELECT * FROM {src.table_name.sql()} WHERE {quote(src.op)} IN ({str_list(src.upsert_ops)}) "
-               f"AND {quote(src.ingested_at)} <= TIMESTAMP '{ctx.watermark.isoformat(sep=' ')}' "
-               f"QUALIFY row_number() OVER (PARTITION BY {quote_all(spec.key)} ORDER BY {quote(src.version)} DESC) = 1")
+    upserts = (
+        f"SELECT * FROM {src.table_name.sql()} WHERE {quote(src.op)} IN ({str_list(src.upsert_ops)}) "
+        f"AND {quote(src.ingested_at)} <= TIMESTAMP '{ctx.watermark.isoformat(sep=' ')}' "
+        f"QUALIFY row_number() OVER (PARTITION BY {quote_all(spec.key)} ORDER BY {quote(src.version)} DESC) = 1"
+    )
     source_upserts = f"({expected_rows_sql(spec, ctx.watermark, source_relation=upserts)})"
     key, version = quote_all(spec.key), quote(src.version)
     latest = latest_versions_sql(spec, ctx.watermark, include_deleted=True)
-    behind = (f"SELECT * EXCLUDE (__rn, __n) FROM (SELECT src.*, row_number() OVER (PARTITION BY {key} ORDER BY {version} DESC) "
-              f"AS __rn, count(*) OVER (PARTITION BY {key}) AS __n FROM {src.table_name.sql()} src "
-              f"WHERE {quote(src.ingested_at)} <= TIMESTAMP '{ctx.watermark.isoformat(sep=' ')}' "
-              f"AND {quote(src.op)} IN ({str_list(src.upsert_ops)})) WHERE __rn = least(2, __n) "
-              f"AND ({key}) NOT IN (SELECT ({key}) FROM ({latest}) WHERE {quote(src.op)} IN ({str_list(src.delete_ops)}))")
+    behind = (
+        f"SELECT * EXCLUDE (__rn, __n) FROM (SELECT src.*, row_number() OVER (PARTITION BY {key} ORDER BY {version} DESC) "
+        f"AS __rn, count(*) OVER (PARTITION BY {key}) AS __n FROM {src.table_name.sql()} src "
+        f"WHERE {quote(src.ingested_at)} <= TIMESTAMP '{ctx.watermark.isoformat(sep=' ')}' "
+        f"AND {quote(src.op)} IN ({str_list(src.upsert_ops)})) WHERE __rn = least(2, __n) "
+        f"AND ({key}) NOT IN (SELECT ({key}) FROM ({latest}) WHERE {quote(src.op)} IN ({str_list(src.delete_ops)}))"
+    )
     stale = f"({expected_rows_sql(spec, ctx.watermark, source_relation=behind)})"
     correct = f"(SELECT * FROM ({expected_rows_sql(spec, ctx.watermark)}) WHERE {in_range})"
     sql = BUGS[spec.dataset][bug].format(rows=correct, stale=stale, in_range=in_range, source_upserts=source_upserts)
-    ctx.writer.write(ctx.generation, sql, mode="replace_partitions", partitions=ctx.partitions, run_id=ctx.run_id,
-                     note=f"faulty recompute ({bug}) of guarded backfill {ctx.backfill_id}")
+    ctx.writer.write(
+        ctx.generation,
+        sql,
+        mode="replace_partitions",
+        partitions=ctx.partitions,
+        run_id=ctx.run_id,
+        note=f"faulty recompute ({bug}) of guarded backfill {ctx.backfill_id}",
+    )
 
 
 def _faulty(bug: str):

@@ -79,8 +79,10 @@ def published_vs_truth(root: Path) -> int:
     """Rows of the public name that differ from the truth's expected rows, both ways."""
     con = duckdb.connect(str(root / "warehouse.duckdb"), read_only=True)
     try:
-        pub = con.execute("SELECT carrier_code, tracking_no, ship_month, weight_kg, CAST(cost_usd AS DOUBLE) AS cost_usd, "
-                          "service, src_rev FROM mart.shipments").df()
+        pub = con.execute(
+            "SELECT carrier_code, tracking_no, ship_month, weight_kg, CAST(cost_usd AS DOUBLE) AS cost_usd, "
+            "service, src_rev FROM mart.shipments"
+        ).df()
     finally:
         con.close()
     exp = pd.read_parquet(root / "truth" / "expected.parquet")

@@ -31,26 +31,83 @@ from recovery_tests.small_dataset import build_small_dataset, spec_dict
 FAILED = "bf-7"
 
 NASTY = [
-    None, "", " ", "\x00", "a\x00b", "wh.duckdb\x00", -1, 0, 100000, 10**30, -(10**30), 1e308, -1e308,
-    float("inf"), float("nan"), True, [], {}, [[]], "/", "/dev/zero", "/proc/self", "/proc/self/mem",
-    "../../../../etc", "/etc/passwd", ".", "..", "-1GB", "0KB", "1e308", "x" * 5000, "é" * 50, "\u202e", "\ufeff",
-    "; DROP TABLE src.order_events; --", '" OR 1=1 --', "{{ source }}", "{{ target }}", "2024-02-30",
-    "9999-12-31", "0001-01-01", {"start": "2026-01-01", "end": "2026-02-01"}, {"start": 1, "end": 2},
-    ["put", "drop"], ["put", "put"], ["drop"], "orders.sql", "orders_by_shard.sql", "spec.yaml", "wh.duckdb",
+    None,
+    "",
+    " ",
+    "\x00",
+    "a\x00b",
+    "wh.duckdb\x00",
+    -1,
+    0,
+    100000,
+    10**30,
+    -(10**30),
+    1e308,
+    -1e308,
+    float("inf"),
+    float("nan"),
+    True,
+    [],
+    {},
+    [[]],
+    "/",
+    "/dev/zero",
+    "/proc/self",
+    "/proc/self/mem",
+    "../../../../etc",
+    "/etc/passwd",
+    ".",
+    "..",
+    "-1GB",
+    "0KB",
+    "1e308",
+    "x" * 5000,
+    "é" * 50,
+    "\u202e",
+    "\ufeff",
+    "; DROP TABLE src.order_events; --",
+    '" OR 1=1 --',
+    "{{ source }}",
+    "{{ target }}",
+    "2024-02-30",
+    "9999-12-31",
+    "0001-01-01",
+    {"start": "2026-01-01", "end": "2026-02-01"},
+    {"start": 1, "end": 2},
+    ["put", "drop"],
+    ["put", "put"],
+    ["drop"],
+    "orders.sql",
+    "orders_by_shard.sql",
+    "spec.yaml",
+    "wh.duckdb",
 ]
 
 _scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=40), st.sampled_from(NASTY).map(copy.deepcopy),  # a copy: mutations must not touch NASTY
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=40),
+    st.sampled_from(NASTY).map(copy.deepcopy),  # a copy: mutations must not touch NASTY
 )
-_values = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                         st.dictionaries(st.text(max_size=8), inner, max_size=4)),
-                       max_leaves=12)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=12,
+)
 
 
 def valid_incident() -> dict:
-    return {"incident_id": "INC-FUZZ-1", "spec": "spec.yaml", "failed_generations": [FAILED], "requested_by": "ops-oncall",
-            "approved_by": ["lead"], "notes": "fuzz", "evidence_root": "ev"}
+    return {
+        "incident_id": "INC-FUZZ-1",
+        "spec": "spec.yaml",
+        "failed_generations": [FAILED],
+        "requested_by": "ops-oncall",
+        "approved_by": ["lead"],
+        "notes": "fuzz",
+        "evidence_root": "ev",
+    }
 
 
 def _paths(node, prefix=()) -> list[tuple]:
@@ -82,14 +139,17 @@ def mutated_document(draw, base: dict) -> bytes:
         elif op == "nasty":
             node[last] = draw(st.sampled_from(NASTY).map(copy.deepcopy))
         else:
-            node[last] = f"{node[last]}{draw(st.sampled_from(['; --', chr(0), chr(0xff), '..', '/', '{{ x }}']))}"
+            node[last] = f"{node[last]}{draw(st.sampled_from(['; --', chr(0), chr(0xFF), '..', '/', '{{ x }}']))}"
     text = yaml.safe_dump(d, sort_keys=False, allow_unicode=draw(st.booleans()))
     data = text.encode("utf-8")
-    damage = draw(st.sampled_from(["none"] * 6 + ["byte", "insert", "truncate", "nest_flow", "nest_block", "bom",
-                                                  "utf16", "aliases", "tab"]))
+    damage = draw(
+        st.sampled_from(
+            ["none"] * 6 + ["byte", "insert", "truncate", "nest_flow", "nest_block", "bom", "utf16", "aliases", "tab"]
+        )
+    )
     at = draw(st.integers(0, max(len(data) - 1, 0)))
     if damage == "byte" and data:
-        data = data[:at] + bytes([draw(st.integers(0, 255))]) + data[at + 1:]
+        data = data[:at] + bytes([draw(st.integers(0, 255))]) + data[at + 1 :]
     elif damage == "insert":
         data = data[:at] + draw(st.binary(min_size=1, max_size=8)) + data[at:]
     elif damage == "truncate":
@@ -106,7 +166,9 @@ def mutated_document(draw, base: dict) -> bytes:
         data = text.encode("utf-16")
     elif damage == "aliases":
         data += b"\nlol0: &a0 [x, x, x, x, x, x, x, x, x]\n" + b"".join(
-            b"lol%d: &a%d [*a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d]\n" % ((i, i) + (i - 1,) * 9) for i in range(1, 9))
+            b"lol%d: &a%d [*a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d]\n" % ((i, i) + (i - 1,) * 9)
+            for i in range(1, 9)
+        )
     elif damage == "tab":
         data = data.replace(b"  ", b"\t", 1)
     return data
@@ -137,8 +199,13 @@ class Tally:
     writes: list[str] = field(default_factory=list)
 
     def summary(self) -> dict:
-        return {"cases": self.cases, "outcomes": dict(self.outcomes), "uncaught": len(self.uncaught),
-                "multi_line_errors": len(self.multi_line), "writes": len(self.writes)}
+        return {
+            "cases": self.cases,
+            "outcomes": dict(self.outcomes),
+            "uncaught": len(self.uncaught),
+            "multi_line_errors": len(self.multi_line),
+            "writes": len(self.writes),
+        }
 
 
 def _state(directory: Path) -> tuple:

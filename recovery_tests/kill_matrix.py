@@ -35,6 +35,7 @@ PHASES = ["adopt", "fence", "evidence", "wave", "publish", "restate"]
 
 # ---- the state each phase starts from ------------------------------------------------------
 
+
 def build_templates(base: Path) -> dict[str, Path]:
     """One folder per phase, in the state just before the phase runs."""
     from recovery.lib.catalog_checks import load_spec
@@ -49,18 +50,22 @@ def build_templates(base: Path) -> dict[str, Path]:
     from recovery_tests.repaired_small import INCIDENT, build_damaged, now
 
     out = {}
-    out["adopt"] = build_fuzz_dataset(base / "adopt")             # mart.orders is a plain table
-    damaged = build_damaged(base / "damaged")                      # ingested, damaged by bf-7, fenced
+    out["adopt"] = build_fuzz_dataset(base / "adopt")  # mart.orders is a plain table
+    damaged = build_damaged(base / "damaged")  # ingested, damaged by bf-7, fenced
     w = damaged.writer
-    w.register_generation("bf-8", "backfill")                       # a second backfill, still running
-    w.write("bf-8", f"SELECT * REPLACE (qty + 1 AS qty) FROM ({expected_rows_sql(damaged.spec, None)}) "
-                    f"WHERE region = 'west' AND order_no % 5 = 0", mode="upsert_keys")
+    w.register_generation("bf-8", "backfill")  # a second backfill, still running
+    w.write(
+        "bf-8",
+        f"SELECT * REPLACE (qty + 1 AS qty) FROM ({expected_rows_sql(damaged.spec, None)}) "
+        f"WHERE region = 'west' AND order_no % 5 = 0",
+        mode="upsert_keys",
+    )
     shutil.copytree(base / "damaged", base / "fence")
     out["fence"] = base / "fence"
     shutil.copytree(base / "damaged", base / "evidence")
     out["evidence"] = base / "evidence"
     plan = repair_through_library(damaged.spec, parse_incident(damaged.incident_path), wave_size=4, waves=1)
-    shutil.copytree(base / "damaged", base / "wave")               # canary built, wave 1 next
+    shutil.copytree(base / "damaged", base / "wave")  # canary built, wave 1 next
     out["wave"] = base / "wave"
     spec = load_spec(damaged.spec_path)
     writer = Writer(open_engine(spec.warehouse), spec)
@@ -73,9 +78,11 @@ def build_templates(base: Path) -> dict[str, Path]:
     gate_candidate(writer, current_plan(spec, INCIDENT))
     # ingestion keeps writing after the candidate was gated: publish must replay these
     with writer.engine.transaction() as s:
-        s.execute("INSERT INTO src.order_events SELECT * REPLACE (rev + 100 AS rev, qty + 7 AS qty, now()::TIMESTAMP AS "
-                  "loaded_at) FROM src.order_events WHERE change = 'put' QUALIFY row_number() OVER (PARTITION BY region, "
-                  "order_no ORDER BY rev DESC) = 1 AND order_no % 9 = 0")
+        s.execute(
+            "INSERT INTO src.order_events SELECT * REPLACE (rev + 100 AS rev, qty + 7 AS qty, now()::TIMESTAMP AS "
+            "loaded_at) FROM src.order_events WHERE change = 'put' QUALIFY row_number() OVER (PARTITION BY region, "
+            "order_no ORDER BY rev DESC) = 1 AND order_no % 9 = 0"
+        )
     writer.register_generation("ingest-2", "ingest")
     apply_changes(writer, "ingest-2", until=now())
     shutil.copytree(base / "damaged", base / "publish")
@@ -83,11 +90,12 @@ def build_templates(base: Path) -> dict[str, Path]:
     from recovery.lib.repair.publish import publish
 
     publish(writer, INCIDENT)
-    out["restate"] = base / "damaged"                               # published: consumers next
+    out["restate"] = base / "damaged"  # published: consumers next
     return out
 
 
 # ---- the phases, as a child process runs them --------------------------------------------
+
 
 def run_phase(phase: str, d: Path) -> None:
     from recovery.lib.catalog_checks import load_spec
@@ -111,7 +119,7 @@ def run_phase(phase: str, d: Path) -> None:
         from recovery.lib.repair.build import build_wave
         from recovery_tests.repair_support import current_plan
 
-        build_wave(writer, current_plan(spec, "INC-small"), 1)   # the template has the canary (wave 0) built
+        build_wave(writer, current_plan(spec, "INC-small"), 1)  # the template has the canary (wave 0) built
     elif phase == "publish":
         from recovery.lib.repair.publish import publish
 
@@ -126,6 +134,7 @@ def run_phase(phase: str, d: Path) -> None:
 
 # ---- what is checked -----------------------------------------------------------------------
 
+
 def _con(d: Path) -> duckdb.DuckDBPyConnection:
     return duckdb.connect(str(d / "wh.duckdb"), read_only=True)
 
@@ -134,35 +143,51 @@ def observe(phase: str, d: Path) -> dict:
     """The phase's outcome, independent of wall-clock stamps: what must equal the uninterrupted run."""
     con = _con(d)
     try:
+
         def digest(sql: str) -> str:
             rows = sorted(con.execute(sql).fetchall(), key=repr)
             return hashlib.sha256(repr(rows).encode()).hexdigest()[:16]
 
         public = digest("SELECT * EXCLUDE (landed_at) FROM mart.orders")
         state = {"public": public}
-        cp = con.execute("SELECT count(*) FROM information_schema.schemata WHERE schema_name = '_recovery'").fetchone()[0]
+        cp = con.execute("SELECT count(*) FROM information_schema.schemata WHERE schema_name = '_recovery'").fetchone()[
+            0
+        ]
         if cp:
             state["pointer"] = con.execute("SELECT namespace FROM _recovery.pointers").fetchall()
-            state["fenced"] = con.execute("SELECT generation, token FROM _recovery.generations WHERE fenced_at IS NOT NULL "
-                                          "ORDER BY 1").fetchall()
+            state["fenced"] = con.execute(
+                "SELECT generation, token FROM _recovery.generations WHERE fenced_at IS NOT NULL ORDER BY 1"
+            ).fetchall()
             state["fences"] = con.execute("SELECT generation, token FROM _recovery.fences ORDER BY 1, 2").fetchall()
         if phase == "wave" or phase == "publish":
             state["plan"] = con.execute("SELECT status FROM _recovery.repair_plans").fetchall()
             ns = con.execute("SELECT namespace FROM _recovery.repair_plans").fetchone()[0]
             state["repair_rows"] = digest(f"SELECT * EXCLUDE (landed_at) FROM {ns}")
         if phase == "evidence":
-            state["evidence_events"] = con.execute("SELECT count(*) FROM _recovery.timeline WHERE kind = 'evidence_preserved'"
-                                                   ).fetchone()[0]
+            state["evidence_events"] = con.execute(
+                "SELECT count(*) FROM _recovery.timeline WHERE kind = 'evidence_preserved'"
+            ).fetchone()[0]
         if phase == "restate":
-            state["consumers"] = {name: digest(f"SELECT * FROM consumers.{name}") for (name,) in con.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'consumers' AND table_type = 'VIEW' "
-                "ORDER BY 1").fetchall()}
+            state["consumers"] = {
+                name: digest(f"SELECT * FROM consumers.{name}")
+                for (name,) in con.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = 'consumers' AND table_type = 'VIEW' "
+                    "ORDER BY 1"
+                ).fetchall()
+            }
     finally:
         con.close()
     if phase == "evidence":
         bundle = d / "evidence" / "INC-small"
-        state["bundle"] = sorted((f["path"], f["rows"]) for f in json.loads((bundle / "manifest.json").read_text())["files"]
-                                 if f["path"].endswith(".parquet")) if (bundle / "manifest.json").exists() else None
+        state["bundle"] = (
+            sorted(
+                (f["path"], f["rows"])
+                for f in json.loads((bundle / "manifest.json").read_text())["files"]
+                if f["path"].endswith(".parquet")
+            )
+            if (bundle / "manifest.json").exists()
+            else None
+        )
     return state
 
 
@@ -171,8 +196,12 @@ def consistency_problems(phase: str, d: Path) -> list[str]:
     problems = []
     con = _con(d)
     try:
-        if con.execute("SELECT count(*) FROM information_schema.schemata WHERE schema_name = '_recovery'").fetchone()[0]:
-            view = con.execute("SELECT sql FROM duckdb_views() WHERE schema_name = 'mart' AND view_name = 'orders'").fetchall()
+        if con.execute("SELECT count(*) FROM information_schema.schemata WHERE schema_name = '_recovery'").fetchone()[
+            0
+        ]:
+            view = con.execute(
+                "SELECT sql FROM duckdb_views() WHERE schema_name = 'mart' AND view_name = 'orders'"
+            ).fetchall()
             pointer = con.execute("SELECT namespace FROM _recovery.pointers").fetchall()
             if view and pointer and pointer[0][0].split(".")[-1] not in view[0][0]:
                 problems.append(f"view reads other than pointer {pointer[0][0]}")
@@ -182,8 +211,10 @@ def consistency_problems(phase: str, d: Path) -> list[str]:
             late = con.execute("SELECT count(*) FROM _recovery.writes WHERE seq > ?", [clock]).fetchone()[0]
             if late:
                 problems.append(f"{late} writes past the commit clock")
-            fenced_without = con.execute("SELECT count(*) FROM _recovery.generations g WHERE fenced_at IS NOT NULL AND NOT "
-                                         "EXISTS (SELECT 1 FROM _recovery.fences f WHERE f.generation = g.generation)").fetchone()[0]
+            fenced_without = con.execute(
+                "SELECT count(*) FROM _recovery.generations g WHERE fenced_at IS NOT NULL AND NOT "
+                "EXISTS (SELECT 1 FROM _recovery.fences f WHERE f.generation = g.generation)"
+            ).fetchone()[0]
             if fenced_without:
                 problems.append("a generation fenced without its fence record")
     finally:
@@ -201,12 +232,15 @@ def consistency_problems(phase: str, d: Path) -> list[str]:
 
 # ---- one trial -----------------------------------------------------------------------------
 
+
 @dataclass
 class Trial:
     phase: str
     delay_s: float
     killed: bool
-    left: str = ""           # what the kill left: "old" (as before), "new" (as after) or "between" (e.g. half a bundle cleaned up later)
+    left: str = (
+        ""  # what the kill left: "old" (as before), "new" (as after) or "between" (e.g. half a bundle cleaned up later)
+    )
     problems: list[str] = field(default_factory=list)
 
 
@@ -239,8 +273,13 @@ def trial(phase: str, template: Path, work: Path, n: int, delay_s: float, before
     shutil.copytree(template, d)
     ready = work / f"{phase}-{n}.ready"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "recovery_tests.kill_matrix", phase, str(d), str(ready)], env=env,
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "recovery_tests.kill_matrix", phase, str(d), str(ready)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     while not ready.exists() and proc.poll() is None:
         time.sleep(0.005)
     time.sleep(delay_s)
@@ -256,7 +295,7 @@ def trial(phase: str, template: Path, work: Path, n: int, delay_s: float, before
     t.left = "old" if mid == before else "new" if mid == after else "between"
     if mid["public"] not in (before["public"], after["public"]):
         t.problems.append("the public view serves neither the old nor the new result")
-    run_phase(phase, d)                                   # the rerun of the same step
+    run_phase(phase, d)  # the rerun of the same step
     t.problems += consistency_problems(phase, d)
     again = observe(phase, d)
     if again != after:
@@ -266,7 +305,9 @@ def trial(phase: str, template: Path, work: Path, n: int, delay_s: float, before
 
 
 def _diff(a: dict, b: dict) -> str:
-    return "; ".join(f"{k}: {a.get(k)!r:.120} != {b.get(k)!r:.120}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+    return "; ".join(
+        f"{k}: {a.get(k)!r:.120} != {b.get(k)!r:.120}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
+    )
 
 
 def run_matrix(base: Path, points: int, *, phases: list[str] | None = None, seed: int = 20) -> dict[str, list[Trial]]:
@@ -277,8 +318,10 @@ def run_matrix(base: Path, points: int, *, phases: list[str] | None = None, seed
         before, after, took = uninterrupted(phase, templates[phase], base)
         # kill points spread over the phase's run (its duration measured uninterrupted, plus
         # the child's own start-up margin), a few beyond it: those must simply complete
-        out[phase] = [trial(phase, templates[phase], base, n, rng.uniform(0, took * 1.2 + 0.05), before, after)
-                      for n in range(points)]
+        out[phase] = [
+            trial(phase, templates[phase], base, n, rng.uniform(0, took * 1.2 + 0.05), before, after)
+            for n in range(points)
+        ]
     return out
 
 

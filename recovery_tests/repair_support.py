@@ -25,7 +25,7 @@ from recovery.lib.repair.waves import gate_wave
 from recovery.lib.spec import DatasetSpec, parse_spec
 from recovery.lib.writer import Writer
 
-LIVE_START = datetime(2024, 7, 5, 6, 0, 0)   # the worked example's source ends just before this
+LIVE_START = datetime(2024, 7, 5, 6, 0, 0)  # the worked example's source ends just before this
 STEP = timedelta(minutes=1)
 
 
@@ -66,12 +66,21 @@ def live_ingest(spec_path: Path, steps: int, pause_s: float, stop_file: Path, af
     for step in range(1, steps + 1):
         until = LIVE_START + step * STEP
         with writer.engine.transaction() as s:
-            s.execute("INSERT INTO raw.transaction_events SELECT * EXCLUDE (step, n, ingested_at), "
-                      "CAST(? AS TIMESTAMP) - INTERVAL 1 SECOND AS ingested_at FROM test_live.pending WHERE step = ?",
-                      [until, step])
+            s.execute(
+                "INSERT INTO raw.transaction_events SELECT * EXCLUDE (step, n, ingested_at), "
+                "CAST(? AS TIMESTAMP) - INTERVAL 1 SECOND AS ingested_at FROM test_live.pending WHERE step = ?",
+                [until, step],
+            )
         res = apply_changes(writer, "ingest-live", since=until - STEP, until=until)
-        done.append({"step": step, "until": until.isoformat(), "seqs": list(res.write_seqs), "upserted": res.upserted,
-                     "deleted": res.deleted})
+        done.append(
+            {
+                "step": step,
+                "until": until.isoformat(),
+                "seqs": list(res.write_seqs),
+                "upserted": res.upserted,
+                "deleted": res.deleted,
+            }
+        )
         log.write_text(json.dumps(done))
         if remaining is None and stop_file.exists():
             remaining = after_stop
@@ -93,7 +102,9 @@ def read_public(spec_path: Path, failed: str, stop_file: Path, out: Path) -> Non
             with engine.session(read_only=True) as s:
                 old, new = s.fetchone(
                     f"SELECT count(*) FILTER (WHERE {gen} = ?) > 0, count(*) FILTER (WHERE {gen} LIKE 'repair-%') > 0 "
-                    f"FROM {spec.target.table_name.sql()}", [failed])
+                    f"FROM {spec.target.table_name.sql()}",
+                    [failed],
+                )
             seen["reads"] += 1
             seen["mixed" if old and new else "old" if old else "new" if new else "mixed"] += 1
         except Exception as err:  # noqa: BLE001 - every error is an observation
@@ -112,8 +123,9 @@ def current_plan(spec: DatasetSpec, incident_id: str) -> RepairPlan:
         return load_plan(s, incident_id)
 
 
-def repair_through_library(spec: DatasetSpec, incident: Incident, *, wave_size: int = 80, reconcile: bool = True,
-                           waves: int | None = None) -> RepairPlan:
+def repair_through_library(
+    spec: DatasetSpec, incident: Incident, *, wave_size: int = 80, reconcile: bool = True, waves: int | None = None
+) -> RepairPlan:
     """Reconcile, plan, build and gate every wave (or the first ``waves``), as the jobs do."""
     if reconcile:
         run_reconciliation(spec, incident.failed_generations, incident_id=incident.incident_id)

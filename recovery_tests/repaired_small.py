@@ -49,7 +49,7 @@ class Repaired:
     incident_path: Path
     spec: DatasetSpec
     writer: Writer
-    published_before: dict[str, list[tuple]]   # consumer -> rows of its output before the repair
+    published_before: dict[str, list[tuple]]  # consumer -> rows of its output before the repair
 
     @property
     def engine(self):
@@ -65,15 +65,36 @@ def build_damaged(root: Path) -> Repaired:
     spec_path = build_small_dataset(root, n_orders=160)
     (root / "region_units.sql").write_text(REGION_UNITS_SQL)
     data = spec_dict()
-    data["downstream"][0]["decisions"] = [{"name": "shard order report sent to ops", "remediation": "re-issue the report"}]
-    data["downstream"].append({"name": "region_units", "kind": "experiment", "owner": "growth", "sql": "region_units.sql",
-                               "key": ["region"], "materiality": {"column": "units", "rel": 0.01},
-                               "decisions": [{"name": "regional stock rebalanced", "remediation": "re-plan the rebalance"},
-                                             {"name": "growth readout shared", "remediation": "correct the readout"}]})
+    data["downstream"][0]["decisions"] = [
+        {"name": "shard order report sent to ops", "remediation": "re-issue the report"}
+    ]
+    data["downstream"].append(
+        {
+            "name": "region_units",
+            "kind": "experiment",
+            "owner": "growth",
+            "sql": "region_units.sql",
+            "key": ["region"],
+            "materiality": {"column": "units", "rel": 0.01},
+            "decisions": [
+                {"name": "regional stock rebalanced", "remediation": "re-plan the rebalance"},
+                {"name": "growth readout shared", "remediation": "correct the readout"},
+            ],
+        }
+    )
     write_spec(root, data)
     incident = root / "incident.yaml"
-    incident.write_text(yaml.safe_dump({"incident_id": INCIDENT, "spec": "spec.yaml", "failed_generations": [FAILED],
-                                        "requested_by": "data-platform-oncall", "approved_by": ["head-of-data"]}))
+    incident.write_text(
+        yaml.safe_dump(
+            {
+                "incident_id": INCIDENT,
+                "spec": "spec.yaml",
+                "failed_generations": [FAILED],
+                "requested_by": "data-platform-oncall",
+                "approved_by": ["head-of-data"],
+            }
+        )
+    )
     spec = load_spec(spec_path)
     writer = Writer(open_engine(spec.warehouse), spec, actor="test")
     writer.ensure()
@@ -84,10 +105,17 @@ def build_damaged(root: Path) -> Repaired:
     writer.register_generation(FAILED, "backfill")
     e = expected_rows_sql(spec, None)
     writer.write(FAILED, f"SELECT * REPLACE (qty * 3 AS qty) FROM ({e}) WHERE region = 'north'", mode="upsert_keys")
-    writer.write(FAILED, f"SELECT * FROM ({e}) WHERE region = 'south' AND order_no % 4 = 0", mode="append",
-                 allow_duplicate_keys=True)   # the faulty backfill appended rows the table held
-    writer.write(FAILED, f"SELECT region, order_no, src_rev FROM ({e}) WHERE region = 'east' AND order_no % 3 = 0",
-                 mode="delete_keys")
+    writer.write(
+        FAILED,
+        f"SELECT * FROM ({e}) WHERE region = 'south' AND order_no % 4 = 0",
+        mode="append",
+        allow_duplicate_keys=True,
+    )  # the faulty backfill appended rows the table held
+    writer.write(
+        FAILED,
+        f"SELECT region, order_no, src_rev FROM ({e}) WHERE region = 'east' AND order_no % 3 = 0",
+        mode="delete_keys",
+    )
     for c in spec.downstream:
         materialize_consumer(writer.engine, spec, c)
     with writer.engine.session(read_only=True) as s:

@@ -25,12 +25,21 @@ def checklist(page: _Page) -> dict[str, dict[str, str]]:
     return out
 
 
-def check_done_reports(reports_dir: Path, *, evidence_dir: Path, run_ids: set[str], consumers: list[str],
-                       computed_originals: set[str] = frozenset(), qualified: dict[str, str] | None = None) -> dict[str, dict]:
+def check_done_reports(
+    reports_dir: Path,
+    *,
+    evidence_dir: Path,
+    run_ids: set[str],
+    consumers: list[str],
+    computed_originals: set[str] = frozenset(),
+    qualified: dict[str, str] | None = None,
+) -> dict[str, dict]:
     """``run_ids``: the failed generations' Dagster runs the timeline must cite; ``qualified``: timeline
     items expected to be qualified, with a phrase their reason must hold."""
     """Assert what every recovered incident's reports must say; return the checklists for more."""
-    pages = {name: _Page((reports_dir / f"{name}.html").read_text()) for name in ("timeline", "reconciliation", "recovery")}
+    pages = {
+        name: _Page((reports_dir / f"{name}.html").read_text()) for name in ("timeline", "reconciliation", "recovery")
+    }
     lists = {name: checklist(page) for name, page in pages.items()}
     assert list(lists["timeline"]) == list(TIMELINE_ITEMS)
     assert list(lists["reconciliation"]) == list(RECONCILIATION_ITEMS)
@@ -63,14 +72,19 @@ def check_done_reports(reports_dir: Path, *, evidence_dir: Path, run_ids: set[st
 
     # recovery: every phase that ran is reported from its record, never as "not run yet"
     rv = lists["recovery"]
-    for item in ("isolated repair", "concurrent-write preservation", "canaries", "downstream correction",
-                 "current-ingestion validation"):
+    for item in (
+        "isolated repair",
+        "concurrent-write preservation",
+        "canaries",
+        "downstream correction",
+        "current-ingestion validation",
+    ):
         assert rv[item]["status"] == "verified", (item, rv[item])
     assert rv["tested backfill gates"]["status"] in ("verified", "qualified")
     html = (reports_dir / "recovery.html").read_text()
     for sid, title, _ in SECTIONS:
-        section = html[html.index(f'<section id="{sid}">'):]
-        section = section[:section.index("</section>")]
+        section = html[html.index(f'<section id="{sid}">') :]
+        section = section[: section.index("</section>")]
         assert "not run yet" not in section.lower() and "Not run yet" not in section, sid
     corrections = {r[0]: r for r in pages["recovery"].tables["corrections"][1:]}
     assert sorted(corrections) == sorted(consumers)

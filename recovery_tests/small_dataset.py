@@ -129,8 +129,13 @@ def spec_dict() -> dict:
     """The valid spec as a plain dict (paths relative to the spec file)."""
     return {
         "dataset": "orders",
-        "warehouse": {"engine": "duckdb", "path": "wh.duckdb", "memory_limit": "512MB", "threads": 2,
-                      "busy_timeout_s": 60},
+        "warehouse": {
+            "engine": "duckdb",
+            "path": "wh.duckdb",
+            "memory_limit": "512MB",
+            "threads": 2,
+            "busy_timeout_s": 60,
+        },
         "source": {
             "table": SOURCE_TABLE,
             "key": list(KEY),

@@ -21,20 +21,40 @@ PHASES = ["contain", "evidence", "assess", "repair", "publish", "restate", "veri
 def test_recover_bench_runs_every_phase_on_a_small_dataset_and_reports_figures(tmp_path):
     damaged = build_damaged(tmp_path / "orders")
     figures = tmp_path / "figures.json"
-    proc = subprocess.run([sys.executable, "-m", "bench", "recover", "--from", str(tmp_path / "orders"), "--wave-size", "5",
-                           "--json", str(figures)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "recover",
+            "--from",
+            str(tmp_path / "orders"),
+            "--wave-size",
+            "5",
+            "--json",
+            str(figures),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (result,) = json.loads(figures.read_text())
     assert [p["phase"] for p in result["phases"]] == PHASES
-    assert all(p["seconds"] > 0 and 0 <= p["engine_seconds"] <= p["seconds"] and p["peak_rss_mb"] > 0 for p in result["phases"])
-    assert len(next(p for p in result["phases"] if p["phase"] == "repair")["run_ids"]) >= 3   # plan, canary, waves
+    assert all(
+        p["seconds"] > 0 and 0 <= p["engine_seconds"] <= p["seconds"] and p["peak_rss_mb"] > 0 for p in result["phases"]
+    )
+    assert len(next(p for p in result["phases"] if p["phase"] == "repair")["run_ids"]) >= 3  # plan, canary, waves
     assert result["reports"] == ["reconciliation.html", "recovery.html", "timeline.html"]
     assert "s end to end" in proc.stdout and "engine share" in proc.stdout
     # the bench worked on a copy: the original is still damaged
     con = duckdb.connect(str(damaged.spec.warehouse.path), read_only=True)
     try:
-        still_damaged = con.execute(f"SELECT count(*) FROM (SELECT * EXCLUDE (gen_id, landed_at) FROM mart.orders "
-                                    f"EXCEPT ALL ({expected_rows_sql(damaged.spec, None)}))").fetchone()[0]
+        still_damaged = con.execute(
+            f"SELECT count(*) FROM (SELECT * EXCLUDE (gen_id, landed_at) FROM mart.orders "
+            f"EXCEPT ALL ({expected_rows_sql(damaged.spec, None)}))"
+        ).fetchone()[0]
     finally:
         con.close()
     assert still_damaged > 0

@@ -21,8 +21,9 @@ from recovery.lib.engine import open_engine
 from recovery.lib.reconcile.classify import recon_table
 from recovery.lib.reconcile.run import run_reconciliation
 
-pytestmark = pytest.mark.skipif(not Path(sys.executable).with_name("tpchgen-cli").exists(),
-                                reason="tpchgen-cli (the bench extra) is not installed")
+pytestmark = pytest.mark.skipif(
+    not Path(sys.executable).with_name("tpchgen-cli").exists(), reason="tpchgen-cli (the bench extra) is not installed"
+)
 
 
 def test_floor_assigns_the_package_labels_key_by_key(tmp_path):
@@ -30,14 +31,25 @@ def test_floor_assigns_the_package_labels_key_by_key(tmp_path):
     spec = load_spec(spec_path)
     summary, _ = run_reconciliation(spec, [lineitem.FAILED], incident_id="T")
     # every damage kind the bench's backfill makes is there, so the floor is checked on each
-    assert set(summary.labels) == {"duplicate", "out_of_order", "resurrected", "unexpected", "missing", "deleted",
-                                   "mispartitioned", "overwritten", "stale", "incorrectly_transformed"}
+    assert set(summary.labels) == {
+        "duplicate",
+        "out_of_order",
+        "resurrected",
+        "unexpected",
+        "missing",
+        "deleted",
+        "mispartitioned",
+        "overwritten",
+        "stale",
+        "incorrectly_transformed",
+    }
     key = ", ".join(spec.key)
     with open_engine(spec.warehouse).session(read_only=True) as s:
         floor = floor_sql(spec, [lineitem.FAILED], [c for c, _ in s.columns(spec.target.table_name.sql())])
         differ = s.fetchall(
             f"SELECT p.label, f.label, count(*) FROM (SELECT {key}, label FROM {recon_table(spec)} WHERE incident_id = 'T') p "
-            f"FULL OUTER JOIN ({floor}) f USING ({key}) WHERE p.label IS DISTINCT FROM f.label GROUP BY ALL")
+            f"FULL OUTER JOIN ({floor}) f USING ({key}) WHERE p.label IS DISTINCT FROM f.label GROUP BY ALL"
+        )
         assert s.scalar(f"SELECT count(*) FROM ({floor})") == summary.damaged_keys
     assert differ == []
     shutil.rmtree(tmp_path / "li")
@@ -49,10 +61,17 @@ def test_bench_fails_naming_the_labels_when_the_floor_disagrees(tmp_path):
     from bench.reconcile_bench import disagreements
 
     con = duckdb.connect()
-    con.execute(f"COPY (SELECT * FROM (VALUES (1, 1, 'stale'), (1, 2, 'deleted'), (2, 1, 'duplicate')) v(a, b, label)) "
-                f"TO '{tmp_path / 'p.parquet'}' (FORMAT parquet)")
-    con.execute(f"COPY (SELECT * FROM (VALUES (1, 1, 'overwritten'), (2, 1, 'duplicate'), (3, 1, 'missing')) v(a, b, label)) "
-                f"TO '{tmp_path / 'f.parquet'}' (FORMAT parquet)")
+    con.execute(
+        f"COPY (SELECT * FROM (VALUES (1, 1, 'stale'), (1, 2, 'deleted'), (2, 1, 'duplicate')) v(a, b, label)) "
+        f"TO '{tmp_path / 'p.parquet'}' (FORMAT parquet)"
+    )
+    con.execute(
+        f"COPY (SELECT * FROM (VALUES (1, 1, 'overwritten'), (2, 1, 'duplicate'), (3, 1, 'missing')) v(a, b, label)) "
+        f"TO '{tmp_path / 'f.parquet'}' (FORMAT parquet)"
+    )
     con.close()
     assert sorted(disagreements(tmp_path / "p.parquet", tmp_path / "f.parquet", ["a", "b"])) == [
-        ("-", "missing", 1), ("deleted", "-", 1), ("stale", "overwritten", 1)]
+        ("-", "missing", 1),
+        ("deleted", "-", 1),
+        ("stale", "overwritten", 1),
+    ]

@@ -52,22 +52,38 @@ from recovery_tests.example_build import env as _env
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = PROJECT_ROOT / "test-artifacts" / "browser"
 LOCATION = "backfill_recovery"
-RECOVERY_JOBS = ("contain_backfill", "preserve_evidence", "assess_incident", "reconcile_incident",
-                 "render_incident_timeline", "render_incident_reports")
-RECOVERY_ASSETS = (("incident", "reconciliation"), ("incident", "impact"), ("incident", "decision"),
-                   ("incident", "timeline"), ("incident", "reports"))
+RECOVERY_JOBS = (
+    "contain_backfill",
+    "preserve_evidence",
+    "assess_incident",
+    "reconcile_incident",
+    "render_incident_timeline",
+    "render_incident_reports",
+)
+RECOVERY_ASSETS = (
+    ("incident", "reconciliation"),
+    ("incident", "impact"),
+    ("incident", "decision"),
+    ("incident", "timeline"),
+    ("incident", "reports"),
+)
 # Runs launch immediately (no QueuedRunCoordinator, which Dagster 1.13 uses by default, so no daemon).
 INSTANCE_YAML = {
     "storage": {"sqlite": {"base_dir": {"env": "DAGSTER_HOME"}}},  # the test process reads it with DAGSTER_HOME set too
-    "run_coordinator": {"module": "dagster._core.run_coordinator.sync_in_memory_run_coordinator",
-                        "class": "SyncInMemoryRunCoordinator"},
+    "run_coordinator": {
+        "module": "dagster._core.run_coordinator.sync_in_memory_run_coordinator",
+        "class": "SyncInMemoryRunCoordinator",
+    },
     "telemetry": {"enabled": False},
 }
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is absent: install Debian's chromium package "
-                       "(apt-get install -y chromium; .ci/run does) to run the browser test"),
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason=f"{CHROMIUM} is absent: install Debian's chromium package "
+        "(apt-get install -y chromium; .ci/run does) to run the browser test",
+    ),
 ]
 
 
@@ -90,8 +106,9 @@ def _free_port() -> int:
 
 
 def _graphql(url: str, query: str) -> dict:
-    req = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": query}).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{url}/graphql", data=json.dumps({"query": query}).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=10) as resp:
         return json.loads(resp.read())
 
@@ -134,7 +151,11 @@ def _serve(home: Path, spec: Path, log: Path, specs: Path | None = None) -> Iter
     with open(server.log, "ab") as out:
         proc = subprocess.Popen(
             [str(exe), "-w", str(PROJECT_ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
-            cwd=str(PROJECT_ROOT), env=environ, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=str(PROJECT_ROOT),
+            env=environ,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         _wait_for_location(server, proc)
@@ -178,8 +199,9 @@ def _shot(pg, name: str, into: Path = ARTIFACTS) -> None:
     pg.screenshot(path=str(into / f"{name}.png"), full_page=True)
 
 
-def _wait_for_run(home: Path, run_id: str, timeout_s: float = 120,
-                  status: dg.DagsterRunStatus = dg.DagsterRunStatus.SUCCESS) -> dg.DagsterRun:
+def _wait_for_run(
+    home: Path, run_id: str, timeout_s: float = 120, status: dg.DagsterRunStatus = dg.DagsterRunStatus.SUCCESS
+) -> dg.DagsterRun:
     """The run once it finished, which must be with ``status``."""
     from dagster._core.instance.ref import InstanceRef
 
@@ -189,7 +211,9 @@ def _wait_for_run(home: Path, run_id: str, timeout_s: float = 120,
             run = instance.get_run_by_id(run_id)
             if run is not None and run.is_finished:
                 if run.status != status:
-                    errors = [e.message for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_failure]
+                    errors = [
+                        e.message for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_failure
+                    ]
                     raise AssertionError(f"run {run_id} ended {run.status.value}: {errors}")
                 return run
             time.sleep(0.5)
@@ -262,8 +286,12 @@ def _walk_the_ui(webserver: Webserver, pg) -> None:
     # the run really contained the backfill: the generation is fenced in the copy's warehouse
     con = duckdb.connect(str(webserver.spec.with_name("warehouse.duckdb")), read_only=True)
     try:
-        fenced = con.execute("SELECT run_id FROM _recovery.timeline WHERE kind LIKE 'containment%' OR kind LIKE 'fence%'").fetchall()
-        status = con.execute("SELECT status FROM _recovery.generations WHERE generation = 'backfill-0042'").fetchone()[0]
+        fenced = con.execute(
+            "SELECT run_id FROM _recovery.timeline WHERE kind LIKE 'containment%' OR kind LIKE 'fence%'"
+        ).fetchall()
+        status = con.execute("SELECT status FROM _recovery.generations WHERE generation = 'backfill-0042'").fetchone()[
+            0
+        ]
     finally:
         con.close()
     assert status == "fenced"
@@ -291,6 +319,7 @@ def _walk_the_ui(webserver: Webserver, pg) -> None:
 
 
 # --- the foreign shipments warehouse (issue 14): contain and reconcile through the launchpads -----------------
+
 
 @pytest.fixture(scope="session")
 def shipments(shared_dir: Path) -> Path:
@@ -392,16 +421,26 @@ def _contain_and_reconcile_shipments(webserver: Webserver, pg) -> None:
     pg.wait_for_url(re.compile(r"/playground"))
     _clear_editor(pg, pg)
     p = incident["partitions"]
-    lines = ["ops:", "  validate_incident:", "    config:",
-             f"      incident_id: {incident['incident_id']}",
-             f"      spec: {spec}",
-             "      failed_generations:", *(f"        - {g}" for g in incident["failed_generations"]),
-             "      partitions:", f"        start: '{p['start']}'", f"        end: '{p['end']}'",
-             f"      requested_by: {incident['requested_by']}",
-             "      approved_by:", *(f"        - {a}" for a in incident["approved_by"])]
+    lines = [
+        "ops:",
+        "  validate_incident:",
+        "    config:",
+        f"      incident_id: {incident['incident_id']}",
+        f"      spec: {spec}",
+        "      failed_generations:",
+        *(f"        - {g}" for g in incident["failed_generations"]),
+        "      partitions:",
+        f"        start: '{p['start']}'",
+        f"        end: '{p['end']}'",
+        f"      requested_by: {incident['requested_by']}",
+        "      approved_by:",
+        *(f"        - {a}" for a in incident["approved_by"]),
+    ]
     _type_lines(pg, pg, lines)
     typed = _editor_value(pg)
-    fields = {k: incident[k] for k in ("incident_id", "failed_generations", "partitions", "requested_by", "approved_by")}
+    fields = {
+        k: incident[k] for k in ("incident_id", "failed_generations", "partitions", "requested_by", "approved_by")
+    }
     assert yaml.safe_load(typed) == {"ops": {"validate_incident": {"config": {**fields, "spec": str(spec)}}}}, typed
     pg.get_by_text("No errors").wait_for()  # valid against IncidentConfig's schema
     _shot(pg, "11-shipments-contain-launchpad")
@@ -414,8 +453,9 @@ def _contain_and_reconcile_shipments(webserver: Webserver, pg) -> None:
     con = duckdb.connect(str(root / "warehouse.duckdb"), read_only=True)
     try:
         adopted = con.execute("SELECT count(*) FROM _recovery.timeline WHERE kind = 'target_adopted'").fetchone()[0]
-        kind = con.execute("SELECT table_type FROM information_schema.tables WHERE table_schema = 'mart' "
-                           "AND table_name = 'shipments'").fetchone()[0]
+        kind = con.execute(
+            "SELECT table_type FROM information_schema.tables WHERE table_schema = 'mart' AND table_name = 'shipments'"
+        ).fetchone()[0]
         status = con.execute("SELECT status FROM _recovery.generations WHERE generation = 'bf-0007'").fetchone()
     finally:
         con.close()
@@ -427,7 +467,10 @@ def _contain_and_reconcile_shipments(webserver: Webserver, pg) -> None:
     #    the way target_partitions_sensor does (no daemon here), before the launchpad lists them.
     from dagster._core.instance.ref import InstanceRef
 
-    with _env(DAGSTER_HOME=str(webserver.home)), dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(webserver.home))) as instance:
+    with (
+        _env(DAGSTER_HOME=str(webserver.home)),
+        dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(webserver.home))) as instance,
+    ):
         keys = register_target_partitions(instance, parse_spec(spec))
     assert p["start"] in keys and p["end"] in keys, keys
     dialog = _asset_job_launchpad(pg, base, "reconcile_incident", "Materialize…")
@@ -439,10 +482,15 @@ def _contain_and_reconcile_shipments(webserver: Webserver, pg) -> None:
     dialog.get_by_text(f"partition: {p['start']}").first.wait_for()  # the run's dagster/partition tag
     dialog.get_by_text("Generating configuration").wait_for(state="hidden")
     _clear_editor(pg, dialog)
-    _type_lines(pg, dialog, ["ops:", "  incident__reconciliation:", "    config:",
-                             f"      incident_file: {root / 'incident.yaml'}"])
+    _type_lines(
+        pg,
+        dialog,
+        ["ops:", "  incident__reconciliation:", "    config:", f"      incident_file: {root / 'incident.yaml'}"],
+    )
     typed = _editor_value(dialog)
-    assert yaml.safe_load(typed) == {"ops": {"incident__reconciliation": {"config": {"incident_file": str(root / "incident.yaml")}}}}, typed
+    assert yaml.safe_load(typed) == {
+        "ops": {"incident__reconciliation": {"config": {"incident_file": str(root / "incident.yaml")}}}
+    }, typed
     dialog.get_by_text("No errors").wait_for()
     _shot(pg, "13-shipments-reconcile-launchpad")
     dialog.get_by_role("button", name="Materialize").click()
@@ -544,8 +592,9 @@ def _both_datasets_in_the_ui(server: Webserver, defs: dg.Definitions, orders_spe
     _shot(pg, "04-jobs", shots)
 
 
-def _refused_backfill_from_the_launchpad_to_the_alert_and_back(server: Webserver, defs: dg.Definitions, example, pg,
-                                                                shots: Path, tmp_path: Path) -> None:
+def _refused_backfill_from_the_launchpad_to_the_alert_and_back(
+    server: Webserver, defs: dg.Definitions, example, pg, shots: Path, tmp_path: Path
+) -> None:
     """A guarded backfill of the worked example with a recompute that changes every amount, launched from
     guarded_backfill's launchpad: its gates refuse it (the values gate among them); the alert sensor's alert
     carries the values gate's sentence and the run's link, and the run page that link opens shows the sentence."""
@@ -557,9 +606,19 @@ def _refused_backfill_from_the_launchpad_to_the_alert_and_back(server: Webserver
 
     base = server.url
     before = example.public_hash()
-    config = {"ops": {"recurrence__backfill": {"config": {
-        "start": example.start, "end": example.end, "recompute": REFUSING_RECOMPUTE,
-        "requested_by": "data-platform-oncall", "approved_by": APPROVERS}}}}
+    config = {
+        "ops": {
+            "recurrence__backfill": {
+                "config": {
+                    "start": example.start,
+                    "end": example.end,
+                    "recompute": REFUSING_RECOMPUTE,
+                    "requested_by": "data-platform-oncall",
+                    "approved_by": APPROVERS,
+                }
+            }
+        }
+    }
 
     # 1. guarded_backfill's launchpad (an asset job: behind the arrow beside "Materialize all")
     dialog = _asset_job_launchpad(pg, base, "guarded_backfill", "Materialize all")
@@ -582,12 +641,18 @@ def _refused_backfill_from_the_launchpad_to_the_alert_and_back(server: Webserver
 
     # 2. the alert sensor's tick (no daemon here) on the webserver's instance: one alert per refusing gate
     alerts_file = tmp_path / "alerts.jsonl"
-    resources = {"warehouse": warehouse_resource(str(server.spec)),
-                 "notifier": NotifierResource(kind="file", path=str(alerts_file))}
-    with _env(DAGSTER_HOME=str(server.home), RECOVERY_UI_URL=base), \
-            dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(server.home))) as instance:
-        checks = {e.asset_check_evaluation.check_name: e.asset_check_evaluation
-                  for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)}
+    resources = {
+        "warehouse": warehouse_resource(str(server.spec)),
+        "notifier": NotifierResource(kind="file", path=str(alerts_file)),
+    }
+    with (
+        _env(DAGSTER_HOME=str(server.home), RECOVERY_UI_URL=base),
+        dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(server.home))) as instance,
+    ):
+        checks = {
+            e.asset_check_evaluation.check_name: e.asset_check_evaluation
+            for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+        }
         with dg.build_sensor_context(instance=instance, definitions=defs, resources=resources) as context:
             defs.resolve_sensor_def("asset_check_alert_sensor")(context)
     values = checks["values"]

@@ -88,7 +88,11 @@ GOOD = {"incident_id": "INC-TEST-1", "failed_generations": [GEN], "requested_by"
 BAD = {
     "unknown generation": ({"failed_generations": ["backfill-9999"]}, "failed_generations[0]", "unknown"),
     "not a backfill": ({"failed_generations": ["ingest-2024-07-05"]}, "failed_generations[0]", "not a backfill"),
-    "range outside the data": ({"partitions": {"start": "2031-01-01", "end": "2031-02-01"}}, "partitions", "outside the data"),
+    "range outside the data": (
+        {"partitions": {"start": "2031-01-01", "end": "2031-02-01"}},
+        "partitions",
+        "outside the data",
+    ),
     "missing requester": ({"requested_by": None}, "requested_by", "required"),
 }
 
@@ -107,7 +111,9 @@ def test_each_bad_incident_is_refused_naming_the_field_and_the_warehouse_stays_b
                 resolve_incident(IncidentConfig(**config), env.spec_path)
             assert err.value.field == field and problem in str(err.value), case
             with pytest.raises(RecoveryError, match=re.escape(field) + ": .*" + problem):
-                run_job(code_location, CONTAIN_JOB, instance, run_config={"ops": {"validate_incident": {"config": config}}})
+                run_job(
+                    code_location, CONTAIN_JOB, instance, run_config={"ops": {"validate_incident": {"config": config}}}
+                )
             assert _digest(env.warehouse) == before, f"{case}: a refused incident changed the warehouse"
             assert not wal.exists(), case
 
@@ -131,7 +137,10 @@ def test_a_generation_without_runs_is_fenced_and_a_second_containment_changes_no
 
     fences = env.fetch(f"SELECT incident_id, token, fenced_by, seq FROM {SCHEMA}.fences WHERE generation = ?", [GEN])
     assert len(fences) == 1 and fences[0][:3] == ("INC-2024-031", fences[0][1], "data-platform-oncall")
-    kinds = [r[0] for r in env.fetch(f"SELECT kind FROM {SCHEMA}.timeline WHERE incident_id = 'INC-2024-031' ORDER BY event_id")]
+    kinds = [
+        r[0]
+        for r in env.fetch(f"SELECT kind FROM {SCHEMA}.timeline WHERE incident_id = 'INC-2024-031' ORDER BY event_id")
+    ]
     assert kinds == ["fence", "containment_no_runs"]
     digest = _digest(env.warehouse)
 
@@ -139,12 +148,18 @@ def test_a_generation_without_runs_is_fenced_and_a_second_containment_changes_no
     second = capsys.readouterr().out
     assert f"{GEN}: already fenced" in second and "already contained: nothing changed" in second
     assert f"token {fences[0][1]}, commit seq {fences[0][3]}" in second
-    assert env.fetch(f"SELECT incident_id, token, fenced_by, seq FROM {SCHEMA}.fences WHERE generation = ?", [GEN]) == fences
+    assert (
+        env.fetch(f"SELECT incident_id, token, fenced_by, seq FROM {SCHEMA}.fences WHERE generation = ?", [GEN])
+        == fences
+    )
     assert _digest(env.warehouse) == digest, "re-running containment changed the warehouse"
 
 
 def _evaluate_sensor(env: Env, instance: dg.DagsterInstance, alerts: Path):
-    resources = {"warehouse": warehouse_resource(str(env.spec_path)), "notifier": NotifierResource(kind="file", path=str(alerts))}
+    resources = {
+        "warehouse": warehouse_resource(str(env.spec_path)),
+        "notifier": NotifierResource(kind="file", path=str(alerts)),
+    }
     with dg.build_sensor_context(instance=instance, resources=resources) as context:
         return fencing_sensor(context)
 
@@ -153,18 +168,31 @@ def test_a_write_after_containment_is_refused_counted_alerted_once_and_on_the_ti
     _contain(env)
     spec = parse_spec(env.spec_path)
     engine = open_engine(spec.warehouse)
-    rows_before = env.fetch(f"SELECT count(*), max(_written_at) FROM {spec.target.table_name.sql()} WHERE _generation = ?", [GEN])
+    rows_before = env.fetch(
+        f"SELECT count(*), max(_written_at) FROM {spec.target.table_name.sql()} WHERE _generation = ?", [GEN]
+    )
     stray = Writer(engine, spec, actor="stray-worker")
     with pytest.raises(FencedGenerationError):
-        stray.write(GEN, f"SELECT * EXCLUDE (_generation, _written_at) FROM {spec.target.table_name.sql()} LIMIT 5",
-                    mode="append", run_id="stray-run-1")
+        stray.write(
+            GEN,
+            f"SELECT * EXCLUDE (_generation, _written_at) FROM {spec.target.table_name.sql()} LIMIT 5",
+            mode="append",
+            run_id="stray-run-1",
+        )
     with pytest.raises(FencedGenerationError):
         stray.register_generation(GEN, "backfill", run_id="stray-run-2")
-    assert env.fetch(f"SELECT count(*), max(_written_at) FROM {spec.target.table_name.sql()} WHERE _generation = ?", [GEN]) == rows_before
+    assert (
+        env.fetch(f"SELECT count(*), max(_written_at) FROM {spec.target.table_name.sql()} WHERE _generation = ?", [GEN])
+        == rows_before
+    )
 
-    attempts = env.fetch(f"SELECT action, run_id FROM {SCHEMA}.fence_attempts WHERE generation = ? ORDER BY attempted_at", [GEN])
+    attempts = env.fetch(
+        f"SELECT action, run_id FROM {SCHEMA}.fence_attempts WHERE generation = ? ORDER BY attempted_at", [GEN]
+    )
     assert attempts == [("write:append", "stray-run-1"), ("register", "stray-run-2")]
-    events = env.fetch(f"SELECT run_id FROM {SCHEMA}.timeline WHERE kind = 'fence_attempt' AND incident_id = 'INC-2024-031' ORDER BY event_id")
+    events = env.fetch(
+        f"SELECT run_id FROM {SCHEMA}.timeline WHERE kind = 'fence_attempt' AND incident_id = 'INC-2024-031' ORDER BY event_id"
+    )
     assert events == [("stray-run-1",), ("stray-run-2",)]
 
     alerts = tmp_path / "alerts.jsonl"
@@ -172,9 +200,13 @@ def test_a_write_after_containment_is_refused_counted_alerted_once_and_on_the_ti
         for _ in range(3):  # the sensor re-evaluates; each alert is delivered once
             assert isinstance(_evaluate_sensor(env, instance, alerts), dg.SkipReason)
     delivered = [json.loads(line) for line in alerts.read_text().splitlines()]
-    assert [a["subject"] for a in delivered] == [f"write:append by fenced generation {GEN} refused",
-                                                 f"register by fenced generation {GEN} refused"]
-    assert {a["incident_id"] for a in delivered} == {"INC-2024-031"} and {a["owner"] for a in delivered} == {"data-platform-oncall"}
+    assert [a["subject"] for a in delivered] == [
+        f"write:append by fenced generation {GEN} refused",
+        f"register by fenced generation {GEN} refused",
+    ]
+    assert {a["incident_id"] for a in delivered} == {"INC-2024-031"} and {a["owner"] for a in delivered} == {
+        "data-platform-oncall"
+    }
     assert len(env.fetch(f"SELECT * FROM {SCHEMA}.timeline WHERE kind = 'alert' AND incident_id = 'INC-2024-031'")) == 2
 
     consumer = spec.downstream[0]
@@ -184,10 +216,21 @@ def test_a_write_after_containment_is_refused_counted_alerted_once_and_on_the_ti
 
 def _queued_run(tags: dict, parent: str | None = None) -> dg.DagsterRun:
     """A run waiting in the queue, as one re-executed from the UI (or retried) would be."""
-    origin = RemoteJobOrigin(RemoteRepositoryOrigin(
-        InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="recovery.definitions")), "__repository__"), "__ASSET_JOB")
-    return dg.DagsterRun(job_name="__ASSET_JOB", run_id=make_new_run_id(), status=dg.DagsterRunStatus.QUEUED, tags=tags,
-                         parent_run_id=parent, root_run_id=parent, remote_job_origin=origin)
+    origin = RemoteJobOrigin(
+        RemoteRepositoryOrigin(
+            InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="recovery.definitions")), "__repository__"
+        ),
+        "__ASSET_JOB",
+    )
+    return dg.DagsterRun(
+        job_name="__ASSET_JOB",
+        run_id=make_new_run_id(),
+        status=dg.DagsterRunStatus.QUEUED,
+        tags=tags,
+        parent_run_id=parent,
+        root_run_id=parent,
+        remote_job_origin=origin,
+    )
 
 
 def test_the_sensor_stops_a_run_and_a_retry_launched_after_the_fence_once(env, tmp_path):
@@ -217,4 +260,5 @@ def test_the_sensor_stops_a_run_and_a_retry_launched_after_the_fence_once(env, t
     assert timeline == {relaunch.run_id, retry.run_id}
     delivered = [json.loads(line) for line in alerts.read_text().splitlines()]
     assert sorted(a["subject"] for a in delivered) == sorted(
-        f"run {r.run_id} of fenced generation {GEN} stopped" for r in (relaunch, retry))
+        f"run {r.run_id} of fenced generation {GEN} stopped" for r in (relaunch, retry)
+    )

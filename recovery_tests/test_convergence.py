@@ -49,10 +49,15 @@ def _late_events(r, at: datetime) -> None:
     live = r.fetch("SELECT region, order_no FROM mart.orders ORDER BY placed_at, region, order_no LIMIT 2")
     with r.engine.transaction() as s:
         for (region, order_no), change, qty in zip(live, ("put", "drop"), (99, 0)):
-            s.execute("INSERT INTO src.order_events SELECT region, order_no, max(rev) + 1, ?, ?, arg_max(placed_at, rev), ?, "
-                      "arg_max(sku, rev) FROM src.order_events WHERE region = ? AND order_no = ? GROUP BY ALL",
-                      [change, at, qty, region, order_no])
-        s.execute("INSERT INTO src.order_events VALUES ('west', 9001, 1, 'put', ?, TIMESTAMP '2026-01-03 10:00', 5, 'SKU-001')", [at])
+            s.execute(
+                "INSERT INTO src.order_events SELECT region, order_no, max(rev) + 1, ?, ?, arg_max(placed_at, rev), ?, "
+                "arg_max(sku, rev) FROM src.order_events WHERE region = ? AND order_no = ? GROUP BY ALL",
+                [change, at, qty, region, order_no],
+            )
+        s.execute(
+            "INSERT INTO src.order_events VALUES ('west', 9001, 1, 'put', ?, TIMESTAMP '2026-01-03 10:00', 5, 'SKU-001')",
+            [at],
+        )
 
 
 def _resources(r, url: str) -> dict:
@@ -60,8 +65,12 @@ def _resources(r, url: str) -> dict:
 
 
 def _defs(r, url: str) -> dg.Definitions:
-    return dg.Definitions(assets=[convergence], jobs=[verify_convergence_job], sensors=[asset_check_alert_sensor],
-                          resources=_resources(r, url))
+    return dg.Definitions(
+        assets=[convergence],
+        jobs=[verify_convergence_job],
+        sensors=[asset_check_alert_sensor],
+        resources=_resources(r, url),
+    )
 
 
 def test_late_events_ingested_after_publish_converge(tmp_path, receiver):
@@ -76,29 +85,41 @@ def test_late_events_ingested_after_publish_converge(tmp_path, receiver):
     apply_changes(r.writer, "ingest-2", until=at + timedelta(seconds=1))
     after = verify_convergence(r.engine, r.spec)
     assert after.converged and after.pending_changes == 0
-    late_shards = {x[0] for x in r.fetch(
-        "SELECT DISTINCT region || '-' || strftime(placed_at, '%Y%m') FROM src.order_events WHERE loaded_at = ?", [at])}
-    assert late_shards <= set(after.recent_partitions)    # ingestion wrote them last
-    assert late_shards & set(after.repaired_partitions)   # old partitions the repair rebuilt
+    late_shards = {
+        x[0]
+        for x in r.fetch(
+            "SELECT DISTINCT region || '-' || strftime(placed_at, '%Y%m') FROM src.order_events WHERE loaded_at = ?",
+            [at],
+        )
+    }
+    assert late_shards <= set(after.recent_partitions)  # ingestion wrote them last
+    assert late_shards & set(after.repaired_partitions)  # old partitions the repair rebuilt
     with r.engine.session(read_only=True) as s:
         history = drift_history(s, r.spec)
     assert {h[0] for h in history} == {first.check_id, pending.check_id, after.check_id}
     with dg.instance_for_test() as instance:
         result = _defs(r, receiver.url).resolve_job_def(VERIFY_JOB).execute_in_process(instance=instance)
     assert result.success
-    assert {c.check_name: c.passed for c in result.get_asset_check_evaluations()} == {RECENT_CHECK: True, REPAIRED_CHECK: True}
+    assert {c.check_name: c.passed for c in result.get_asset_check_evaluations()} == {
+        RECENT_CHECK: True,
+        REPAIRED_CHECK: True,
+    }
 
 
-def test_a_late_event_not_applied_fails_verification_and_alerts_once_with_a_link_to_the_run(tmp_path, receiver, monkeypatch):
+def test_a_late_event_not_applied_fails_verification_and_alerts_once_with_a_link_to_the_run(
+    tmp_path, receiver, monkeypatch
+):
     monkeypatch.delenv("RECOVERY_UI_URL", raising=False)
     r = build_repaired(tmp_path / "orders")
     watermark = ingestion_watermark(r.writer)
     region, order_no, shard = r.fetch("SELECT region, order_no, shard FROM mart.orders ORDER BY placed_at LIMIT 1")[0]
     late_at = watermark - timedelta(seconds=5)  # landed behind the watermark: ingestion's window never sees it
     with r.engine.transaction() as s:
-        s.execute("INSERT INTO src.order_events SELECT region, order_no, max(rev) + 1, 'put', ?, arg_max(placed_at, rev), 77, "
-                  "arg_max(sku, rev) FROM src.order_events WHERE region = ? AND order_no = ? GROUP BY ALL",
-                  [late_at, region, order_no])
+        s.execute(
+            "INSERT INTO src.order_events SELECT region, order_no, max(rev) + 1, 'put', ?, arg_max(placed_at, rev), 77, "
+            "arg_max(sku, rev) FROM src.order_events WHERE region = ? AND order_no = ? GROUP BY ALL",
+            [late_at, region, order_no],
+        )
     defs = _defs(r, receiver.url)
     with dg.instance_for_test() as instance:
         result = defs.resolve_job_def(VERIFY_JOB).execute_in_process(instance=instance)
@@ -106,10 +127,14 @@ def test_a_late_event_not_applied_fails_verification_and_alerts_once_with_a_link
         assert checks[REPAIRED_CHECK].passed is False and checks[REPAIRED_CHECK].severity == dg.AssetCheckSeverity.ERROR
         assert shard in checks[REPAIRED_CHECK].description
         for _ in range(2):  # two ticks see the same failed evaluation: one alert
-            with dg.build_sensor_context(instance=instance, definitions=defs, resources=_resources(r, receiver.url)) as context:
+            with dg.build_sensor_context(
+                instance=instance, definitions=defs, resources=_resources(r, receiver.url)
+            ) as context:
                 tick = asset_check_alert_sensor(context)
         assert tick.cursor is not None
-        with dg.build_sensor_context(instance=instance, definitions=defs, resources=_resources(r, receiver.url)) as context:  # no cursor: the control plane remembers
+        with dg.build_sensor_context(
+            instance=instance, definitions=defs, resources=_resources(r, receiver.url)
+        ) as context:  # no cursor: the control plane remembers
             asset_check_alert_sensor(context)
     alerts = [a for a in receiver.received if REPAIRED_CHECK in a["subject"]]
     assert len(alerts) == 1, receiver.received
@@ -135,8 +160,9 @@ def test_the_hourly_schedule_is_registered_and_evaluates_to_a_valid_run_request(
     assert schedule.job_name == VERIFY_JOB and schedule.cron_schedule == "0 * * * *"
     assert d.resolve_sensor_def("asset_check_alert_sensor").name == "asset_check_alert_sensor"
     with dg.instance_for_test() as instance:
-        context = dg.build_schedule_context(instance=instance,
-                                            scheduled_execution_time=datetime(2026, 3, 2, 5, tzinfo=UTC))
+        context = dg.build_schedule_context(
+            instance=instance, scheduled_execution_time=datetime(2026, 3, 2, 5, tzinfo=UTC)
+        )
         requests = schedule.evaluate_tick(context).run_requests or []
     assert len(requests) == 1
     dg.validate_run_config(d.resolve_job_def(VERIFY_JOB), requests[0].run_config)
@@ -153,14 +179,22 @@ def test_verify_cli_exits_1_while_a_partition_drifts_and_0_once_converged(tmp_pa
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.setenv("RECOVERY_SPEC", str(r.spec_path))
     with r.engine.transaction() as s:  # a tombstone the ingestion never applied
-        s.execute("INSERT INTO src.order_events SELECT region, order_no, max(rev) + 1, 'drop', ?, arg_max(placed_at, rev), 0, "
-                  "arg_max(sku, rev) FROM src.order_events WHERE (region, order_no) = (SELECT (region, order_no) FROM mart.orders "
-                  "ORDER BY ALL LIMIT 1) GROUP BY ALL", [ingestion_watermark(r.writer) - timedelta(seconds=1)])
+        s.execute(
+            "INSERT INTO src.order_events SELECT region, order_no, max(rev) + 1, 'drop', ?, arg_max(placed_at, rev), 0, "
+            "arg_max(sku, rev) FROM src.order_events WHERE (region, order_no) = (SELECT (region, order_no) FROM mart.orders "
+            "ORDER BY ALL LIMIT 1) GROUP BY ALL",
+            [ingestion_watermark(r.writer) - timedelta(seconds=1)],
+        )
     assert main(["verify", "--incident", str(r.incident_path)]) == 1
     out = capsys.readouterr().out
     assert "FAILED" in out and REPAIRED_CHECK in out
     r.writer.register_generation("ingest-fix", "ingest")
-    apply_changes(r.writer, "ingest-fix", since=ingestion_watermark(r.writer) - timedelta(seconds=2), until=ingestion_watermark(r.writer))
+    apply_changes(
+        r.writer,
+        "ingest-fix",
+        since=ingestion_watermark(r.writer) - timedelta(seconds=2),
+        until=ingestion_watermark(r.writer),
+    )
     assert main(["verify", "--incident", str(r.incident_path)]) == 0
     assert main(["verify", "--incident", str(r.incident_path), "--recent", "0"]) == 2
     assert "--recent: 0 is not a positive number" in capsys.readouterr().out
@@ -190,4 +224,7 @@ def test_a_check_where_no_generation_recorded_a_watermark_names_the_source_time_
         latest = s.scalar("SELECT max(loaded_at) FROM src.order_events")
     assert result.watermark == latest and result.converged
     assert "None" not in result.summary()
-    assert f"as of {latest:%Y-%m-%d %H:%M:%S} (the source's latest change: no generation recorded a watermark)" in result.summary()
+    assert (
+        f"as of {latest:%Y-%m-%d %H:%M:%S} (the source's latest change: no generation recorded a watermark)"
+        in result.summary()
+    )

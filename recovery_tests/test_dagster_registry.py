@@ -29,8 +29,8 @@ def utcnow() -> datetime:
 
 class SalesConfig(dg.Config):
     db: str
-    as_of: str | None = None        # a backfill reads the source as of its start
-    cents_bug: bool = False         # the bug: even ids' amounts written in cents
+    as_of: str | None = None  # a backfill reads the source as of its start
+    cents_bug: bool = False  # the bug: even ids' amounts written in cents
 
 
 @dg.asset(key=["mart", "sales"], partitions_def=dg.StaticPartitionsDefinition(DAYS))
@@ -46,22 +46,35 @@ def sales(context: dg.AssetExecutionContext, config: SalesConfig) -> None:
                FROM (SELECT * FROM raw.events WHERE arrived_at <= ?
                      QUALIFY row_number() OVER (PARTITION BY id ORDER BY rev DESC) = 1)
                WHERE op <> 'D' AND day = ?""",
-            [config.cents_bug, context.run.run_id, utcnow(), as_of, context.partition_key])
+            [config.cents_bug, context.run.run_id, utcnow(), as_of, context.partition_key],
+        )
         con.execute("COMMIT")
     finally:
         con.close()
 
 
 def _events(con, ids, rev: int, bump: int = 0) -> None:
-    rows = pd.DataFrame({"id": ids, "rev": rev, "op": "I" if rev == 1 else "U",
-                         "day": [pd.Timestamp(DAYS[i % 3]).date() for i in ids],
-                         "amount": [i * 10 + bump for i in ids], "arrived_at": utcnow()})
+    rows = pd.DataFrame(
+        {
+            "id": ids,
+            "rev": rev,
+            "op": "I" if rev == 1 else "U",
+            "day": [pd.Timestamp(DAYS[i % 3]).date() for i in ids],
+            "amount": [i * 10 + bump for i in ids],
+            "arrived_at": utcnow(),
+        }
+    )
     con.execute("INSERT INTO raw.events SELECT id, rev, op, day, amount, arrived_at FROM rows")
 
 
 def _materialize(instance, db: Path, day: str, *, tags: dict | None = None, **config) -> None:
-    dg.materialize([sales], partition_key=day, instance=instance, tags=tags or {},
-                   run_config={"ops": {"mart__sales": {"config": {"db": str(db), **config}}}})
+    dg.materialize(
+        [sales],
+        partition_key=day,
+        instance=instance,
+        tags=tags or {},
+        run_config={"ops": {"mart__sales": {"config": {"db": str(db), **config}}}},
+    )
 
 
 def build(root: Path, home: Path, *, runs: bool = True) -> Path:
@@ -71,9 +84,11 @@ def build(root: Path, home: Path, *, runs: bool = True) -> Path:
     root.mkdir(parents=True)
     db = root / "wh.duckdb"
     con = duckdb.connect(str(db))
-    con.execute("CREATE SCHEMA raw; CREATE SCHEMA mart; CREATE TABLE raw.events (id INTEGER, rev INTEGER, op VARCHAR, "
-                "day DATE, amount DECIMAL(10, 2), arrived_at TIMESTAMP); CREATE TABLE mart.sales (id INTEGER, day DATE, "
-                "amount DECIMAL(10, 2), src_rev INTEGER, _run_id VARCHAR, _loaded_at TIMESTAMP)")
+    con.execute(
+        "CREATE SCHEMA raw; CREATE SCHEMA mart; CREATE TABLE raw.events (id INTEGER, rev INTEGER, op VARCHAR, "
+        "day DATE, amount DECIMAL(10, 2), arrived_at TIMESTAMP); CREATE TABLE mart.sales (id INTEGER, day DATE, "
+        "amount DECIMAL(10, 2), src_rev INTEGER, _run_id VARCHAR, _loaded_at TIMESTAMP)"
+    )
     _events(con, list(range(1, 31)), 1)
     con.close()
     with env(DAGSTER_HOME=str(home)), dg.DagsterInstance.get() as instance:
@@ -85,10 +100,10 @@ def build(root: Path, home: Path, *, runs: bool = True) -> Path:
         backfill = {"dagster/backfill": BACKFILL}
         _materialize(instance, db, DAYS[0], tags=backfill, as_of=snapshot, cents_bug=True)
         con = duckdb.connect(str(db))
-        _events(con, [i for i in range(1, 31) if i % 3 == 1], 2, bump=1)     # day 2's keys change
+        _events(con, [i for i in range(1, 31) if i % 3 == 1], 2, bump=1)  # day 2's keys change
         con.close()
-        _materialize(instance, db, DAYS[1])                                  # the normal load writes them
-        _materialize(instance, db, DAYS[1], tags=backfill, as_of=snapshot)   # the backfill clobbers them
+        _materialize(instance, db, DAYS[1])  # the normal load writes them
+        _materialize(instance, db, DAYS[1], tags=backfill, as_of=snapshot)  # the backfill clobbers them
     return _spec(root)
 
 
@@ -99,7 +114,8 @@ def _spec(root: Path) -> Path:
         "source: {table: raw.events, key: [id], version: rev, op: op, upsert_ops: [I, U], delete_ops: [D], "
         "ingested_at: arrived_at}\n"
         "target: {table: mart.sales, partition: day, transform: t.sql, "
-        "metadata: {generation: _run_id, source_version: src_rev, written_at: _loaded_at}, amount: amount}\n")
+        "metadata: {generation: _run_id, source_version: src_rev, written_at: _loaded_at}, amount: amount}\n"
+    )
     return root
 
 
@@ -132,8 +148,10 @@ def test_a_failed_dagster_backfill_id_resolves_to_its_runs_and_the_clobbered_wri
     assert assessed.code == 0, assessed.out
     got = pd.read_parquet(root / "reports" / f"INC-{BACKFILL}" / "reconciliation.parquet")
     labels = dict(zip(got["id"], got["label"], strict=True))
-    assert labels == ({i: "incorrectly_transformed" for i in range(1, 31) if i % 3 == 0 and i % 2 == 0}
-                      | {i: "overwritten" for i in range(1, 31) if i % 3 == 1})
+    assert labels == (
+        {i: "incorrectly_transformed" for i in range(1, 31) if i % 3 == 0 and i % 2 == 0}
+        | {i: "overwritten" for i in range(1, 31) if i % 3 == 1}
+    )
     assert {b.split(" (")[0] for b in got.loc[got["label"] == "overwritten", "basis"]} == {"registry ops.dagster_runs"}
 
     for verb in ("repair", "publish"):

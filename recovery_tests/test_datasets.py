@@ -55,22 +55,35 @@ def test_each_dataset_sits_under_its_own_prefix_and_group_and_the_served_one_kee
     dg.Definitions.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
     orders_keys = {k for k in graph.get_all_asset_keys() if k.path[0] == "orders"}
-    assert orders_keys == {dg.AssetKey(["orders", "mart", "orders"]), dg.AssetKey(["orders", "consumers", "orders_by_shard"])}
+    assert orders_keys == {
+        dg.AssetKey(["orders", "mart", "orders"]),
+        dg.AssetKey(["orders", "consumers", "orders_by_shard"]),
+    }
     assert {graph.get(k).group_name for k in orders_keys} == {"orders"}
-    assert dg.AssetKey(["orders", "mart", "orders"]) in graph.get(dg.AssetKey(["orders", "consumers", "orders_by_shard"])).parent_keys
+    assert (
+        dg.AssetKey(["orders", "mart", "orders"])
+        in graph.get(dg.AssetKey(["orders", "consumers", "orders_by_shard"])).parent_keys
+    )
     # the served dataset keeps the unprefixed names
     assert TARGET_KEY in graph.get_all_asset_keys()
     jobs = {j.name for j in defs.resolve_all_job_defs()}
     assert {"ingest__orders", "ingest_transactions", "contain_backfill", "contain_backfill__orders"} <= jobs
     assert defs.resolve_schedule_def("ingest__orders_hourly").job_name == "ingest__orders"
     sensors = {s.name for s in defs.sensors}
-    assert {"fencing_sensor", "fencing_sensor__orders", "backfill_incident_sensor", "backfill_incident_sensor__orders"} <= sensors
+    assert {
+        "fencing_sensor",
+        "fencing_sensor__orders",
+        "backfill_incident_sensor",
+        "backfill_incident_sensor__orders",
+    } <= sensors
 
 
 def test_one_dataset_under_incident_while_the_other_keeps_ingesting(two_datasets, tmp_path):
     example, orders_path, defs = two_datasets
     transactions, orders = load_spec(example), load_spec(orders_path)
-    fence_incident(Writer(open_engine(transactions.warehouse), transactions), parse_incident(example.with_name("incident.yaml")))
+    fence_incident(
+        Writer(open_engine(transactions.warehouse), transactions), parse_incident(example.with_name("incident.yaml"))
+    )
 
     with dg.instance_for_test() as instance:
         first = run_job(defs, "ingest__orders", instance)
@@ -84,10 +97,13 @@ def test_one_dataset_under_incident_while_the_other_keeps_ingesting(two_datasets
 
         # each dataset's fencing sensor watches its own warehouse: the fence is the transactions'
         def tick(sensor_name: str, resource: str, spec_path: Path) -> str:
-            with dg.build_sensor_context(instance=instance, resources={
-                resource: warehouse_resource(str(spec_path)),
-                "notifier": NotifierResource(kind="file", path=str(tmp_path / "alerts.jsonl")),
-            }) as context:
+            with dg.build_sensor_context(
+                instance=instance,
+                resources={
+                    resource: warehouse_resource(str(spec_path)),
+                    "notifier": NotifierResource(kind="file", path=str(tmp_path / "alerts.jsonl")),
+                },
+            ) as context:
                 return defs.resolve_sensor_def(sensor_name).evaluate_tick(context).skip_message
 
         assert tick("fencing_sensor__orders", "warehouse__orders", orders_path) == "no fenced generation"
@@ -115,18 +131,32 @@ def test_the_orders_containment_job_fences_only_the_orders_backfill(two_datasets
     writer = Writer(open_engine(orders.warehouse), orders, actor="test")
     writer.ensure()
     writer.register_generation("bf-orders", "backfill")
-    writer.write("bf-orders", f"SELECT * REPLACE (qty * 9 AS qty) FROM ({expected_rows_sql(orders, None)})",
-                 mode="replace_partitions")
+    writer.write(
+        "bf-orders",
+        f"SELECT * REPLACE (qty * 9 AS qty) FROM ({expected_rows_sql(orders, None)})",
+        mode="replace_partitions",
+    )
     incident = orders_path.with_name("incident.yaml")
-    incident.write_text(yaml.safe_dump({"incident_id": "INC-orders-1", "spec": "spec.yaml", "failed_generations": ["bf-orders"],
-                                        "requested_by": "oncall"}))
+    incident.write_text(
+        yaml.safe_dump(
+            {
+                "incident_id": "INC-orders-1",
+                "spec": "spec.yaml",
+                "failed_generations": ["bf-orders"],
+                "requested_by": "oncall",
+            }
+        )
+    )
     with dg.instance_for_test() as instance:
         assert run_job(defs, "contain_backfill__orders", instance, run_config=CONTAIN.run_config(str(incident))).success
         with pytest.raises(RecoveryError, match="spec"):
-            run_job(defs, "contain_backfill__orders", instance,
-                    run_config=CONTAIN.run_config(str(example.with_name("incident.yaml"))))
+            run_job(
+                defs,
+                "contain_backfill__orders",
+                instance,
+                run_config=CONTAIN.run_config(str(example.with_name("incident.yaml"))),
+            )
     assert writer.is_fenced("bf-orders")
     transactions = load_spec(example)
     with open_engine(transactions.warehouse).session(read_only=True) as s:
         assert s.scalar(f"SELECT count(*) FROM {SCHEMA}.fences") == 0  # the served dataset is not touched
-

@@ -47,7 +47,11 @@ def test_code_location_loads_through_workspace_yaml(tmp_path: Path):
     exe = Path(sys.executable).with_name("dagster")
     proc = subprocess.run(
         [str(exe), "definitions", "validate", "-w", "workspace.yaml"],
-        cwd=PROJECT_ROOT, env=environ, capture_output=True, text=True, timeout=300,
+        cwd=PROJECT_ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
@@ -70,7 +74,11 @@ def test_dagster_commands_work_from_a_fresh_clone_with_no_variable_set(tmp_path:
     exe = Path(sys.executable).with_name("dagster")
     proc = subprocess.run(
         [str(exe), "definitions", "validate", "-w", "workspace.yaml"],
-        cwd=clone, env=environ, capture_output=True, text=True, timeout=300,
+        cwd=clone,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
@@ -82,8 +90,14 @@ def test_dagster_commands_work_from_a_fresh_clone_with_no_variable_set(tmp_path:
 
     # and the dg CLI's habit, from the same clone with the same (unset) variables
     dg_exe = Path(sys.executable).with_name("dg")
-    proc = subprocess.run([str(dg_exe), "check", "defs"], cwd=clone, env={**environ, "VIRTUAL_ENV": sys.prefix},
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(dg_exe), "check", "defs"],
+        cwd=clone,
+        env={**environ, "VIRTUAL_ENV": sys.prefix},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "All definitions loaded successfully" in out and "Traceback" not in out, out
@@ -156,8 +170,15 @@ def test_the_repair_is_launchable_and_its_gates_are_blocking_checks(definitions:
     spec_suites = [s.name for s in parse_spec(spec_path()).suites]
     assert spec_suites == ["transaction_values"]
     for asset in ("repair/generation", "repair/candidate"):
-        for gate in ("repair_keys", "repair_partitioning", "repair_fencing", "repair_tombstones",
-                     "repair_partition_totals", "repair_reconciliation", *spec_suites):
+        for gate in (
+            "repair_keys",
+            "repair_partitioning",
+            "repair_fencing",
+            "repair_tombstones",
+            "repair_partition_totals",
+            "repair_reconciliation",
+            *spec_suites,
+        ):
             assert (asset, gate) in checks
     blocking = [graph.get_check_spec(k).blocking for k in graph.asset_check_keys if k.asset_key.path[0] == "repair"]
     assert blocking and all(blocking)

@@ -25,7 +25,7 @@ from recovery_tests.report_checks import check_done_reports
 
 def test_the_orders_datasets_reports_prove_every_done_item_and_hide_no_phase_that_ran(tmp_path, monkeypatch):
     r = build_damaged(tmp_path / "orders")
-    late = r.spec.downstream[1].name   # never materialized while the damage was exposed
+    late = r.spec.downstream[1].name  # never materialized while the damage was exposed
     with r.engine.transaction() as s:
         s.execute(f"DROP VIEW consumers.{late}")
         s.execute(f"DELETE FROM {SCHEMA}.consumer_builds WHERE consumer = ?", [late])
@@ -44,33 +44,55 @@ def test_the_orders_datasets_reports_prove_every_done_item_and_hide_no_phase_tha
     with dg.DagsterInstance.get() as instance:
         run = run_recovery(incident, spec, instance=instance, defs=defs(), console=Console(quiet=True), wave_size=5)
     run_ids = {rid for p in run.phases for rid in p.run_ids}
-    result = check_done_reports(incident.reports_dir(spec), evidence_dir=incident.evidence_dir(spec), run_ids=run_ids,
-                                consumers=[c.name for c in spec.downstream], computed_originals={late},
-                                qualified={"ranges": "intended_range", "runs": "carry no run id", "retries": "run log"})
+    result = check_done_reports(
+        incident.reports_dir(spec),
+        evidence_dir=incident.evidence_dir(spec),
+        run_ids=run_ids,
+        consumers=[c.name for c in spec.downstream],
+        computed_originals={late},
+        qualified={"ranges": "intended_range", "runs": "carry no run id", "retries": "run log"},
+    )
     # (bf-7 was written outside Dagster with no declared range: those items are qualified, saying why)
 
     # the ledger holds original and corrected values for every consumer
-    rows = dict(r.fetch(f"SELECT consumer, count(*) FILTER (WHERE original_value IS NOT NULL AND corrected_value IS NOT NULL) "
-                        f"FROM {ledger_table(spec)} WHERE incident_id = ? GROUP BY 1", [incident.incident_id]))
+    rows = dict(
+        r.fetch(
+            f"SELECT consumer, count(*) FILTER (WHERE original_value IS NOT NULL AND corrected_value IS NOT NULL) "
+            f"FROM {ledger_table(spec)} WHERE incident_id = ? GROUP BY 1",
+            [incident.incident_id],
+        )
+    )
     assert set(rows) == {c.name for c in spec.downstream} and all(n > 0 for n in rows.values()), rows
     # decision impact: each declared decision, with materiality and remediation, and original vs corrected
     recon, recovery = result["pages"]["reconciliation"], result["pages"]["recovery"]
     declared = {d.name: (c.name, d.remediation) for c in spec.downstream for d in c.decisions}
     impact = {row[0]: row for row in recon.tables["decision-impact"][1:]}
     assert {k: (v[1], v[4]) for k, v in impact.items()} == declared
-    material = dict(r.fetch(f"SELECT consumer, count(*) FILTER (WHERE material) FROM {SCHEMA}.\"impact__orders\" "
-                            f"WHERE incident_id = ? GROUP BY 1", [incident.incident_id]))
+    material = dict(
+        r.fetch(
+            f'SELECT consumer, count(*) FILTER (WHERE material) FROM {SCHEMA}."impact__orders" '
+            f"WHERE incident_id = ? GROUP BY 1",
+            [incident.incident_id],
+        )
+    )
     for name, row in impact.items():
         n = material.get(row[1], 0)
         assert row[2] == ("yes" if n else "no") and int(row[3].replace(",", "")) == n, row
     assert any(row[2] == "yes" for row in impact.values())
     corrected = {row[0]: row for row in recovery.tables["decision-corrections"][1:]}
     assert set(corrected) == set(declared)
-    totals = dict(r.fetch(f"SELECT consumer, original_total FROM {SCHEMA}.restatements WHERE incident_id = ?",
-                          [incident.incident_id]))
-    recorded = {d: (c, m, rem) for c, d, m, rem in r.fetch(
-        f"SELECT consumer, decision, material, remediation FROM {SCHEMA}.restatement_decisions WHERE incident_id = ?",
-        [incident.incident_id])}
+    totals = dict(
+        r.fetch(
+            f"SELECT consumer, original_total FROM {SCHEMA}.restatements WHERE incident_id = ?", [incident.incident_id]
+        )
+    )
+    recorded = {
+        d: (c, m, rem)
+        for c, d, m, rem in r.fetch(
+            f"SELECT consumer, decision, material, remediation FROM {SCHEMA}.restatement_decisions WHERE incident_id = ?",
+            [incident.incident_id],
+        )
+    }
     assert set(recorded) == set(declared)
     for name, row in corrected.items():
         consumer, material_now, remediation = recorded[name]

@@ -60,10 +60,12 @@ def plant_marker(warehouse: Path) -> int:
     try:
         victim = con.execute(
             "SELECT t.customer_id FROM analytics.transactions t JOIN raw.transaction_events s USING (txn_id) "
-            "WHERE t._generation = 'backfill-0042' GROUP BY 1 ORDER BY count(*) DESC LIMIT 1").fetchone()[0]
+            "WHERE t._generation = 'backfill-0042' GROUP BY 1 ORDER BY count(*) DESC LIMIT 1"
+        ).fetchone()[0]
         tables = con.execute(
             "SELECT c.table_schema, c.table_name FROM information_schema.columns c JOIN information_schema.tables t "
-            "USING (table_schema, table_name) WHERE c.column_name = 'customer_id' AND t.table_type = 'BASE TABLE'").fetchall()
+            "USING (table_schema, table_name) WHERE c.column_name = 'customer_id' AND t.table_type = 'BASE TABLE'"
+        ).fetchall()
         for schema, name in tables:
             con.execute(f'UPDATE "{schema}"."{name}" SET customer_id = ? WHERE customer_id = ?', [MARKER, victim])
         return con.execute("SELECT count(*) FROM analytics.transactions WHERE customer_id = ?", [MARKER]).fetchone()[0]
@@ -74,7 +76,8 @@ def plant_marker(warehouse: Path) -> int:
 def materialize(case_root: Path, home: Path, incident_file: Path) -> dg.ExecuteInProcessResult:
     with env(DAGSTER_HOME=str(home)), dg.DagsterInstance.get() as instance:
         return dg.materialize(
-            [evidence_bundle], instance=instance,
+            [evidence_bundle],
+            instance=instance,
             resources={"warehouse": warehouse_resource(str(case_root / "spec.yaml"))},
             run_config={"ops": {OP: {"config": {"incident_file": str(incident_file)}}}},
         )
@@ -105,11 +108,14 @@ def folder_fingerprint(folder: Path) -> dict[str, tuple]:
     for p in sorted(folder.rglob("*")):
         st = p.stat()
         rel = p.relative_to(folder).as_posix()
-        out[rel] = (hashlib.sha256(p.read_bytes()).hexdigest(), st.st_mode, st.st_mtime_ns) if p.is_file() else (st.st_mode,)
+        out[rel] = (
+            (hashlib.sha256(p.read_bytes()).hexdigest(), st.st_mode, st.st_mtime_ns) if p.is_file() else (st.st_mode,)
+        )
     return out
 
 
 # ---- through Dagster ------------------------------------------------------------------------
+
 
 def test_the_asset_materializes_through_dagster_and_reports_row_counts(case: Case):
     (mat,) = [e.materialization for e in case.result.get_asset_materialization_events()]
@@ -126,6 +132,7 @@ def test_the_asset_materializes_through_dagster_and_reports_row_counts(case: Cas
 
 
 # ---- the manifest ------------------------------------------------------------------------------
+
 
 def test_the_manifest_matches_every_file(case: Case):
     manifest = case.manifest()
@@ -152,22 +159,47 @@ def test_the_bundle_holds_what_the_runbook_asks_to_preserve(case: Case):
     paths = {f["path"] for f in manifest["files"]}
     (failed,) = manifest["failed_generations"]
     assert failed["generation"] == "backfill-0042" and failed["snapshot_watermark_basis"] == "source_watermark"
-    assert {"source/change_log.parquet", "source/snapshot_at_20240705T010000.parquet", "source/snapshot_now.parquet",
-            "target/current/backfill-0042.parquet", "target/delta/backfill-0042.parquet",
-            "config/spec/spec.yaml", "config/spec/transforms/transactions.sql", "config/incident.yaml",
-            "code_version.json", "dagster/runs.json", "dagster/backfills.json"} <= paths
-    assert {f"control_plane/{t}.parquet" for t in ("generations", "writes", "fences", "fence_attempts", "timeline",
-                                                     "pointers", "pointer_history", "namespaces")} <= paths
+    assert {
+        "source/change_log.parquet",
+        "source/snapshot_at_20240705T010000.parquet",
+        "source/snapshot_now.parquet",
+        "target/current/backfill-0042.parquet",
+        "target/delta/backfill-0042.parquet",
+        "config/spec/spec.yaml",
+        "config/spec/transforms/transactions.sql",
+        "config/incident.yaml",
+        "code_version.json",
+        "dagster/runs.json",
+        "dagster/backfills.json",
+    } <= paths
+    assert {
+        f"control_plane/{t}.parquet"
+        for t in (
+            "generations",
+            "writes",
+            "fences",
+            "fence_attempts",
+            "timeline",
+            "pointers",
+            "pointer_history",
+            "namespaces",
+        )
+    } <= paths
     # the failed generation's rows and delta-log entries are all there
     con = duckdb.connect()
     con.execute("ATTACH ? AS wh (READ_ONLY)", [str(case.root / "warehouse.duckdb")])
-    in_target = con.execute("SELECT count(*) FROM wh.analytics.transactions WHERE _generation = 'backfill-0042'").fetchone()[0]
-    copied = con.execute("SELECT count(*) FROM read_parquet(?)", [str(case.bundle / "target/current/backfill-0042.parquet")]).fetchone()[0]
+    in_target = con.execute(
+        "SELECT count(*) FROM wh.analytics.transactions WHERE _generation = 'backfill-0042'"
+    ).fetchone()[0]
+    copied = con.execute(
+        "SELECT count(*) FROM read_parquet(?)", [str(case.bundle / "target/current/backfill-0042.parquet")]
+    ).fetchone()[0]
     assert copied == in_target > 0
     con.close()
     # code version, incident file and spec as given
     code = json.loads((case.bundle / "code_version.json").read_text())
     import recovery
+
     assert code["version"] == recovery.__version__ and re.fullmatch(r"[0-9a-f]{40}", code["git_sha"] or "")
     assert (case.bundle / "config/incident.yaml").read_bytes() == case.incident_file.read_bytes()
     assert (case.bundle / "config/spec/spec.yaml").read_bytes() == case.spec_path.read_bytes()
@@ -185,6 +217,7 @@ def test_the_bundle_holds_what_the_runbook_asks_to_preserve(case: Case):
 
 
 # ---- verify ----------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def bundle_copy(case: Case, tmp_path: Path) -> tuple[Path, Path]:
@@ -237,8 +270,9 @@ def test_editing_a_file_and_its_manifest_entry_is_caught_by_the_recorded_manifes
     bundle, _ = bundle_copy
     from recovery.lib.evidence import recorded_manifest_sha256
 
-    sha = recorded_manifest_sha256(open_engine(check_incident(parse_incident(case.incident_file)).warehouse),
-                                   "INC-2024-031", case.bundle)
+    sha = recorded_manifest_sha256(
+        open_engine(check_incident(parse_incident(case.incident_file)).warehouse), "INC-2024-031", case.bundle
+    )
     assert sha == hashlib.sha256((case.bundle / "manifest.json").read_bytes()).hexdigest()
     forged = bundle / "config/incident.yaml"
     forged.write_text("incident_id: INC-2024-031\nrequested_by: somebody-else\n")
@@ -254,14 +288,17 @@ def test_editing_a_file_and_its_manifest_entry_is_caught_by_the_recorded_manifes
 
 # ---- immutability ------------------------------------------------------------------------------
 
+
 def test_a_second_build_leaves_the_first_bundle_byte_identical(case: Case):
     before = folder_fingerprint(case.bundle)
     result = materialize(case.root, case.home, case.incident_file)
     assert result.success
     (mat,) = [e.materialization for e in result.get_asset_materialization_events()]
     assert mat.metadata["created"].value is False
-    assert mat.metadata["manifest_sha256"].value == case.result.get_asset_materialization_events()[0] \
-        .materialization.metadata["manifest_sha256"].value
+    assert (
+        mat.metadata["manifest_sha256"].value
+        == case.result.get_asset_materialization_events()[0].materialization.metadata["manifest_sha256"].value
+    )
     assert folder_fingerprint(case.bundle) == before
     assert sorted(p.name for p in case.bundle.parent.iterdir()) == ["INC-2024-031"]  # no staging left behind
 
@@ -281,6 +318,7 @@ def test_the_cli_build_runs_the_job_in_the_projects_instance_and_keeps_the_bundl
 
 
 # ---- held like the warehouse -------------------------------------------------------------------
+
 
 def test_files_and_folders_are_readable_only_by_their_owner(case: Case):
     for p in [case.bundle, *case.bundle.rglob("*")]:
@@ -303,10 +341,13 @@ def test_sensitive_columns_never_appear_in_clear_yet_still_join(case: Case):
                 clear, malformed = con.execute(
                     f"SELECT count(*) FILTER (WHERE customer_id IN ({raw_ids})), "
                     f"count(*) FILTER (WHERE customer_id IS NOT NULL AND NOT regexp_full_match(customer_id, '[0-9a-f]{{64}}')) "
-                    f"FROM read_parquet(?)", [str(f)]).fetchone()
+                    f"FROM read_parquet(?)",
+                    [str(f)],
+                ).fetchone()
                 assert (clear, malformed) == (0, 0), f
-            marker_rows = con.execute("SELECT count(*) FROM read_parquet(?) t WHERE contains(CAST(t AS VARCHAR), ?)",
-                                      [str(f), str(MARKER)]).fetchone()[0]
+            marker_rows = con.execute(
+                "SELECT count(*) FROM read_parquet(?) t WHERE contains(CAST(t AS VARCHAR), ?)", [str(f), str(MARKER)]
+            ).fetchone()[0]
             assert marker_rows == 0, f
         else:
             text = f.read_bytes()
@@ -322,7 +363,9 @@ def test_sensitive_columns_never_appear_in_clear_yet_still_join(case: Case):
     joined, same_customer, marker_pairs = con.execute(
         "SELECT count(*), count(*) FILTER (WHERE s.customer_id = t.customer_id), "
         "count(*) FILTER (WHERE s.customer_id = ? AND t.customer_id = ?) "
-        "FROM read_parquet(?) s JOIN read_parquet(?) t USING (txn_id)", [marker_hash, marker_hash, src, tgt]).fetchone()
+        "FROM read_parquet(?) s JOIN read_parquet(?) t USING (txn_id)",
+        [marker_hash, marker_hash, src, tgt],
+    ).fetchone()
     assert joined > 50_000 and same_customer == joined and marker_pairs > 0
     con.close()
     # the key itself is beside the warehouse, owner-only, and in no bundle file
@@ -333,6 +376,7 @@ def test_sensitive_columns_never_appear_in_clear_yet_still_join(case: Case):
 
 
 # ---- without Dagster runs, and the key's sources ------------------------------------------------
+
 
 def test_a_generation_without_dagster_runs_says_so_in_the_manifest(case: Case, tmp_path: Path):
     from recovery.dagster_history import run_history_for

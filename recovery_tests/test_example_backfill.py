@@ -64,6 +64,7 @@ def one(con, sql: str):
 
 # ---- a real Dagster backfill ----------------------------------------------------------------
 
+
 def test_backfill_is_a_real_dagster_backfill_with_one_dead_run_and_one_retry(failed_example, instance):
     info = failed_example.info
     backfill = instance.get_backfill(info["backfill_id"])
@@ -94,16 +95,28 @@ def test_backfill_is_a_real_dagster_backfill_with_one_dead_run_and_one_retry(fai
     failed = [r for r in runs if r.status == dg.DagsterRunStatus.FAILURE]
     assert len(failed) == 1
     dead = failed[0]
-    assert dead.tags["dagster/asset_partition_range_start"] <= SCENARIO.dying_partition.isoformat() <= dead.tags["dagster/asset_partition_range_end"]
+    assert (
+        dead.tags["dagster/asset_partition_range_start"]
+        <= SCENARIO.dying_partition.isoformat()
+        <= dead.tags["dagster/asset_partition_range_end"]
+    )
 
     # the flaky partition's step failed once and was retried by the RetryPolicy, in the same run
     def types(run_id):
         return [e.dagster_event.event_type for e in instance.all_logs(run_id) if e.dagster_event is not None]
 
-    retried = [r for r in runs if {dg.DagsterEventType.STEP_UP_FOR_RETRY, dg.DagsterEventType.STEP_RESTARTED} & set(types(r.run_id))]
+    retried = [
+        r
+        for r in runs
+        if {dg.DagsterEventType.STEP_UP_FOR_RETRY, dg.DagsterEventType.STEP_RESTARTED} & set(types(r.run_id))
+    ]
     assert len(retried) == 1
     flaky = SCENARIO.flaky_partitions[0].isoformat()
-    assert retried[0].tags["dagster/asset_partition_range_start"] <= flaky <= retried[0].tags["dagster/asset_partition_range_end"]
+    assert (
+        retried[0].tags["dagster/asset_partition_range_start"]
+        <= flaky
+        <= retried[0].tags["dagster/asset_partition_range_end"]
+    )
     assert retried[0].status == dg.DagsterRunStatus.SUCCESS
     # the reordered partition sits after the flaky one in the same run: its retry wrote it
     for p in SCENARIO.reordered_partitions:
@@ -121,12 +134,25 @@ def test_backfill_is_a_real_dagster_backfill_with_one_dead_run_and_one_retry(fai
 
 # ---- the ground truth covers the vocabulary --------------------------------------------------
 
+
 def test_every_label_occurs_and_counts_match_the_build(failed_example, con):
     counts = dict(con.execute("SELECT label, count(*) FROM truth.damage GROUP BY 1").fetchall())
-    assert set(counts) == set(LABELS) == {
-        "duplicate", "out_of_order", "resurrected", "unexpected", "missing", "deleted",
-        "mispartitioned", "overwritten", "stale", "incorrectly_transformed",
-    }
+    assert (
+        set(counts)
+        == set(LABELS)
+        == {
+            "duplicate",
+            "out_of_order",
+            "resurrected",
+            "unexpected",
+            "missing",
+            "deleted",
+            "mispartitioned",
+            "overwritten",
+            "stale",
+            "incorrectly_transformed",
+        }
+    )
     assert all(n > 0 for n in counts.values()), counts
     assert counts == failed_example.info["truth_labels"]
     assert one(con, "SELECT count(*) - count(DISTINCT txn_id) FROM truth.damage") == 0
@@ -134,10 +160,17 @@ def test_every_label_occurs_and_counts_match_the_build(failed_example, con):
 
 # ---- causal cross-checks of the ground truth against the scenario -----------------------------
 
+
 def replaced_partitions(con) -> set[date]:
     """Partitions the failed generation rewrote whole (from its write log)."""
-    return {date.fromisoformat(p) for p in keys(con, f"""SELECT DISTINCT unnest(partitions) FROM _recovery.writes
-                                                          WHERE generation = '{GEN}' AND mode = 'replace_partitions'""")}
+    return {
+        date.fromisoformat(p)
+        for p in keys(
+            con,
+            f"""SELECT DISTINCT unnest(partitions) FROM _recovery.writes
+                                                          WHERE generation = '{GEN}' AND mode = 'replace_partitions'""",
+        )
+    }
 
 
 def test_duplicates_come_from_the_retried_append_or_a_partition_the_dead_run_never_rewrote(con):
@@ -145,9 +178,11 @@ def test_duplicates_come_from_the_retried_append_or_a_partition_the_dead_run_nev
     assert dup == keys(con, f"SELECT txn_id FROM {TARGET} GROUP BY txn_id HAVING count(*) > 1")
     flaky = ", ".join(_d(p) for p in SCENARIO.flaky_partitions)
     # the non-idempotent retry: every key the backfill wrote into the flaky partition is there exactly twice
-    per_key = dict(con.execute(
-        f"SELECT txn_id, count(*) FROM {TARGET} WHERE event_date IN ({flaky}) AND _generation = '{GEN}' GROUP BY 1"
-    ).fetchall())
+    per_key = dict(
+        con.execute(
+            f"SELECT txn_id, count(*) FROM {TARGET} WHERE event_date IN ({flaky}) AND _generation = '{GEN}' GROUP BY 1"
+        ).fetchall()
+    )
     assert per_key and set(per_key.values()) == {2}
     assert set(per_key) <= dup
     assert len(per_key) > len(dup) / 2
@@ -174,9 +209,12 @@ def test_duplicates_come_from_the_retried_append_or_a_partition_the_dead_run_nev
 
 def test_unexpected_keys_are_exactly_the_staging_rows_the_backfill_read(con):
     lo, hi = SCENARIO.staging_range
-    staging = keys(con, f"""SELECT txn_id FROM example.staging_feed
+    staging = keys(
+        con,
+        f"""SELECT txn_id FROM example.staging_feed
                             WHERE CAST(event_ts AS DATE) BETWEEN {_d(lo)} AND {_d(hi)}
-                              AND ingested_at <= {_ts(SCENARIO.backfill_start)}""")
+                              AND ingested_at <= {_ts(SCENARIO.backfill_start)}""",
+    )
     assert staging
     assert labelled(con, "unexpected") == staging
     assert keys(con, f"SELECT txn_id FROM {TARGET} WHERE txn_id NOT IN (SELECT txn_id FROM {SOURCE})") == staging
@@ -190,8 +228,11 @@ def test_partially_updated_is_exactly_the_dying_partition(con):
     assert GEN in gens and len(gens) >= 2
     assert SCENARIO.dying_partition not in replaced_partitions(con)
     # the partitions after it in the dead run's range were never written at all
-    after = keys(con, f"""SELECT DISTINCT event_date FROM {TARGET} WHERE _generation = '{GEN}'
-                          AND event_date > {_d(SCENARIO.dying_partition)} AND event_date < {_d(SCENARIO.staging_range[0])}""")
+    after = keys(
+        con,
+        f"""SELECT DISTINCT event_date FROM {TARGET} WHERE _generation = '{GEN}'
+                          AND event_date > {_d(SCENARIO.dying_partition)} AND event_date < {_d(SCENARIO.staging_range[0])}""",
+    )
     assert SCENARIO.dying_partition + timedelta(days=1) not in after
 
 
@@ -215,8 +256,10 @@ def test_incorrectly_transformed_keys_are_schema_v1_cents_read_as_dollars(con):
 def test_resurrected_keys_are_tombstoned_in_the_source(con):
     res = labelled(con, "resurrected")
     assert res
-    latest = dict(con.execute(f"""SELECT txn_id, arg_max(op, version) FROM {SOURCE}
-                                  WHERE txn_id IN (SELECT txn_id FROM truth.damage WHERE label = 'resurrected') GROUP BY 1""").fetchall())
+    latest = dict(
+        con.execute(f"""SELECT txn_id, arg_max(op, version) FROM {SOURCE}
+                                  WHERE txn_id IN (SELECT txn_id FROM truth.damage WHERE label = 'resurrected') GROUP BY 1""").fetchall()
+    )
     assert set(latest) == res and set(latest.values()) == {"delete"}
     # the target holds each of them once, as the latest upsert in the snapshot the backfill read
     # (the outdated extract in the stale range), which the tombstone came after
@@ -248,11 +291,14 @@ def test_overwritten_keys_lost_a_concurrent_ingestion_write(con):
         # arrived after the backfill fixed its snapshot, and was applied by the ingestion run during it
         assert SCENARIO.backfill_start < newer_at <= SCENARIO.ingest_during, (txn, newer_at)
     # an ingestion generation had written the newer version before the backfill's write clobbered it
-    lost = keys(con, f"""
+    lost = keys(
+        con,
+        f"""
         SELECT d.txn_id FROM _recovery."delta__transactions" d JOIN truth.expected e USING (txn_id)
         WHERE d._generation LIKE 'ingest-%' AND d._delta_op = 'upsert' AND d._source_version = e._source_version
           AND d._delta_seq < (SELECT max(b._delta_seq) FROM _recovery."delta__transactions" b
-                              WHERE b.txn_id = d.txn_id AND b._generation = '{GEN}' AND b._delta_op = 'upsert')""")
+                              WHERE b.txn_id = d.txn_id AND b._generation = '{GEN}' AND b._delta_op = 'upsert')""",
+    )
     assert over <= lost
 
 
@@ -260,8 +306,11 @@ def test_stale_keys_sit_where_an_outdated_input_was_read(con):
     stale = labelled(con, "stale")
     assert stale
     lo, hi = SCENARIO.stale_range
-    outside = keys(con, f"""SELECT txn_id FROM {TARGET} WHERE txn_id IN (SELECT txn_id FROM truth.damage WHERE label = 'stale')
-                            AND NOT (event_date BETWEEN {_d(lo)} AND {_d(hi)} OR event_date >= {_d(CURRENT)})""")
+    outside = keys(
+        con,
+        f"""SELECT txn_id FROM {TARGET} WHERE txn_id IN (SELECT txn_id FROM truth.damage WHERE label = 'stale')
+                            AND NOT (event_date BETWEEN {_d(lo)} AND {_d(hi)} OR event_date >= {_d(CURRENT)})""",
+    )
     assert not outside
     # in the stale range the newer version was in the source before the backfill started,
     # but after the outdated extract the worker read
@@ -283,11 +332,14 @@ def test_out_of_order_keys_got_an_earlier_version_after_the_latest_one_in_the_re
     parts = ", ".join(_d(p) for p in SCENARIO.reordered_partitions)
     # independently of truth.py: keys of the reordered partitions whose target row holds the upsert
     # before their latest upsert as of the backfill's read, written by the failed generation
-    expected = keys(con, f"""
+    expected = keys(
+        con,
+        f"""
         SELECT t.txn_id FROM {TARGET} t
         WHERE t._generation = '{GEN}' AND t.event_date IN ({parts})
           AND t._source_version < (SELECT max(version) FROM {SOURCE} s WHERE s.txn_id = t.txn_id AND op = 'upsert'
-                                   AND s.ingested_at <= {_ts(SCENARIO.backfill_start)})""")
+                                   AND s.ingested_at <= {_ts(SCENARIO.backfill_start)})""",
+    )
     assert ooo == expected
     # the write log shows the newer version written first, the older one last, by the same generation
     rows = con.execute(f"""
@@ -315,19 +367,43 @@ def test_mispartitioned_rows_sit_in_their_landing_date_partition(con):
 
 
 def test_damaged_rows_were_written_by_the_failed_generation(con):
-    assert one(con, f"""SELECT count(*) FROM {TARGET} t JOIN truth.damage d USING (txn_id)
-                        WHERE d.label NOT IN ('missing', 'deleted', 'duplicate') AND t._generation <> '{GEN}'""") == 0
+    assert (
+        one(
+            con,
+            f"""SELECT count(*) FROM {TARGET} t JOIN truth.damage d USING (txn_id)
+                        WHERE d.label NOT IN ('missing', 'deleted', 'duplicate') AND t._generation <> '{GEN}'""",
+        )
+        == 0
+    )
     # a duplicate key has at least one row of the failed generation
-    assert one(con, f"""SELECT count(*) FROM (SELECT txn_id FROM {TARGET} t JOIN truth.damage d USING (txn_id)
-                        WHERE d.label = 'duplicate' GROUP BY txn_id HAVING count(*) FILTER (WHERE t._generation = '{GEN}') = 0)""") == 0
+    assert (
+        one(
+            con,
+            f"""SELECT count(*) FROM (SELECT txn_id FROM {TARGET} t JOIN truth.damage d USING (txn_id)
+                        WHERE d.label = 'duplicate' GROUP BY txn_id HAVING count(*) FILTER (WHERE t._generation = '{GEN}') = 0)""",
+        )
+        == 0
+    )
     # missing and deleted keys have no row at all
-    assert one(con, f"""SELECT count(*) FROM {TARGET} t JOIN truth.damage d USING (txn_id)
-                        WHERE d.label IN ('missing', 'deleted')""") == 0
+    assert (
+        one(
+            con,
+            f"""SELECT count(*) FROM {TARGET} t JOIN truth.damage d USING (txn_id)
+                        WHERE d.label IN ('missing', 'deleted')""",
+        )
+        == 0
+    )
     # and every undamaged key matches its expected row
-    assert one(con, f"""SELECT count(*) FROM (
+    assert (
+        one(
+            con,
+            f"""SELECT count(*) FROM (
                           SELECT txn_id, event_date, amount_usd, status, _source_version FROM {TARGET}
                           WHERE txn_id NOT IN (SELECT txn_id FROM truth.damage)
-                          EXCEPT SELECT txn_id, event_date, amount_usd, status, _source_version FROM truth.expected)""") == 0
+                          EXCEPT SELECT txn_id, event_date, amount_usd, status, _source_version FROM truth.expected)""",
+        )
+        == 0
+    )
 
 
 def test_deleted_keys_were_held_before_the_backfill_and_missing_keys_were_not(con):
@@ -343,13 +419,23 @@ def test_deleted_keys_were_held_before_the_backfill_and_missing_keys_were_not(co
 
 # ---- the managed target and its write log -------------------------------------------------
 
+
 def test_public_name_is_a_view_over_a_namespace_table(con):
-    kind = one(con, "SELECT table_type FROM information_schema.tables WHERE table_schema = 'analytics' AND table_name = 'transactions'")
+    kind = one(
+        con,
+        "SELECT table_type FROM information_schema.tables WHERE table_schema = 'analytics' AND table_name = 'transactions'",
+    )
     assert kind == "VIEW"
     ns = one(con, f"SELECT namespace FROM _recovery.pointers WHERE public_name = '{TARGET}'")
     schema, name = ns.split(".")
     assert schema == "analytics" and name.startswith("transactions__g")
-    assert one(con, f"SELECT table_type FROM information_schema.tables WHERE table_schema = '{schema}' AND table_name = '{name}'") == "BASE TABLE"
+    assert (
+        one(
+            con,
+            f"SELECT table_type FROM information_schema.tables WHERE table_schema = '{schema}' AND table_name = '{name}'",
+        )
+        == "BASE TABLE"
+    )
     view_sql = one(con, "SELECT sql FROM duckdb_views() WHERE schema_name = 'analytics' AND view_name = 'transactions'")
     assert name in view_sql
     assert one(con, f"SELECT count(*) FROM {TARGET}") == one(con, f'SELECT count(*) FROM "{schema}"."{name}"') > 0
@@ -357,7 +443,9 @@ def test_public_name_is_a_view_over_a_namespace_table(con):
 
 def test_write_log_holds_every_write_of_the_failed_generation(failed_example, con):
     requested = set(SCENARIO.requested_partitions())
-    writes = con.execute(f"SELECT seq, mode, partitions, run_id, note FROM _recovery.writes WHERE generation = '{GEN}' ORDER BY seq").fetchall()
+    writes = con.execute(
+        f"SELECT seq, mode, partitions, run_id, note FROM _recovery.writes WHERE generation = '{GEN}' ORDER BY seq"
+    ).fetchall()
     assert writes
     touched = {p for w in writes for p in w[2]}
     assert touched <= requested
@@ -366,7 +454,10 @@ def test_write_log_holds_every_write_of_the_failed_generation(failed_example, co
     assert {w[3] for w in writes} <= set(failed_example.info["run_ids"]["backfill"])
     # every delta-log entry of the generation belongs to a logged write of it
     seqs = {w[0] for w in writes}
-    assert keys(con, f'SELECT DISTINCT _delta_seq FROM _recovery."delta__transactions" WHERE _generation = \'{GEN}\'') <= seqs
+    assert (
+        keys(con, f"SELECT DISTINCT _delta_seq FROM _recovery.\"delta__transactions\" WHERE _generation = '{GEN}'")
+        <= seqs
+    )
     # every partition holding the generation's rows was logged as written by it
     held = {str(p) for p in keys(con, f"SELECT DISTINCT event_date FROM {TARGET} WHERE _generation = '{GEN}'")}
     assert held <= touched
@@ -375,10 +466,14 @@ def test_write_log_holds_every_write_of_the_failed_generation(failed_example, co
     assert sum((n or "").startswith("append after checkpointed clear") for n in notes) == 2
     assert "chunk 1/4" in notes and "chunk 2/4 cleared" in notes
     assert "chunk 3/4" not in " ".join(n or "" for n in notes)
-    assert one(con, f"SELECT backfill_id FROM _recovery.generations WHERE generation = '{GEN}'") == failed_example.info["backfill_id"]
+    assert (
+        one(con, f"SELECT backfill_id FROM _recovery.generations WHERE generation = '{GEN}'")
+        == failed_example.info["backfill_id"]
+    )
 
 
 # ---- consumers propagated the damage -------------------------------------------------------
+
 
 def test_consumers_exist_and_differ_from_the_truth(failed_example, con):
     spec = parse_spec(failed_example.spec_path)

@@ -30,7 +30,7 @@ def table_hashes(path: Path) -> dict[str, str]:
         out = {}
         for schema, name in tables:
             out[f"{schema}.{name}"] = con.execute(
-                f'SELECT count(*) || \':\' || coalesce(md5(string_agg(h, \'\' ORDER BY h)), \'\') '
+                f"SELECT count(*) || ':' || coalesce(md5(string_agg(h, '' ORDER BY h)), '') "
                 f'FROM (SELECT md5(CAST(t AS VARCHAR)) AS h FROM "{schema}"."{name}" t)'
             ).fetchone()[0]
         return out
@@ -58,6 +58,7 @@ def one(con, sql: str):
 
 
 # ---- determinism ---------------------------------------------------------------------------
+
 
 def test_same_seed_gives_the_same_contents_and_another_seed_does_not(sample: Path, tmp_path: Path):
     again = tmp_path / "again.duckdb"
@@ -103,13 +104,22 @@ def test_both_schema_versions_with_v1_only_before_the_cutover(con):
     cut = SCENARIO.schema_cutover.isoformat()
     by_version = dict(con.execute(f"SELECT schema_version, count(*) FROM {ALL} GROUP BY 1").fetchall())
     assert set(by_version) == {1, 2} and min(by_version.values()) > 1000
-    assert one(con, f"SELECT count(*) FROM {ALL} WHERE schema_version = 1 AND CAST(event_ts AS DATE) >= DATE '{cut}'") == 0
-    assert one(con, f"SELECT count(*) FROM {ALL} WHERE schema_version = 2 AND CAST(event_ts AS DATE) < DATE '{cut}'") == 0
+    assert (
+        one(con, f"SELECT count(*) FROM {ALL} WHERE schema_version = 1 AND CAST(event_ts AS DATE) >= DATE '{cut}'") == 0
+    )
+    assert (
+        one(con, f"SELECT count(*) FROM {ALL} WHERE schema_version = 2 AND CAST(event_ts AS DATE) < DATE '{cut}'") == 0
+    )
     # v1 carries integer cents and no currency; v2 upserts carry a currency
     assert one(con, f"SELECT count(*) FROM {ALL} WHERE schema_version = 1 AND currency IS NOT NULL") == 0
-    assert one(con, f"SELECT count(*) FROM {ALL} WHERE schema_version = 1 AND op = 'upsert' AND amount <> round(amount)") == 0
+    assert (
+        one(con, f"SELECT count(*) FROM {ALL} WHERE schema_version = 1 AND op = 'upsert' AND amount <> round(amount)")
+        == 0
+    )
     assert one(con, f"SELECT count(*) FROM {ALL} WHERE schema_version = 2 AND op = 'upsert' AND currency IS NULL") == 0
-    assert set(r[0] for r in con.execute(f"SELECT DISTINCT currency FROM {ALL} WHERE currency IS NOT NULL").fetchall()) == {"USD", "EUR", "GBP"}
+    assert set(
+        r[0] for r in con.execute(f"SELECT DISTINCT currency FROM {ALL} WHERE currency IS NOT NULL").fetchall()
+    ) == {"USD", "EUR", "GBP"}
 
 
 def test_corrections_tombstones_and_late_arrivals_occur(con):
@@ -122,12 +132,26 @@ def test_corrections_tombstones_and_late_arrivals_occur(con):
     assert late > 0.005 * keys
     # the ops are exactly upsert and delete; a tombstone carries no payload and is each key's last change
     assert {r[0] for r in con.execute(f"SELECT DISTINCT op FROM {ALL}").fetchall()} == {"upsert", "delete"}
-    assert one(con, f"SELECT count(*) FROM {ALL} WHERE op = 'delete' AND (amount IS NOT NULL OR status IS NOT NULL)") == 0
-    assert one(con, f"""SELECT count(*) FROM {ALL} d JOIN {ALL} u USING (txn_id)
-                        WHERE d.op = 'delete' AND u.version > d.version""") == 0
+    assert (
+        one(con, f"SELECT count(*) FROM {ALL} WHERE op = 'delete' AND (amount IS NOT NULL OR status IS NOT NULL)") == 0
+    )
+    assert (
+        one(
+            con,
+            f"""SELECT count(*) FROM {ALL} d JOIN {ALL} u USING (txn_id)
+                        WHERE d.op = 'delete' AND u.version > d.version""",
+        )
+        == 0
+    )
     # every key starts at version 1 as an upsert and versions have no gaps
     assert one(con, f"SELECT count(*) FROM {ALL} WHERE version = 1 AND op <> 'upsert'") == 0
-    assert one(con, f"SELECT count(*) FROM (SELECT txn_id FROM {ALL} GROUP BY txn_id HAVING max(version) <> count(*) OR min(version) <> 1)") == 0
+    assert (
+        one(
+            con,
+            f"SELECT count(*) FROM (SELECT txn_id FROM {ALL} GROUP BY txn_id HAVING max(version) <> count(*) OR min(version) <> 1)",
+        )
+        == 0
+    )
     # corrections and tombstones also arrive while the incident runs
     assert one(con, "SELECT count(*) FROM example.live_events WHERE version > 1 AND op = 'upsert'") > 0
     assert one(con, "SELECT count(*) FROM example.live_events WHERE op = 'delete'") > 0
@@ -149,15 +173,27 @@ def test_history_and_live_events_split_at_t0(con):
 
 def test_no_event_is_ingested_before_it_happened_and_versions_arrive_in_order(con):
     assert one(con, f"SELECT count(*) FROM {ALL} WHERE ingested_at <= event_ts") == 0
-    assert one(con, f"""SELECT count(*) FROM {ALL} a JOIN {ALL} b USING (txn_id)
-                        WHERE b.version > a.version AND b.ingested_at < a.ingested_at""") == 0
+    assert (
+        one(
+            con,
+            f"""SELECT count(*) FROM {ALL} a JOIN {ALL} b USING (txn_id)
+                        WHERE b.version > a.version AND b.ingested_at < a.ingested_at""",
+        )
+        == 0
+    )
 
 
 def test_key_and_version_are_unique(con):
     assert one(con, f"SELECT count(*) FROM (SELECT txn_id, version FROM {ALL} GROUP BY ALL HAVING count(*) > 1)") == 0
     # a key's attributes other than the payload do not change between versions
-    assert one(con, f"""SELECT count(*) FROM (SELECT txn_id FROM {ALL} GROUP BY txn_id
-                        HAVING count(DISTINCT (account_id, customer_id, merchant_id, event_ts)) > 1)""") == 0
+    assert (
+        one(
+            con,
+            f"""SELECT count(*) FROM (SELECT txn_id FROM {ALL} GROUP BY txn_id
+                        HAVING count(DISTINCT (account_id, customer_id, merchant_id, event_ts)) > 1)""",
+        )
+        == 0
+    )
 
 
 def test_staging_feed_never_belongs_to_the_source(con):
@@ -166,9 +202,15 @@ def test_staging_feed_never_belongs_to_the_source(con):
     assert n >= 5
     assert one(con, "SELECT count(DISTINCT txn_id) FROM example.staging_feed") == n
     assert one(con, f"SELECT count(*) FROM example.staging_feed WHERE txn_id IN (SELECT txn_id FROM {ALL})") == 0
-    assert one(con, f"""SELECT count(*) FROM example.staging_feed
+    assert (
+        one(
+            con,
+            f"""SELECT count(*) FROM example.staging_feed
                         WHERE CAST(event_ts AS DATE) NOT BETWEEN DATE '{lo}' AND DATE '{hi}'
-                           OR ingested_at <= event_ts OR ingested_at > {_ts(SCENARIO.t0)}""") == 0
+                           OR ingested_at <= event_ts OR ingested_at > {_ts(SCENARIO.t0)}""",
+        )
+        == 0
+    )
 
 
 def test_staging_feed_size_follows_events(tmp_path: Path):
@@ -179,16 +221,28 @@ def test_staging_feed_size_follows_events(tmp_path: Path):
         assert one(con, "SELECT count(*) FROM example.staging_feed") == counts["staging_rows"]
         assert one(con, "SELECT count(*) FROM raw.transaction_events") == counts["source_events"]
         assert one(con, "SELECT count(*) FROM example.live_events") == counts["live_events"]
-        assert one(con, "SELECT count(DISTINCT txn_id) FROM (SELECT txn_id FROM raw.transaction_events "
-                        "UNION ALL SELECT txn_id FROM example.live_events)") == counts["transactions"]
+        assert (
+            one(
+                con,
+                "SELECT count(DISTINCT txn_id) FROM (SELECT txn_id FROM raw.transaction_events "
+                "UNION ALL SELECT txn_id FROM example.live_events)",
+            )
+            == counts["transactions"]
+        )
     finally:
         con.close()
 
 
 def test_late_arrivals_land_on_a_later_day(con):
     # a late event's first ingestion date differs from its event date (what the landing-date bug needs)
-    assert one(con, f"""SELECT count(*) FROM (SELECT txn_id, min(event_ts) AS ts, min(ingested_at) AS first_in
-                        FROM {ALL} GROUP BY txn_id) WHERE CAST(first_in AS DATE) > CAST(ts AS DATE) + 1""") > 50
+    assert (
+        one(
+            con,
+            f"""SELECT count(*) FROM (SELECT txn_id, min(event_ts) AS ts, min(ingested_at) AS first_in
+                        FROM {ALL} GROUP BY txn_id) WHERE CAST(first_in AS DATE) > CAST(ts AS DATE) + 1""",
+        )
+        > 50
+    )
 
 
 def test_the_scenario_timeline_is_consistent():
@@ -196,7 +250,14 @@ def test_the_scenario_timeline_is_consistent():
     days = set(SCENARIO.days())
     assert SCENARIO.dying_partition in days and all(p in days for p in SCENARIO.flaky_partitions)
     assert SCENARIO.first_day <= SCENARIO.buggy_cutover < SCENARIO.schema_cutover
-    assert SCENARIO.t0 < SCENARIO.backfill_start < SCENARIO.ingest_during < SCENARIO.backfill_writes < SCENARIO.ingest_after <= SCENARIO.end
+    assert (
+        SCENARIO.t0
+        < SCENARIO.backfill_start
+        < SCENARIO.ingest_during
+        < SCENARIO.backfill_writes
+        < SCENARIO.ingest_after
+        <= SCENARIO.end
+    )
     assert SCENARIO.requested_partitions()[-1] == SCENARIO.last_day.isoformat()
     assert SCENARIO.intended_range[1] < SCENARIO.requested_range[1]
     assert SCENARIO.end - SCENARIO.t0 == SCENARIO.live_window == timedelta(hours=6)

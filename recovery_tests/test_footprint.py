@@ -41,8 +41,12 @@ def _recon(spec, incident: str) -> dict[tuple, tuple]:
 
 def _partitions(spec, incident: str) -> dict:
     with open_engine(spec.warehouse).session(read_only=True) as s:
-        return {r[0]: r[1:] for r in s.fetchall(f"SELECT * EXCLUDE (incident_id) FROM {partition_table(spec)} "
-                                                f"WHERE incident_id = ?", [incident])}
+        return {
+            r[0]: r[1:]
+            for r in s.fetchall(
+                f"SELECT * EXCLUDE (incident_id) FROM {partition_table(spec)} WHERE incident_id = ?", [incident]
+            )
+        }
 
 
 def _footprint_keys(spec, gens: list[str], lo, hi) -> set[tuple]:
@@ -53,12 +57,16 @@ def _footprint_keys(spec, gens: list[str], lo, hi) -> set[tuple]:
     g = ", ".join(f"'{x}'" for x in gens)
     con = duckdb.connect(str(spec.warehouse.path), read_only=True)
     try:
-        logged = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = '_recovery' AND table_name = ?",
-                             [f"delta__{spec.dataset}"]).fetchone()[0]
-        log = f"UNION SELECT {key} FROM _recovery.\"delta__{spec.dataset}\" WHERE {gen} IN ({g}) " if logged else ""
+        logged = con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE schema_name = '_recovery' AND table_name = ?",
+            [f"delta__{spec.dataset}"],
+        ).fetchone()[0]
+        log = f'UNION SELECT {key} FROM _recovery."delta__{spec.dataset}" WHERE {gen} IN ({g}) ' if logged else ""
         rows = con.execute(
             f"SELECT {key} FROM {spec.target.table_name.sql()} WHERE {gen} IN ({g}) OR {part} BETWEEN ? AND ? {log}"
-            f"UNION SELECT {key} FROM ({expected_rows_sql(spec, None)}) WHERE {part} BETWEEN ? AND ?", [lo, hi, lo, hi]).fetchall()
+            f"UNION SELECT {key} FROM ({expected_rows_sql(spec, None)}) WHERE {part} BETWEEN ? AND ?",
+            [lo, hi, lo, hi],
+        ).fetchall()
     finally:
         con.close()
     return {tuple(r) for r in rows}
@@ -93,14 +101,19 @@ def _columns(spec) -> list[str]:
 
 # ---- the small orders dataset: composite key, string partitions ---------------------------------
 
+
 def test_footprint_labels_equal_the_full_run_on_string_partitions(tmp_path):
     spec, writer = _small(tmp_path)
     con = duckdb.connect(str(spec.warehouse.path), read_only=True)
     shards = [r[0] for r in con.execute("SELECT DISTINCT shard FROM mart.orders ORDER BY 1").fetchall()]
     east = [x for x in shards if x.startswith("east-")]
     west = [x for x in shards if x.startswith("west-")]
-    in_range = con.execute("SELECT region, order_no, shard FROM mart.orders WHERE shard LIKE 'east-%' ORDER BY ALL").fetchall()
-    outside = con.execute("SELECT region, order_no, shard FROM mart.orders WHERE shard LIKE 'west-%' ORDER BY ALL").fetchall()
+    in_range = con.execute(
+        "SELECT region, order_no, shard FROM mart.orders WHERE shard LIKE 'east-%' ORDER BY ALL"
+    ).fetchall()
+    outside = con.execute(
+        "SELECT region, order_no, shard FROM mart.orders WHERE shard LIKE 'west-%' ORDER BY ALL"
+    ).fetchall()
     multi = con.execute("""SELECT region, order_no, list(rev ORDER BY rev) FROM src.order_events WHERE region = 'east'
                            GROUP BY ALL HAVING count(*) >= 2 AND arg_max(change, rev) = 'put' ORDER BY ALL""").fetchall()
     con.close()
@@ -113,31 +126,49 @@ def test_footprint_labels_equal_the_full_run_on_string_partitions(tmp_path):
     dup, bad, mis, split = [r for r in in_range if r[2] != east[0]][:4]
     stale = next(m for m in multi if tuple(m[:2]) not in {tuple(x[:2]) for x in (gone, dup, bad, mis, split)})
     e = expected_rows_sql(spec, None)
-    writer.write("bf-9", f"SELECT * FROM ({e}) WHERE shard = '{east[0]}' AND NOT ({key(gone)})",
-                 mode="replace_partitions", partitions=[east[0]])
+    writer.write(
+        "bf-9",
+        f"SELECT * FROM ({e}) WHERE shard = '{east[0]}' AND NOT ({key(gone)})",
+        mode="replace_partitions",
+        partitions=[east[0]],
+    )
     writer.write("bf-9", _rows(spec, key(dup)), mode="append", allow_duplicate_keys=True)
     writer.write("bf-9", f"SELECT * REPLACE (qty + 1 AS qty) FROM ({_rows(spec, key(bad))})", mode="upsert_keys")
     writer.write("bf-9", _rows(spec, key(stale), rev=stale[2][0]), mode="upsert_keys")
-    writer.write("bf-9", f"SELECT * REPLACE ('north-000000' AS shard) FROM ({_rows(spec, key(mis))})", mode="upsert_keys")
+    writer.write(
+        "bf-9", f"SELECT * REPLACE ('north-000000' AS shard) FROM ({_rows(spec, key(mis))})", mode="upsert_keys"
+    )
     # another generation's damage, outside the range: a wrong quantity, and a copy of an in-range key
     # filed in a west shard (a duplicate whose other copy is in the range: in the footprint)
     writer.register_generation("ops-1", "ingest")
     drift = outside[0]
     writer.write("ops-1", f"SELECT * REPLACE (qty + 7 AS qty) FROM ({_rows(spec, key(drift))})", mode="upsert_keys")
-    writer.write("ops-1", f"SELECT * REPLACE ('{west[-1]}' AS shard) FROM ({_rows(spec, key(split))})", mode="append",
-                 allow_duplicate_keys=True)
+    writer.write(
+        "ops-1",
+        f"SELECT * REPLACE ('{west[-1]}' AS shard) FROM ({_rows(spec, key(split))})",
+        mode="append",
+        allow_duplicate_keys=True,
+    )
     # a new east order that never reached the target: expected in the range, absent
     later = _now() + timedelta(seconds=1)
     with writer.engine.transaction() as s:
-        s.execute(f"INSERT INTO src.order_events VALUES ('east', 9001, 1, 'put', ?, TIMESTAMP '{east[1][5:9]}-{east[1][9:]}-03', 2, 'SKU-1')",
-                  [later])
+        s.execute(
+            f"INSERT INTO src.order_events VALUES ('east', 9001, 1, 'put', ?, TIMESTAMP '{east[1][5:9]}-{east[1][9:]}-03', 2, 'SKU-1')",
+            [later],
+        )
 
     # the range widens from the incident's east shards to the north shard the backfill wrote
     full, fp, whole, part = _assert_footprint_is_the_full_run_restricted(spec, ["bf-9"], (lo, hi), lo, "north-000000")
     got = {k: v[_columns(spec).index("label")] for k, v in part.items()}
-    assert got == {tuple(gone[:2]): "deleted", tuple(dup[:2]): "duplicate", tuple(bad[:2]): "incorrectly_transformed",
-                   tuple(stale[:2]): "stale", tuple(mis[:2]): "mispartitioned", tuple(split[:2]): "duplicate",
-                   ("east", 9001): "missing"}
+    assert got == {
+        tuple(gone[:2]): "deleted",
+        tuple(dup[:2]): "duplicate",
+        tuple(bad[:2]): "incorrectly_transformed",
+        tuple(stale[:2]): "stale",
+        tuple(mis[:2]): "mispartitioned",
+        tuple(split[:2]): "duplicate",
+        ("east", 9001): "missing",
+    }
     assert full.drift_outside_footprint == {"incorrectly_transformed": 1}
     assert tuple(drift[:2]) in whole and tuple(drift[:2]) not in part
     assert fp.damaged_keys == full.damaged_keys - 1
@@ -146,8 +177,11 @@ def test_footprint_labels_equal_the_full_run_on_string_partitions(tmp_path):
 def test_footprint_without_an_incident_range_is_the_partitions_the_failed_generations_wrote(tmp_path):
     spec, writer = _small(tmp_path)
     writer.register_generation("bf-2", "backfill")
-    writer.write("bf-2", f"SELECT * REPLACE (qty * 2 AS qty) FROM ({expected_rows_sql(spec, None)}) WHERE shard LIKE 'south-%'",
-                 mode="upsert_keys")
+    writer.write(
+        "bf-2",
+        f"SELECT * REPLACE (qty * 2 AS qty) FROM ({expected_rows_sql(spec, None)}) WHERE shard LIKE 'south-%'",
+        mode="upsert_keys",
+    )
     with writer.engine.session(read_only=True) as s:
         lo, hi = s.fetchone("SELECT min(shard), max(shard) FROM mart.orders WHERE shard LIKE 'south-%'")
     full, fp, whole, part = _assert_footprint_is_the_full_run_restricted(spec, ["bf-2"], None, lo, hi)
@@ -157,8 +191,9 @@ def test_footprint_without_an_incident_range_is_the_partitions_the_failed_genera
 
 # ---- the bench's lineitem: DATE partitions, every damage kind ------------------------------------
 
-needs_tpchgen = pytest.mark.skipif(not Path(sys.executable).with_name("tpchgen-cli").exists(),
-                                   reason="tpchgen-cli (the bench extra) is not installed")
+needs_tpchgen = pytest.mark.skipif(
+    not Path(sys.executable).with_name("tpchgen-cli").exists(), reason="tpchgen-cli (the bench extra) is not installed"
+)
 
 
 @pytest.fixture(scope="module")
@@ -171,8 +206,12 @@ def lineitem_spec(tmp_path_factory):
     # another generation's damage far outside the range: drift, not the backfill's
     writer = Writer(open_engine(spec.warehouse), spec, actor="test")
     writer.register_generation("ops-1", "ingest")
-    writer.write("ops-1", f"SELECT * REPLACE (l_quantity + 100 AS l_quantity) FROM ({expected_rows_sql(spec, None)}) "
-                 f"WHERE ship_month = DATE '1997-06-01' AND l_linenumber = 1", mode="upsert_keys")
+    writer.write(
+        "ops-1",
+        f"SELECT * REPLACE (l_quantity + 100 AS l_quantity) FROM ({expected_rows_sql(spec, None)}) "
+        f"WHERE ship_month = DATE '1997-06-01' AND l_linenumber = 1",
+        mode="upsert_keys",
+    )
     return spec
 
 
@@ -184,9 +223,20 @@ def test_footprint_labels_equal_the_full_run_on_date_partitions(lineitem_spec):
     rng = (date.fromisoformat(lineitem.MONTHS[0]), date.fromisoformat(lineitem.MONTHS[-1]))
     # month 8's mispartitioned lines were written into the month after: the range widens to it
     full, fp, whole, part = _assert_footprint_is_the_full_run_restricted(
-        spec, [lineitem.FAILED], rng, rng[0], date(1995, 9, 1))
-    assert set(fp.labels) == {"duplicate", "out_of_order", "resurrected", "unexpected", "missing", "deleted",
-                              "mispartitioned", "overwritten", "stale", "incorrectly_transformed"}
+        spec, [lineitem.FAILED], rng, rng[0], date(1995, 9, 1)
+    )
+    assert set(fp.labels) == {
+        "duplicate",
+        "out_of_order",
+        "resurrected",
+        "unexpected",
+        "missing",
+        "deleted",
+        "mispartitioned",
+        "overwritten",
+        "stale",
+        "incorrectly_transformed",
+    }
     drift = full.drift_outside_footprint or {}
     assert drift.get("incorrectly_transformed", 0) > 0
     assert fp.damaged_keys == full.damaged_keys - sum(drift.values())
@@ -199,19 +249,25 @@ def test_footprint_scans_push_the_partition_predicate_in_the_columns_own_type(li
     trace = tmp_path / "trace.jsonl"
     monkeypatch.setenv("RECOVERY_TRACE", str(trace))
     monkeypatch.setenv("RECOVERY_TRACE_MIN_S", "0")
-    run_reconciliation(lineitem_spec, [lineitem.FAILED], incident_id="FP-SQL", full=False,
-                       partitions=(date(1995, 1, 1), date(1995, 8, 1)))
+    run_reconciliation(
+        lineitem_spec,
+        [lineitem.FAILED],
+        incident_id="FP-SQL",
+        full=False,
+        partitions=(date(1995, 1, 1), date(1995, 8, 1)),
+    )
     sql = [json.loads(line)["what"] for line in trace.read_text().splitlines()]
     predicate = "\"ship_month\" BETWEEN CAST(DATE '1995-01-01' AS DATE) AND CAST(DATE '1995-09-01' AS DATE)"
     target_scans = [q for q in sql if f"FROM {lineitem_spec.target.table_name.sql()} WHERE {predicate}" in q]
     assert target_scans, "no scan of the target with the partition predicate"
-    assert not [q for q in sql if "CAST(\"ship_month\" AS VARCHAR)" in q or "CAST(ship_month AS VARCHAR)" in q]
+    assert not [q for q in sql if 'CAST("ship_month" AS VARCHAR)' in q or "CAST(ship_month AS VARCHAR)" in q]
     # the source's change log is resolved to latest versions only for the footprint's candidate keys
     assert [q for q in sql if "row_number() OVER" in q and "SEMI JOIN __fp_cand" in q]
     assert not [q for q in sql if "row_number() OVER" in q and "SEMI JOIN" not in q and "__latest" in q]
 
 
 # ---- a foreign warehouse: 'YYYY-MM' text partitions, the team's run registry, no write log ----
+
 
 def test_footprint_labels_equal_the_full_run_on_a_foreign_target_before_containment(tmp_path):
     """Read-only, before containment (results in temp tables): the registry-inferred labels
@@ -237,8 +293,13 @@ def test_footprint_labels_equal_the_full_run_on_a_foreign_target_before_containm
             out[scope] = summarize(s, inputs, facts)
         cols = [c for c, _ in s.columns(table)]
         idx = [cols.index(k) for k in spec.key]
-        rows = {scope: {tuple(r[i] for i in idx): r[1:] for r in s.fetchall(f"SELECT * FROM {table} WHERE incident_id = ?", [scope])}
-                for scope in ("FULL", "FP")}
+        rows = {
+            scope: {
+                tuple(r[i] for i in idx): r[1:]
+                for r in s.fetchall(f"SELECT * FROM {table} WHERE incident_id = ?", [scope])
+            }
+            for scope in ("FULL", "FP")
+        }
         lo, hi = out["FP"].footprint_range or ["", ""]
     assert lo <= "2013-01" and hi >= "2013-04"
     keys = _footprint_keys(spec, list(gens), lo, hi)
@@ -249,6 +310,7 @@ def test_footprint_labels_equal_the_full_run_on_a_foreign_target_before_containm
 
 
 # ---- the command and the job accept the scope ------------------------------------------------------
+
 
 def test_reconcile_takes_full_or_footprint_and_the_job_accepts_it():
     import dagster as dg

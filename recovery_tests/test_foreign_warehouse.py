@@ -73,7 +73,9 @@ def test_partition_range_is_given_in_the_partition_columns_own_format(warehouse,
     incident.write_text(text.replace("start: '2013-01'", "start: '2013-1'"))
     r = cli(tmp_path / "home", "reconcile", "--incident", str(incident))
     assert r.code == 2 and "partitions.start" in r.out and "'2013-01'" in r.out, r.out
-    incident.write_text(text.replace("end: '2013-04'", "end: '2012-11'").replace("start: '2013-01'", "start: '2012-10'"))
+    incident.write_text(
+        text.replace("end: '2013-04'", "end: '2012-11'").replace("start: '2013-01'", "start: '2012-10'")
+    )
     r = cli(tmp_path / "home", "reconcile", "--incident", str(incident))
     assert r.code == 2 and "outside the data" in r.out, r.out
     incident.write_text(text.replace("start: '2013-01'", "start: '2013-05'"))
@@ -94,7 +96,9 @@ def test_the_whole_runbook_step_by_step_repairs_a_foreign_target_and_hands_it_ba
     try:  # the team's own loader can no longer write the public name: the fence for writers outside the package
         with pytest.raises(duckdb.Error):
             con.execute("INSERT INTO mart.shipments SELECT * FROM mart.shipments LIMIT 1")
-        adopted = json.loads(con.execute("SELECT details FROM _recovery.timeline WHERE kind = 'target_adopted'").fetchone()[0])
+        adopted = json.loads(
+            con.execute("SELECT details FROM _recovery.timeline WHERE kind = 'target_adopted'").fetchone()[0]
+        )
         assert adopted["rows"] == con.execute("SELECT count(*) FROM mart.shipments__g0001").fetchone()[0]
         assert adopted["checksum"] and "load_id" in adopted["columns"]
     finally:
@@ -119,8 +123,16 @@ def test_the_whole_runbook_step_by_step_repairs_a_foreign_target_and_hands_it_ba
         assert (reports / f"{name}.html").stat().st_size > 1000
 
     # the next backfill of the adopted target goes through the recurrence gates: a correct recompute publishes
-    backfill = ("--spec", str(warehouse / "spec.yaml"), "--start", "2013-05", "--end", "2013-06",
-                "--approved-by", "data-platform-lead")
+    backfill = (
+        "--spec",
+        str(warehouse / "spec.yaml"),
+        "--start",
+        "2013-05",
+        "--end",
+        "2013-06",
+        "--approved-by",
+        "data-platform-lead",
+    )
     assert cli(home, "backfill", "plan", *backfill).code == 0
     r = cli(home, "backfill", "run", *backfill)
     assert r.code == 0 and "published: mart.shipments now points at" in r.out, r.out
@@ -130,8 +142,9 @@ def test_the_whole_runbook_step_by_step_repairs_a_foreign_target_and_hands_it_ba
     assert r.code == 0, r.out
     con = duckdb.connect(str(db))
     try:
-        kind = con.execute("SELECT table_type FROM information_schema.tables WHERE table_schema = 'mart' "
-                           "AND table_name = 'shipments'").fetchone()[0]
+        kind = con.execute(
+            "SELECT table_type FROM information_schema.tables WHERE table_schema = 'mart' AND table_name = 'shipments'"
+        ).fetchone()[0]
         assert kind == "BASE TABLE"
         con.execute("INSERT INTO mart.shipments SELECT * FROM mart.shipments LIMIT 0")  # writable again
     finally:
@@ -183,15 +196,20 @@ def test_a_plain_sql_warehouse_with_date_partitions_no_registry_and_no_consumers
     con = duckdb.connect(str(root / "wh.duckdb"))
     con.execute(PLAIN_SQL_WAREHOUSE)
     con.close()
-    (root / "t.sql").write_text("SELECT order_id, order_date, CAST(total AS DECIMAL(10, 2)) AS total FROM {{ source }}\n")
+    (root / "t.sql").write_text(
+        "SELECT order_id, order_date, CAST(total AS DECIMAL(10, 2)) AS total FROM {{ source }}\n"
+    )
     (root / "spec.yaml").write_text(
         "dataset: orders\nwarehouse: {engine: duckdb, path: wh.duckdb}\n"
         "source: {table: src.orders_cdc, key: [order_id], version: seq, op: action, upsert_ops: [I, U], delete_ops: [D], "
         "ingested_at: loaded_ts}\n"
         "target: {table: dw.orders, partition: order_date, transform: t.sql, "
-        "metadata: {generation: batch_id, source_version: src_seq, written_at: batch_ts}, amount: total}\n")
-    (root / "incident.yaml").write_text("incident_id: INC-9\nspec: spec.yaml\nfailed_generations: [bf-march]\n"
-                                        "partitions: {start: 2024-03-05, end: 2024-03-10}\nrequested_by: oncall\n")
+        "metadata: {generation: batch_id, source_version: src_seq, written_at: batch_ts}, amount: total}\n"
+    )
+    (root / "incident.yaml").write_text(
+        "incident_id: INC-9\nspec: spec.yaml\nfailed_generations: [bf-march]\n"
+        "partitions: {start: 2024-03-05, end: 2024-03-10}\nrequested_by: oncall\n"
+    )
     r = cli(tmp_path / "home", "recover", "--incident", str(root / "incident.yaml"))
     assert r.code == 0, r.out
     assert "nothing to restate" in r.out and "Traceback" not in r.out

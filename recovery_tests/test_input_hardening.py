@@ -53,6 +53,7 @@ def _with(path: str, value) -> Callable[[dict], bytes]:
             node = node[int(p)] if p.isdigit() else node[p]
         node[int(last) if last.isdigit() else last] = value
         return _dump(d)
+
     return make
 
 
@@ -74,7 +75,8 @@ def _utf16(d: dict) -> bytes:
 
 def _billion_laughs(d: dict) -> bytes:
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"] + [
-        f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+        f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)
+    ]
     return _dump(d) + ("\n".join(lines) + "\n").encode()
 
 
@@ -87,6 +89,7 @@ def _fifo(name: str) -> Callable[[dict, Path], bytes]:
         os.mkfifo(directory / name)
         d["target"]["transform"] = name
         return _dump(d)
+
     return make
 
 
@@ -98,6 +101,7 @@ def _file(name: str, content: bytes, field: str) -> Callable[[dict, Path], bytes
         else:
             d["downstream"][0]["sql"] = name
         return _dump(d)
+
     return make
 
 
@@ -124,16 +128,30 @@ SPEC_CASES = [
     ("transform_proc_self", _with("target.transform", "/proc/self/mem"), "target.transform"),
     ("transform_fifo", _fifo("pipe.sql"), "target.transform"),
     ("transform_too_big", _file("big.sql", b"-- x\n" * (MAX_FILE_BYTES // 4), "transform"), "target.transform"),
-    ("transform_not_utf8", _file("latin.sql", "SELECT 'é' AS x, * FROM {{ source }}".encode("latin-1"), "transform"),
-     "target.transform"),
-    ("transform_nested_parens", _file("deep.sql", b"SELECT " + b"(" * 5000 + b"1" + b")" * 5000 +
-                                      b" AS x FROM {{ source }}", "transform"), "target.transform"),
-    ("consumer_column_not_an_identifier", _file(
-        "aliased.sql", b'SELECT shard, count(*) AS "top orders", count(*) AS orders FROM {{ target }} GROUP BY shard',
-        "downstream"), "downstream[0].sql"),
-    ("consumer_expression_column", _file(
-        "expr.sql", b"SELECT shard, count(*) AS orders, sum(qty) FROM {{ target }} GROUP BY shard", "downstream"),
-     "downstream[0].sql"),
+    (
+        "transform_not_utf8",
+        _file("latin.sql", "SELECT 'é' AS x, * FROM {{ source }}".encode("latin-1"), "transform"),
+        "target.transform",
+    ),
+    (
+        "transform_nested_parens",
+        _file("deep.sql", b"SELECT " + b"(" * 5000 + b"1" + b")" * 5000 + b" AS x FROM {{ source }}", "transform"),
+        "target.transform",
+    ),
+    (
+        "consumer_column_not_an_identifier",
+        _file(
+            "aliased.sql",
+            b'SELECT shard, count(*) AS "top orders", count(*) AS orders FROM {{ target }} GROUP BY shard',
+            "downstream",
+        ),
+        "downstream[0].sql",
+    ),
+    (
+        "consumer_expression_column",
+        _file("expr.sql", b"SELECT shard, count(*) AS orders, sum(qty) FROM {{ target }} GROUP BY shard", "downstream"),
+        "downstream[0].sql",
+    ),
 ]
 
 
@@ -247,8 +265,9 @@ def test_fuzzed_files_validate_or_fail_with_one_line_and_never_write(kind, datas
     """Hypothesis, bounded to a few seconds per kind; ``python -m bench fuzz`` runs 10,000+."""
     target = FuzzTarget(dataset, kind)
 
-    @settings(max_examples=120, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=120, deadline=None, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck)
+    )
     @given(mutated_document(target.base()))
     def run(data: bytes) -> None:
         target.validate(data)
@@ -270,8 +289,13 @@ def test_the_fuzz_bench_runs_and_reports_its_figures(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "fuzz.json"
-    proc = subprocess.run([sys.executable, "-m", "bench", "fuzz", "--cases", "25", "--json", str(out)], cwd=root,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "fuzz", "--cases", "25", "--json", str(out)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     figures = {r["kind"]: r for r in json.loads(out.read_text())}
     assert sorted(figures) == ["incident", "spec"]

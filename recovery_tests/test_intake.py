@@ -29,7 +29,10 @@ def test_partition_range_is_the_first_and_last_day_or_nothing():
     assert partition_range(["2024-03-02", "2024-01-05", "2024-02-01"]) == (date(2024, 1, 5), date(2024, 3, 2))
     assert partition_range(["north-202601"]) is None
     assert partition_range([]) is None
-    assert FailedBackfill("abc", "CANCELED", "backfill-abc", (), ()).reason == "Dagster backfill abc is CANCELED with no failed run"
+    assert (
+        FailedBackfill("abc", "CANCELED", "backfill-abc", (), ()).reason
+        == "Dagster backfill abc is CANCELED with no failed run"
+    )
 
 
 @pytest.fixture
@@ -46,10 +49,13 @@ def incident_env(failed_example, example_copy: Path, tmp_path: Path, monkeypatch
 
 def _tick(home: Path, spec_path: Path, alerts: Path):
     with dg.DagsterInstance.get() as instance:
-        with dg.build_sensor_context(instance=instance, resources={
-            "warehouse": warehouse_resource(str(spec_path)),
-            "notifier": NotifierResource(kind="file", path=str(alerts)),
-        }) as context:
+        with dg.build_sensor_context(
+            instance=instance,
+            resources={
+                "warehouse": warehouse_resource(str(spec_path)),
+                "notifier": NotifierResource(kind="file", path=str(alerts)),
+            },
+        ) as context:
             return backfill_incident_sensor(context)
 
 
@@ -59,7 +65,12 @@ def _fetch(spec_path: Path, sql: str, params: list | None = None) -> list[tuple]
 
 
 def _draft_state(spec_path: Path, incident_id: str) -> tuple[list[str], int]:
-    kinds = [r[0] for r in _fetch(spec_path, f"SELECT kind FROM {SCHEMA}.timeline WHERE incident_id = ? ORDER BY event_id", [incident_id])]
+    kinds = [
+        r[0]
+        for r in _fetch(
+            spec_path, f"SELECT kind FROM {SCHEMA}.timeline WHERE incident_id = ? ORDER BY event_id", [incident_id]
+        )
+    ]
     sent = _fetch(spec_path, f"SELECT count(*) FROM {SCHEMA}.notifications WHERE incident_id = ?", [incident_id])[0][0]
     return kinds, sent
 
@@ -70,7 +81,11 @@ def _check_draft(path: Path, incident_id: str, backfill_id: str, spec_path: Path
     assert incident.incident_id == incident_id
     assert incident.failed_generations == ["backfill-0042"]
     with dg.DagsterInstance.get() as instance:
-        keys = instance.get_backfill(backfill_id).asset_backfill_data.target_subset.get_partitions_subset(TARGET_KEY).get_partition_keys()
+        keys = (
+            instance.get_backfill(backfill_id)
+            .asset_backfill_data.target_subset.get_partitions_subset(TARGET_KEY)
+            .get_partition_keys()
+        )
     assert (str(incident.partitions.start), str(incident.partitions.end)) == (min(keys), max(keys))
     assert incident.spec == spec_path.resolve() and incident.approved_by == []
     check_incident(incident)  # valid against the warehouse as it is
@@ -82,7 +97,9 @@ def _check_alert(alert: dict, path: Path, incident_id: str, backfill_id: str, ui
     assert alert["incident_id"] == incident_id and alert["severity"] == "critical"
     body = alert["body"]
     if ui is None:
-        ui = next(w for w in body.split() if w.endswith(f"/runs/b/{backfill_id}")).removesuffix(f"/runs/b/{backfill_id}")
+        ui = next(w for w in body.split() if w.endswith(f"/runs/b/{backfill_id}")).removesuffix(
+            f"/runs/b/{backfill_id}"
+        )
     assert f"{ui}/runs/b/{backfill_id}" in body
     assert f"recovery contain --incident {path}" in body
     link = next(w for w in body.split() if "/playground/setup" in w)
@@ -92,7 +109,9 @@ def _check_alert(alert: dict, path: Path, incident_id: str, backfill_id: str, ui
     assert yaml.safe_load(parse_qs(parsed.query)["config"][0]) == CONTAIN.run_config(str(path))
 
 
-def test_the_worked_examples_failed_backfill_opened_its_draft_and_contain_takes_it_unchanged(incident_env, failed_example, capsys):
+def test_the_worked_examples_failed_backfill_opened_its_draft_and_contain_takes_it_unchanged(
+    incident_env, failed_example, capsys
+):
     spec_path, home, alerts = incident_env
     backfill_id = failed_example.info["backfill_id"]
     incident_id = draft_incident_id(backfill_id)
@@ -102,7 +121,9 @@ def test_the_worked_examples_failed_backfill_opened_its_draft_and_contain_takes_
     path = spec_path.parent / "incidents" / f"{incident_id}.yaml"  # the same draft in this copy of the dataset
     assert path.read_text() == built.read_text()
     assert _draft_state(spec_path, incident_id) == (["incident_drafted", "alert"], 1)
-    delivered = [json.loads(line) for line in (failed_example.dagster_home / "recovery-alerts.jsonl").read_text().splitlines()]
+    delivered = [
+        json.loads(line) for line in (failed_example.dagster_home / "recovery-alerts.jsonl").read_text().splitlines()
+    ]
     drafted = [a for a in delivered if a["incident_id"] == incident_id]
     assert len(drafted) == 1
     _check_alert(drafted[0], built, incident_id, backfill_id, None)
@@ -118,7 +139,9 @@ def test_the_worked_examples_failed_backfill_opened_its_draft_and_contain_takes_
     assert cli(["contain", "--incident", str(path)]) == 0
     out = capsys.readouterr().out
     assert "backfill-0042: fenced at" in out and incident_id in out
-    assert _fetch(spec_path, f"SELECT incident_id FROM {SCHEMA}.fences WHERE generation = 'backfill-0042'") == [(incident_id,)]
+    assert _fetch(spec_path, f"SELECT incident_id FROM {SCHEMA}.fences WHERE generation = 'backfill-0042'") == [
+        (incident_id,)
+    ]
 
 
 def test_the_sensor_opens_the_draft_of_a_failed_backfill_nobody_drafted(incident_env, failed_example):
@@ -139,7 +162,9 @@ def test_the_sensor_opens_the_draft_of_a_failed_backfill_nobody_drafted(incident
     assert result.skip_message == "1 draft incident(s) opened, 0 already open"
     path = spec_path.parent / "incidents" / f"{incident_id}.yaml"
     _check_draft(path, incident_id, backfill_id, spec_path)
-    events = _fetch(spec_path, f"SELECT kind, summary FROM {SCHEMA}.timeline WHERE incident_id = ? ORDER BY event_id", [incident_id])
+    events = _fetch(
+        spec_path, f"SELECT kind, summary FROM {SCHEMA}.timeline WHERE incident_id = ? ORDER BY event_id", [incident_id]
+    )
     assert [e[0] for e in events] == ["incident_drafted", "alert"]
     assert "backfill-0042" in events[0][1] and backfill_id in events[0][1] and "2024-01-01.." in events[0][1]
     sent = [json.loads(line) for line in alerts.read_text().splitlines()]

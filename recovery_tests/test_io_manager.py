@@ -4,7 +4,6 @@ Fast: the small orders dataset (composite key, string partition ``shard``), real
 runs in process (``dg.materialize``), no worked example.
 """
 
-
 from pathlib import Path
 
 import dagster as dg
@@ -52,7 +51,8 @@ def user_asset(spec, shards: list[str], *, qty_factor: int = 2, spill: bool = Fa
             scope = "true" if spill else "shard = ?"
             frame = con.execute(
                 f"SELECT * REPLACE (qty * {qty_factor} AS qty) FROM ({expected_rows_sql(spec, None)}) WHERE {scope}",
-                [] if spill else [context.partition_key]).df()
+                [] if spill else [context.partition_key],
+            ).df()
         finally:
             con.close()
         return frame if with_version else frame.drop(columns=["src_rev"])
@@ -65,17 +65,24 @@ def resources(spec_path: Path, db: Path) -> dict:
 
 
 def shard_rows(db: Path, shard: str) -> list[tuple]:
-    return fetch(db, "SELECT region, order_no, qty, src_rev, gen_id FROM mart.orders WHERE shard = ? ORDER BY 1, 2", [shard])
+    return fetch(
+        db, "SELECT region, order_no, qty, src_rev, gen_id FROM mart.orders WHERE shard = ? ORDER BY 1, 2", [shard]
+    )
 
 
 def failure_message(result: dg.ExecuteInProcessResult) -> str:
-    return " ".join(e.step_failure_data.error.message + str(e.step_failure_data.user_failure_data)
-                    for e in result.all_events if e.is_step_failure)
+    return " ".join(
+        e.step_failure_data.error.message + str(e.step_failure_data.user_failure_data)
+        for e in result.all_events
+        if e.is_step_failure
+    )
 
 
 def test_generation_is_the_tag_else_the_backfill_else_the_run():
     assert generation_for_run({GENERATION_TAG: "bf-1", "dagster/backfill": "abc"}, "r1").generation == "bf-1"
-    assert generation_for_run({"dagster/backfill": "abc"}, "r1") == generation_for_run({"dagster/backfill": "abc"}, "r2")
+    assert generation_for_run({"dagster/backfill": "abc"}, "r1") == generation_for_run(
+        {"dagster/backfill": "abc"}, "r2"
+    )
     backfill = generation_for_run({"dagster/backfill": "abc"}, "r1")
     assert (backfill.generation, backfill.kind, backfill.backfill_id) == ("backfill-abc", "backfill", "abc")
     plain = generation_for_run({}, "r1")
@@ -88,8 +95,12 @@ def test_partitioned_output_replaces_its_partition_only_stamped_with_the_runs_ge
     before = {s: shard_rows(db, s) for s in other}
     old = {r[:2]: r for r in shard_rows(db, target)}
 
-    result = dg.materialize([user_asset(spec, shards)], partition_key=target, tags={GENERATION_TAG: "bf-9"},
-                            resources=resources(spec_path, db))
+    result = dg.materialize(
+        [user_asset(spec, shards)],
+        partition_key=target,
+        tags={GENERATION_TAG: "bf-9"},
+        resources=resources(spec_path, db),
+    )
     assert result.success
     rows = shard_rows(db, target)
     assert {r[:2] for r in rows} == set(old)
@@ -99,9 +110,15 @@ def test_partitioned_output_replaces_its_partition_only_stamped_with_the_runs_ge
         assert rev == old[(region, order_no)][3]  # the source version the asset provided
     assert {s: shard_rows(db, s) for s in other} == before
     # one write of the registered backfill generation, logged in the delta log, staging dropped
-    assert fetch(db, f"SELECT kind, code_version, writes FROM {SCHEMA}.generations WHERE generation = 'bf-9'") == [("ingest", "5.0.0", 1)]
-    assert fetch(db, f"SELECT mode, partitions FROM {SCHEMA}.writes WHERE generation = 'bf-9'") == [("replace_partitions", [target])]
-    logged = fetch(db, f"SELECT count(*) FROM {delta_table(spec.dataset)} WHERE gen_id = 'bf-9' AND _delta_op = 'upsert'")
+    assert fetch(db, f"SELECT kind, code_version, writes FROM {SCHEMA}.generations WHERE generation = 'bf-9'") == [
+        ("ingest", "5.0.0", 1)
+    ]
+    assert fetch(db, f"SELECT mode, partitions FROM {SCHEMA}.writes WHERE generation = 'bf-9'") == [
+        ("replace_partitions", [target])
+    ]
+    logged = fetch(
+        db, f"SELECT count(*) FROM {delta_table(spec.dataset)} WHERE gen_id = 'bf-9' AND _delta_op = 'upsert'"
+    )
     assert logged == [(len(rows),)]
     assert fetch(db, "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'recovery_io'") == [(0,)]
     mat = result.asset_materializations_for_node("mart__orders")[0]
@@ -114,13 +131,19 @@ def test_a_fenced_generations_write_is_refused_in_the_run_while_another_run_land
     target, live = shards[0], shards[1]
     writer = Writer(open_engine(spec.warehouse), spec, actor="test")
     asset = user_asset(spec, shards)
-    assert dg.materialize([asset], partition_key=target, tags={GENERATION_TAG: "bf-9"},
-                          resources=resources(spec_path, db)).success
+    assert dg.materialize(
+        [asset], partition_key=target, tags={GENERATION_TAG: "bf-9"}, resources=resources(spec_path, db)
+    ).success
     writer.fence("bf-9", incident_id="INC-io", fenced_by="oncall")
     fenced_rows, live_before = shard_rows(db, target), shard_rows(db, live)
 
-    refused = dg.materialize([user_asset(spec, shards, qty_factor=5)], partition_key=target,
-                             tags={GENERATION_TAG: "bf-9"}, resources=resources(spec_path, db), raise_on_error=False)
+    refused = dg.materialize(
+        [user_asset(spec, shards, qty_factor=5)],
+        partition_key=target,
+        tags={GENERATION_TAG: "bf-9"},
+        resources=resources(spec_path, db),
+        raise_on_error=False,
+    )
     assert not refused.success
     message = failure_message(refused)
     assert "generation 'bf-9' is fenced" in message and "nothing was written" in message, message
@@ -132,8 +155,9 @@ def test_a_fenced_generations_write_is_refused_in_the_run_while_another_run_land
     assert sum(1 for e in refused.all_events if e.event_type_value == "STEP_UP_FOR_RETRY") == 0
 
     # a valid run (no generation tag: its own run generation) lands in another partition
-    valid = dg.materialize([user_asset(spec, shards, qty_factor=3)], partition_key=live,
-                           resources=resources(spec_path, db))
+    valid = dg.materialize(
+        [user_asset(spec, shards, qty_factor=3)], partition_key=live, resources=resources(spec_path, db)
+    )
     assert valid.success
     rows = shard_rows(db, live)
     assert {r[4] for r in rows} == {f"run-{valid.run_id}"}
@@ -143,8 +167,12 @@ def test_a_fenced_generations_write_is_refused_in_the_run_while_another_run_land
 def test_rows_outside_the_runs_partition_are_refused_and_nothing_lands(orders):
     spec_path, spec, db, shards = orders
     before = fetch(db, "SELECT * FROM mart.orders ORDER BY region, order_no")
-    result = dg.materialize([user_asset(spec, shards, spill=True)], partition_key=shards[0],
-                            resources=resources(spec_path, db), raise_on_error=False)
+    result = dg.materialize(
+        [user_asset(spec, shards, spill=True)],
+        partition_key=shards[0],
+        resources=resources(spec_path, db),
+        raise_on_error=False,
+    )
     assert not result.success
     message = failure_message(result)
     assert "fall outside the run's partitions" in message and "filter the frame on shard" in message, message
@@ -154,28 +182,35 @@ def test_rows_outside_the_runs_partition_are_refused_and_nothing_lands(orders):
 
 def test_source_version_is_optional_and_arrow_and_relations_write_too(orders):
     spec_path, spec, db, shards = orders
-    result = dg.materialize([user_asset(spec, shards, with_version=False)], partition_key=shards[2],
-                            resources=resources(spec_path, db))
+    result = dg.materialize(
+        [user_asset(spec, shards, with_version=False)], partition_key=shards[2], resources=resources(spec_path, db)
+    )
     assert result.success
     assert {r[3] for r in shard_rows(db, shards[2])} == {None}
 
     for kind in ("arrow", "relation"):
+
         @dg.asset(key=["mart", "orders"])
         def unpartitioned() -> pa.Table:  # upserts by key when the asset has no partitions
             con = duckdb.connect(str(spec.warehouse.path), read_only=True)
             try:
-                return con.sql(f"SELECT * REPLACE (qty + 100 AS qty) FROM ({expected_rows_sql(spec, None)}) "
-                               f"WHERE region = 'west' AND order_no % 3 = 0").to_arrow_table()
+                return con.sql(
+                    f"SELECT * REPLACE (qty + 100 AS qty) FROM ({expected_rows_sql(spec, None)}) "
+                    f"WHERE region = 'west' AND order_no % 3 = 0"
+                ).to_arrow_table()
             finally:
                 con.close()
 
         if kind == "relation":
+
             @dg.asset(key=["mart", "orders"])
             def unpartitioned() -> duckdb.DuckDBPyRelation:  # noqa: F811 (same asset, other type)
                 con = duckdb.connect(str(spec.warehouse.path), read_only=True)
                 try:
-                    table = con.sql(f"SELECT * REPLACE (qty + 1000 AS qty) FROM ({expected_rows_sql(spec, None)}) "
-                                    f"WHERE region = 'west' AND order_no % 3 = 0").to_arrow_table()
+                    table = con.sql(
+                        f"SELECT * REPLACE (qty + 1000 AS qty) FROM ({expected_rows_sql(spec, None)}) "
+                        f"WHERE region = 'west' AND order_no % 3 = 0"
+                    ).to_arrow_table()
                 finally:
                     con.close()
                 return duckdb.from_arrow(table)
@@ -184,7 +219,9 @@ def test_source_version_is_optional_and_arrow_and_relations_write_too(orders):
         assert run.success, kind
         got = fetch(db, "SELECT DISTINCT gen_id, qty > 100 FROM mart.orders WHERE region = 'west' AND order_no % 3 = 0")
         assert got == [(f"run-{run.run_id}", True)], kind
-        assert fetch(db, f"SELECT mode FROM {SCHEMA}.writes WHERE generation = ?", [f"run-{run.run_id}"]) == [("upsert_keys",)]
+        assert fetch(db, f"SELECT mode FROM {SCHEMA}.writes WHERE generation = ?", [f"run-{run.run_id}"]) == [
+            ("upsert_keys",)
+        ]
 
 
 def test_a_downstream_asset_reads_the_managed_partition_through_the_public_view(orders):
@@ -199,7 +236,9 @@ def test_a_downstream_asset_reads_the_managed_partition_through_the_public_view(
     def order_units(orders: pa.Table) -> dg.MaterializeResult:
         return dg.MaterializeResult(metadata={"units": int(pa.compute.sum(orders["qty"]).as_py())})
 
-    result = dg.materialize([asset, order_count, order_units], partition_key=shards[0], resources=resources(spec_path, db))
+    result = dg.materialize(
+        [asset, order_count, order_units], partition_key=shards[0], resources=resources(spec_path, db)
+    )
     assert result.success
     meta = result.asset_materializations_for_node("order_count")[0].metadata
     assert meta["n"].value == len(shard_rows(db, shards[0]))
@@ -230,8 +269,10 @@ def test_under_the_incident_the_fenced_backfills_write_is_refused_and_a_valid_ru
     def transactions(context: dg.AssetExecutionContext) -> pd.DataFrame:
         con = duckdb.connect(str(db), read_only=True)
         try:
-            return con.execute(f"SELECT * FROM ({expected_rows_sql(spec, None)}) WHERE event_date = CAST(? AS DATE)",
-                               [context.partition_key]).df()
+            return con.execute(
+                f"SELECT * FROM ({expected_rows_sql(spec, None)}) WHERE event_date = CAST(? AS DATE)",
+                [context.partition_key],
+            ).df()
         finally:
             con.close()
 
@@ -241,8 +282,13 @@ def test_under_the_incident_the_fenced_backfills_write_is_refused_and_a_valid_ru
     damaged = fetch(db, public_day)
 
     # a retry of the failed backfill's run, after containment: refused, nothing lands
-    refused = dg.materialize([transactions], partition_key=day, resources=io, raise_on_error=False,
-                             tags={GENERATION_TAG: "backfill-0042", "dagster/backfill": "0042"})
+    refused = dg.materialize(
+        [transactions],
+        partition_key=day,
+        resources=io,
+        raise_on_error=False,
+        tags={GENERATION_TAG: "backfill-0042", "dagster/backfill": "0042"},
+    )
     assert not refused.success
     assert "generation 'backfill-0042' is fenced" in failure_message(refused)
     assert fetch(db, public_day) == damaged
@@ -250,12 +296,19 @@ def test_under_the_incident_the_fenced_backfills_write_is_refused_and_a_valid_ru
     # the repair is built (not yet published); meanwhile the source corrects one transaction of the day
     plan = repair_through_library(spec, incident, wave_size=200)
     assert day in {p for wave in plan.waves.values() for p in wave}
-    victim = fetch(db, f"SELECT min(txn_id) FROM ({expected_rows_sql(spec, None)}) WHERE event_date = DATE '{day}'")[0][0]
+    victim = fetch(db, f"SELECT min(txn_id) FROM ({expected_rows_sql(spec, None)}) WHERE event_date = DATE '{day}'")[0][
+        0
+    ]
     with open_engine(spec.warehouse).transaction() as s:
-        s.execute("INSERT INTO raw.transaction_events SELECT * REPLACE (version + 1 AS version, amount * 3 + 7 AS amount, "
-                  "now()::TIMESTAMP AS ingested_at) FROM raw.transaction_events WHERE txn_id = ? "
-                  "QUALIFY row_number() OVER (ORDER BY version DESC) = 1", [victim])
-    corrected = fetch(db, f"SELECT amount_usd, _source_version FROM ({expected_rows_sql(spec, None)}) WHERE txn_id = ?", [victim])[0]
+        s.execute(
+            "INSERT INTO raw.transaction_events SELECT * REPLACE (version + 1 AS version, amount * 3 + 7 AS amount, "
+            "now()::TIMESTAMP AS ingested_at) FROM raw.transaction_events WHERE txn_id = ? "
+            "QUALIFY row_number() OVER (ORDER BY version DESC) = 1",
+            [victim],
+        )
+    corrected = fetch(
+        db, f"SELECT amount_usd, _source_version FROM ({expected_rows_sql(spec, None)}) WHERE txn_id = ?", [victim]
+    )[0]
     assert corrected not in [(r[1], r[2]) for r in damaged if r[0] == victim]
 
     # the team's valid run of the day (its own run generation) lands on the published table
@@ -270,8 +323,12 @@ def test_under_the_incident_the_fenced_backfills_write_is_refused_and_a_valid_ru
     gate_and_publish(spec, incident.incident_id)
     published = fetch(db, public_day)
     assert [r[1:3] for r in published if r[0] == victim] == [corrected]
-    assert [r[0] for r in published] == [r[0] for r in fetch(db, f"SELECT txn_id FROM ({expected_rows_sql(spec, None)}) "
-                                                                  f"WHERE event_date = DATE '{day}' ORDER BY 1")]
+    assert [r[0] for r in published] == [
+        r[0]
+        for r in fetch(
+            db, f"SELECT txn_id FROM ({expected_rows_sql(spec, None)}) WHERE event_date = DATE '{day}' ORDER BY 1"
+        )
+    ]
     assert "backfill-0042" not in {r[3] for r in published}
 
 
@@ -279,7 +336,11 @@ def test_a_spark_dataset_is_refused_in_one_sentence_without_touching_anything(tm
     from recovery_tests.small_dataset import spec_dict, write_spec
 
     data = spec_dict()
-    data["warehouse"] = {"engine": "spark", "path": "control.duckdb", "spark": {"data_path": str(tmp_path / "lake"), "master": "local[1]"}}
+    data["warehouse"] = {
+        "engine": "spark",
+        "path": "control.duckdb",
+        "spark": {"data_path": str(tmp_path / "lake"), "master": "local[1]"},
+    }
     (tmp_path / "orders.sql").write_text("SELECT region, order_no, 'x' AS shard, placed_at, qty, sku FROM {{ source }}")
     (tmp_path / "orders_by_shard.sql").write_text("SELECT shard, count(*) AS orders FROM {{ target }} GROUP BY shard")
     spec_path = write_spec(tmp_path, data)
@@ -291,5 +352,8 @@ def test_a_spark_dataset_is_refused_in_one_sentence_without_touching_anything(tm
     result = dg.materialize([orders], resources=resources(spec_path, tmp_path / "other.duckdb"), raise_on_error=False)
     assert not result.success
     message = failure_message(result)
-    assert "mart.orders: asset mart/orders is a spark dataset and ManagedDuckDBIOManager writes DuckDB warehouses only" in message
+    assert (
+        "mart.orders: asset mart/orders is a spark dataset and ManagedDuckDBIOManager writes DuckDB warehouses only"
+        in message
+    )
     assert not (tmp_path / "control.duckdb").exists() and not (tmp_path / "lake").exists()

@@ -12,7 +12,13 @@ from recovery_tests.kill_matrix import PHASES, run_matrix
 def test_every_phase_survives_kill_9_at_random_points_and_a_rerun_converges(tmp_path):
     results = run_matrix(tmp_path, points=2, seed=20)
     assert sorted(results) == sorted(PHASES)
-    problems = [f"{t.phase} (kill after {t.delay_s:.3f}s): {p}" for trials in results.values() for t in trials for p in t.problems]
+    problems = [
+        f"{t.phase} (kill after {t.delay_s:.3f}s): {p}"
+        for trials in results.values()
+        for t in trials
+        for p in t.problems
+    ]
     assert problems == []
-    assert all(any(t.killed for t in trials) for trials in results.values()), \
-        {ph: [(t.delay_s, t.killed) for t in trials] for ph, trials in results.items()}
+    assert all(any(t.killed for t in trials) for trials in results.values()), {
+        ph: [(t.delay_s, t.killed) for t in trials] for ph, trials in results.items()
+    }

@@ -46,8 +46,14 @@ def test_file_channel_appends_one_json_line_per_alert_readable_by_its_owner_only
     lines = _lines(path)
     assert [a["dedupe_key"] for a in lines] == ["k1", "k2"]
     assert lines[0] | {"created_at": None} == {
-        "owner": "data-platform-oncall", "subject": "write refused", "body": "backfill-0042 tried to write",
-        "severity": "critical", "dedupe_key": "k1", "incident_id": "INC-1", "created_at": None}
+        "owner": "data-platform-oncall",
+        "subject": "write refused",
+        "body": "backfill-0042 tried to write",
+        "severity": "critical",
+        "dedupe_key": "k1",
+        "incident_id": "INC-1",
+        "created_at": None,
+    }
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
@@ -60,7 +66,9 @@ def test_same_key_is_delivered_once_even_by_a_new_notifier_and_each_delivery_is_
     assert _alert(again, incident_id="INC-1") is False
     assert len(_lines(path)) == 1
     with engine.session(read_only=True) as s:
-        assert s.fetchall(f"SELECT dedupe_key, channel, incident_id FROM {SCHEMA}.notifications") == [("k1", "file", "INC-1")]
+        assert s.fetchall(f"SELECT dedupe_key, channel, incident_id FROM {SCHEMA}.notifications") == [
+            ("k1", "file", "INC-1")
+        ]
         events = s.fetchall(f"SELECT kind, incident_id, actor FROM {SCHEMA}.timeline WHERE kind = 'alert'")
     assert events == [("alert", "INC-1", "file")]
 

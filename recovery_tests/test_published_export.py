@@ -42,7 +42,9 @@ def read_export(path: str, out: dict) -> None:
         try:
             con = duckdb.connect(path, read_only=True)
             try:
-                gens, rows, low = con.execute("SELECT count(DISTINCT gen_id), count(*), min(qty) FROM orders").fetchone()
+                gens, rows, low = con.execute(
+                    "SELECT count(DISTINCT gen_id), count(*), min(qty) FROM orders"
+                ).fetchone()
             finally:
                 con.close()
             out["reads"] += 1
@@ -82,4 +84,4 @@ def test_outside_readers_see_one_generation_whole_across_swaps_and_never_lock_th
     assert (export_dir(spec) / "current.duckdb").stat().st_mtime_ns == before
     names = sorted(p.name for p in export_dir(spec).iterdir())
     assert names[:2] == ["current.duckdb", "current.json"] and marker["file"] in names
-    assert not any(n.startswith(".") for n in names)   # no temp file left behind
+    assert not any(n.startswith(".") for n in names)  # no temp file left behind

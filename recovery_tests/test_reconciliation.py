@@ -34,7 +34,9 @@ FAILED = "backfill-0042"
 def _reconcile_example(spec_path: Path, out: Path):
     incident = parse_incident(spec_path.with_name("incident.yaml"))
     spec = check_incident(incident)
-    summary, files = run_reconciliation(spec, incident.failed_generations, incident_id=incident.incident_id, out_dir=out)
+    summary, files = run_reconciliation(
+        spec, incident.failed_generations, incident_id=incident.incident_id, out_dir=out
+    )
     return spec, incident, summary, files
 
 
@@ -53,15 +55,21 @@ def _assert_matches_truth(spec, incident) -> None:
         for label, tp, fp, fn in per_label:
             precision = tp / (tp + fp) if tp + fp else 1.0
             recall = tp / (tp + fn) if tp + fn else 1.0
-            assert (precision, recall) == (1.0, 1.0), f"{label}: precision {precision}, recall {recall} (tp {tp}, fp {fp}, fn {fn})"
+            assert (precision, recall) == (1.0, 1.0), (
+                f"{label}: precision {precision}, recall {recall} (tp {tp}, fp {fp}, fn {fn})"
+            )
         found = {row[0] for row in per_label}
         assert found == set(LABELS) - {"unexplained"}, f"labels found: {sorted(found)}"
-        findings = set(con.execute(
-            f"""SELECT CAST(partition AS DATE), f FROM {partition_table(spec)},
+        findings = set(
+            con.execute(
+                f"""SELECT CAST(partition AS DATE), f FROM {partition_table(spec)},
                        unnest([CASE WHEN partially_updated THEN 'partially_updated' END,
                                CASE WHEN count_mismatch THEN 'count_mismatch' END,
                                CASE WHEN total_mismatch THEN 'total_mismatch' END]) AS u(f)
-                WHERE incident_id = ? AND f IS NOT NULL""", [incident.incident_id]).fetchall())
+                WHERE incident_id = ? AND f IS NOT NULL""",
+                [incident.incident_id],
+            ).fetchall()
+        )
         truth = set(con.execute("SELECT CAST(event_date AS DATE), finding FROM truth.partition_findings").fetchall())
         assert findings == truth
     finally:
@@ -77,8 +85,16 @@ def test_every_damaged_key_of_the_worked_example_gets_its_true_label(example_cop
     assert '"labels_by_partition"' in doc and '"total_expected"' in doc
     con = duckdb.connect()
     cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM '{files['parquet']}'").fetchall()]
-    assert {"txn_id", "label", "generation", "expected_version", "actual_version", "differing_columns",
-            "actual_partition", "expected_partition"} <= set(cols)
+    assert {
+        "txn_id",
+        "label",
+        "generation",
+        "expected_version",
+        "actual_version",
+        "differing_columns",
+        "actual_partition",
+        "expected_partition",
+    } <= set(cols)
     assert con.execute(f"SELECT count(*) FROM '{files['parquet']}'").fetchone()[0] == summary.damaged_keys
 
 
@@ -95,8 +111,12 @@ def test_reconciliation_rerun_gives_identical_outputs(example_copy, tmp_path):
     _reconcile_example(example_copy, tmp_path / "a")
     _reconcile_example(example_copy, tmp_path / "b")
     con = duckdb.connect()
-    digest = [con.execute(f"SELECT md5(string_agg(CAST(r AS VARCHAR), '|' ORDER BY CAST(r AS VARCHAR))) FROM '{tmp_path / d / 'reconciliation.parquet'}' r").fetchone()[0]
-              for d in ("a", "b")]
+    digest = [
+        con.execute(
+            f"SELECT md5(string_agg(CAST(r AS VARCHAR), '|' ORDER BY CAST(r AS VARCHAR))) FROM '{tmp_path / d / 'reconciliation.parquet'}' r"
+        ).fetchone()[0]
+        for d in ("a", "b")
+    ]
     assert digest[0] == digest[1]
     assert (tmp_path / "a" / "summary.json").read_text() == (tmp_path / "b" / "summary.json").read_text()
 
@@ -112,7 +132,9 @@ def test_impact_equals_consumer_on_truth_minus_consumer_on_damage(example_copy, 
             truth = consumer_sql(spec, c, "SELECT * FROM truth.expected")
             damaged = f"SELECT * FROM {consumer_table(spec, c).sql()}"
             key = ", ".join(c.key)
-            wrong = con.execute(f"SELECT count(*) FROM (SELECT {key} FROM (({damaged}) EXCEPT ALL ({truth})) UNION SELECT {key} FROM (({truth}) EXCEPT ALL ({damaged})))").fetchone()[0]
+            wrong = con.execute(
+                f"SELECT count(*) FROM (SELECT {key} FROM (({damaged}) EXCEPT ALL ({truth})) UNION SELECT {key} FROM (({truth}) EXCEPT ALL ({damaged})))"
+            ).fetchone()[0]
             i = impacts[c.name]
             assert i.rows_changed + i.rows_missing + i.rows_extra == wrong, c.name
             col = c.materiality.column
@@ -122,8 +144,10 @@ def test_impact_equals_consumer_on_truth_minus_consumer_on_damage(example_copy, 
                 f"FULL OUTER JOIN (SELECT {key}, sum({col}) AS {col} FROM ({damaged}) GROUP BY ALL) d USING ({key})"
             ).fetchone()[0]
             assert i.magnitude == pytest.approx(float(expected_total), rel=1e-9), c.name
-            n = con.execute(f"SELECT count(*) FROM {impact_table(spec)} WHERE incident_id = ? AND consumer = ?",
-                            [incident.incident_id, c.name]).fetchone()[0]
+            n = con.execute(
+                f"SELECT count(*) FROM {impact_table(spec)} WHERE incident_id = ? AND consumer = ?",
+                [incident.incident_id, c.name],
+            ).fetchone()[0]
             assert n == wrong
     finally:
         con.close()
@@ -140,6 +164,7 @@ def test_worked_example_decides_repair_because_the_backfill_wrote_in_place(examp
 
 
 # ---- a dataset this package never saw: composite key, string partitions, no amounts ----
+
 
 def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
@@ -180,33 +205,53 @@ def test_a_dataset_with_other_names_reconciles_from_its_spec_alone(tmp_path):
     writer.register_generation("bf-7", "backfill")
     later = _now() + timedelta(seconds=1)
     with writer.engine.transaction() as s:
-        s.execute("INSERT INTO src.order_events SELECT region, order_no, rev + 100, 'put', ?, placed_at, qty + 5, sku "
-                  "FROM src.order_events WHERE region = ? AND order_no = ? AND rev = ?", [later, over_k[0], over_k[1], over_k[2][-1]])
-        s.execute("INSERT INTO src.order_events VALUES ('zeta', 777, 1, 'put', ?, TIMESTAMP '2026-02-02', 3, 'SKU-001')", [later])
+        s.execute(
+            "INSERT INTO src.order_events SELECT region, order_no, rev + 100, 'put', ?, placed_at, qty + 5, sku "
+            "FROM src.order_events WHERE region = ? AND order_no = ? AND rev = ?",
+            [later, over_k[0], over_k[1], over_k[2][-1]],
+        )
+        s.execute(
+            "INSERT INTO src.order_events VALUES ('zeta', 777, 1, 'put', ?, TIMESTAMP '2026-02-02', 3, 'SKU-001')",
+            [later],
+        )
     writer.register_generation("ingest-2", "ingest")
     apply_changes(writer, "ingest-2", since=later - timedelta(microseconds=1), until=later)
     with writer.engine.transaction() as s:  # the new 'zeta' order is never ingested: it stays missing
-        s.execute('DELETE FROM mart.orders__g0001 WHERE region = \'zeta\'')
+        s.execute("DELETE FROM mart.orders__g0001 WHERE region = 'zeta'")
     # the failed generation's damage, one key per label
     writer.write("bf-7", _rows(spec, key(dup_k)), mode="append", allow_duplicate_keys=True)
     writer.write("bf-7", _rows(spec, key(dropped[0]), rev=dropped[0][2]), mode="upsert_keys")
-    writer.write("bf-7", "SELECT 'nowhere' AS region, 1 AS order_no, 'nowhere-202601' AS shard, TIMESTAMP '2026-01-05' AS placed_at, "
-                 "1 AS qty, 'SKU-999' AS sku, 1 AS src_rev", mode="append")
+    writer.write(
+        "bf-7",
+        "SELECT 'nowhere' AS region, 1 AS order_no, 'nowhere-202601' AS shard, TIMESTAMP '2026-01-05' AS placed_at, "
+        "1 AS qty, 'SKU-999' AS sku, 1 AS src_rev",
+        mode="append",
+    )
     writer.write("bf-7", f"SELECT region, order_no, src_rev FROM mart.orders WHERE {key(del_k)}", mode="delete_keys")
-    writer.write("bf-7", f"SELECT * REPLACE ('moved-000000' AS shard) FROM ({_rows(spec, key(mis_k))})", mode="upsert_keys")
+    writer.write(
+        "bf-7", f"SELECT * REPLACE ('moved-000000' AS shard) FROM ({_rows(spec, key(mis_k))})", mode="upsert_keys"
+    )
     writer.write("bf-7", _rows(spec, key(stale_k), rev=stale_k[2][0]), mode="upsert_keys")
     writer.write("bf-7", _rows(spec, key(over_k), rev=over_k[2][-1]), mode="upsert_keys")
     writer.write("bf-7", f"SELECT * REPLACE (qty + 1 AS qty) FROM ({_rows(spec, key(bad_k))})", mode="upsert_keys")
     # out of order: the latest version, then an earlier one on top; and the tombstone, then an earlier put
     writer.write("bf-7", _rows(spec, key(ooo_k), rev=ooo_k[2][-1]), mode="upsert_keys")
     writer.write("bf-7", _rows(spec, key(ooo_k), rev=ooo_k[2][0]), mode="upsert_keys")
-    writer.write("bf-7", f"SELECT region, order_no, max(rev) AS src_rev FROM src.order_events WHERE {key(dropped[1])} GROUP BY ALL",
-                 mode="delete_keys")
+    writer.write(
+        "bf-7",
+        f"SELECT region, order_no, max(rev) AS src_rev FROM src.order_events WHERE {key(dropped[1])} GROUP BY ALL",
+        mode="delete_keys",
+    )
     writer.write("bf-7", _rows(spec, key(dropped[1]), rev=dropped[1][2]), mode="upsert_keys")
 
     summary, _ = run_reconciliation(spec, ["bf-7"], incident_id="INC-small")
     with writer.engine.session() as s:
-        got = {(r[0], r[1]): r[2] for r in s.fetchall(f"SELECT region, order_no, label FROM {recon_table(spec)} WHERE incident_id = 'INC-small'")}
+        got = {
+            (r[0], r[1]): r[2]
+            for r in s.fetchall(
+                f"SELECT region, order_no, label FROM {recon_table(spec)} WHERE incident_id = 'INC-small'"
+            )
+        }
     assert got == {
         tuple(dup_k[:2]): "duplicate",
         tuple(dropped[0][:2]): "resurrected",
@@ -242,15 +287,24 @@ def test_out_of_order_without_a_write_log_is_read_from_the_metadata_columns(tmp_
     writer.register_generation("bf-8", "backfill")
     at = _now()
     # one write: ooo_k's first version together with the newest arrival of the source
-    writer.write("bf-8", f"SELECT * FROM ({_rows(spec, key(ooo_k), rev=ooo_k[2][0])}) UNION ALL SELECT * FROM ({_rows(spec, key(newest))})",
-                 mode="upsert_keys", at=at)
+    writer.write(
+        "bf-8",
+        f"SELECT * FROM ({_rows(spec, key(ooo_k), rev=ooo_k[2][0])}) UNION ALL SELECT * FROM ({_rows(spec, key(newest))})",
+        mode="upsert_keys",
+        at=at,
+    )
     # another write that read nothing newer than stale_k's first version
     writer.write("bf-8", _rows(spec, key(stale_k), rev=stale_k[2][0]), mode="upsert_keys", at=at + timedelta(seconds=1))
     with writer.engine.transaction() as s:  # as on a foreign target: no write log of the failed generation
         s.execute("DELETE FROM _recovery.\"delta__orders\" WHERE gen_id = 'bf-8'")
     summary, _ = run_reconciliation(spec, ["bf-8"], incident_id="INC-meta")
     with writer.engine.session() as s:
-        got = {(r[0], r[1]): r[2] for r in s.fetchall(f"SELECT region, order_no, label FROM {recon_table(spec)} WHERE incident_id = 'INC-meta'")}
+        got = {
+            (r[0], r[1]): r[2]
+            for r in s.fetchall(
+                f"SELECT region, order_no, label FROM {recon_table(spec)} WHERE incident_id = 'INC-meta'"
+            )
+        }
     assert got == {tuple(ooo_k[:2]): "out_of_order", tuple(stale_k[:2]): "stale"}
     assert summary.out_of_order_basis == "metadata"
 
@@ -258,7 +312,9 @@ def test_out_of_order_without_a_write_log_is_read_from_the_metadata_columns(tmp_
 def test_rollback_is_chosen_only_when_a_complete_prior_generation_exists_and_nothing_would_be_lost(tmp_path):
     spec, writer = _small(tmp_path)
     ns = writer.register_generation("bf-ns", "backfill", own_namespace=True)
-    writer.write("bf-ns", f"SELECT * REPLACE (qty * 10 AS qty) FROM ({expected_rows_sql(spec, None)})", mode="replace_partitions")
+    writer.write(
+        "bf-ns", f"SELECT * REPLACE (qty * 10 AS qty) FROM ({expected_rows_sql(spec, None)})", mode="replace_partitions"
+    )
     with writer.engine.transaction() as s:
         move_pointer(s, spec, ns, actor="test", reason="publish the failed backfill")
     with writer.engine.session() as s:
@@ -314,12 +370,23 @@ def test_reconcile_cli_and_assess_job_run_through_dagster(example_copy, tmp_path
 
         spec = load_spec(example_copy)
         config = {"incident_file": str(incident_file)}
-        result = run_job(defs(), "assess_incident", instance, tags=reconciliation_tags(instance, spec), run_config={"ops": {
-            k: {"config": config} for k in ("incident__reconciliation", "incident__impact", "incident__decision")}})
+        result = run_job(
+            defs(),
+            "assess_incident",
+            instance,
+            tags=reconciliation_tags(instance, spec),
+            run_config={
+                "ops": {
+                    k: {"config": config}
+                    for k in ("incident__reconciliation", "incident__impact", "incident__decision")
+                }
+            },
+        )
         decision = result.asset_materializations_for_node("incident__decision")[0].metadata
         impact = result.asset_materializations_for_node("incident__impact")[0].metadata
     assert decision["choice"].value == "repair"
     assert impact["consumers_affected"].value == 5
     # the consumers, and the restatement of each, are reached through the asset graph
     assert sorted(impact["lineage_downstream_of_target"].value) == sorted(
-        [f"consumers/{c.name}" for c in spec.downstream] + [f"restatement/{c.name}" for c in spec.downstream])
+        [f"consumers/{c.name}" for c in spec.downstream] + [f"restatement/{c.name}" for c in spec.downstream]
+    )

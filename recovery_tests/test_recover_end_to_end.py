@@ -45,15 +45,29 @@ def recovered(failed_example, example_copy: Path, tmp_path: Path, monkeypatch):
             notes.append(ingest_during_repair(spec, defs=code_location, instance=instance))
             return notes[-1]
 
-        run = run_recovery(incident, spec, instance=instance, defs=code_location, console=Console(quiet=True),
-                           after_canary=during_repair)
+        run = run_recovery(
+            incident,
+            spec,
+            instance=instance,
+            defs=code_location,
+            console=Console(quiet=True),
+            after_canary=during_repair,
+        )
     return incident, spec, run, notes
 
 
 def test_ingestion_during_the_repair_is_replayed_into_the_published_table_and_reported(recovered, failed_example):
     incident, spec, run, notes = recovered
-    assert [p.phase for p in run.phases] == ["contain", "evidence", "assess", "repair", "publish", "restate", "verify",
-                                             "reports"]
+    assert [p.phase for p in run.phases] == [
+        "contain",
+        "evidence",
+        "assess",
+        "repair",
+        "publish",
+        "restate",
+        "verify",
+        "reports",
+    ]
     assert len(notes) == 1 and "during the repair" in notes[0]
     engine = open_engine(spec.warehouse)
     public = spec.target.table_name.sql()
@@ -68,17 +82,22 @@ def test_ingestion_during_the_repair_is_replayed_into_the_published_table_and_re
         during = s.fetchall(
             f"SELECT w.seq, w.namespace, w.rows_inserted, w.rows_deleted FROM {SCHEMA}.writes w "
             f"JOIN {SCHEMA}.generations g USING (generation) WHERE g.kind = 'ingest' AND w.seq > ? AND w.seq <= ?",
-            [plan.low_seq, plan.high_seq])
+            [plan.low_seq, plan.high_seq],
+        )
         assert during and {ns for _, ns, _, _ in during} == {plan.from_namespace}
         upserts = sum(r[2] for r in during)
         assert upserts > 0 and sum(r[3] for r in during) > 0
         # the delta log holds them, and the replay applied them: nothing left for the publish step
-        logged = s.scalar(f"SELECT count(*) FILTER (WHERE _delta_op = 'upsert') FROM {delta_table(spec.dataset)} "
-                          f"WHERE _delta_seq > ? AND _delta_seq <= ? AND _delta_namespace = ?",
-                          [plan.low_seq, plan.high_seq, plan.from_namespace])
+        logged = s.scalar(
+            f"SELECT count(*) FILTER (WHERE _delta_op = 'upsert') FROM {delta_table(spec.dataset)} "
+            f"WHERE _delta_seq > ? AND _delta_seq <= ? AND _delta_namespace = ?",
+            [plan.low_seq, plan.high_seq, plan.from_namespace],
+        )
         assert logged == upserts
-        replayed = s.fetchall("SELECT stage, sum(upserted), sum(deleted) FROM _recovery.delta_replays "
-                              "WHERE incident_id = ? GROUP BY 1", [incident.incident_id])
+        replayed = s.fetchall(
+            "SELECT stage, sum(upserted), sum(deleted) FROM _recovery.delta_replays WHERE incident_id = ? GROUP BY 1",
+            [incident.incident_id],
+        )
         assert sum(r[1] for r in replayed) > 0 and sum(r[2] for r in replayed) > 0
         # the published table is the source's expected table as of now, row for row (window included)
         columns = [c for c, _ in s.columns(public) if c not in (meta.generation, meta.written_at)]
@@ -87,28 +106,43 @@ def test_ingestion_during_the_repair_is_replayed_into_the_published_table_and_re
         assert s.scalar(f"SELECT count(*) FROM (SELECT {cols} FROM {public} EXCEPT ALL {expected})") == 0
         assert s.scalar(f"SELECT count(*) FROM ({expected} EXCEPT ALL SELECT {cols} FROM {public})") == 0
         # in particular every window change is visible: a tombstoned key is gone, a correction is at its new version
-        gone = s.scalar(f"SELECT count(*) FROM {public} p JOIN {spec.source.table_name.sql()} e USING (txn_id) "
-                        f"WHERE e.ingested_at > ? AND e.op = 'delete'", [SCENARIO.end])
+        gone = s.scalar(
+            f"SELECT count(*) FROM {public} p JOIN {spec.source.table_name.sql()} e USING (txn_id) "
+            f"WHERE e.ingested_at > ? AND e.op = 'delete'",
+            [SCENARIO.end],
+        )
         assert gone == 0
         # each wave reconciled its own partitions key by key; the earlier waves' were checked by fingerprint
         built_before = 0
         for wave in sorted(plan.waves):
-            summary = s.scalar("SELECT summary FROM _recovery.timeline WHERE kind = 'repair_wave' AND incident_id = ? "
-                               "AND summary LIKE ? ORDER BY event_id DESC LIMIT 1",
-                               [incident.incident_id, ("canary" if wave == 0 else f"wave {wave}") + " of %"])
-            assert f"{len(plan.waves[wave])} partitions rebuilt and gated; {built_before} earlier partitions unchanged " \
-                   f"since their gate, 0 changed: passed" in summary, summary
+            summary = s.scalar(
+                "SELECT summary FROM _recovery.timeline WHERE kind = 'repair_wave' AND incident_id = ? "
+                "AND summary LIKE ? ORDER BY event_id DESC LIMIT 1",
+                [incident.incident_id, ("canary" if wave == 0 else f"wave {wave}") + " of %"],
+            )
+            assert (
+                f"{len(plan.waves[wave])} partitions rebuilt and gated; {built_before} earlier partitions unchanged "
+                f"since their gate, 0 changed: passed" in summary
+            ), summary
             built_before += len(plan.waves[wave])
-        totals = {k: s.scalar(f"SELECT sum({k}) FROM _recovery.delta_replays WHERE incident_id = ?", [incident.incident_id])
-                  for k in ("upserted", "deleted", "skipped_older")}
+        totals = {
+            k: s.scalar(f"SELECT sum({k}) FROM _recovery.delta_replays WHERE incident_id = ?", [incident.incident_id])
+            for k in ("upserted", "deleted", "skipped_older")
+        }
 
-    section = "".join(_Page((incident.reports_dir(spec) / "recovery.html").read_text()).texts["concurrent_writes"].split())
+    section = "".join(
+        _Page((incident.reports_dir(spec) / "recovery.html").read_text()).texts["concurrent_writes"].split()
+    )
     assert section.startswith("Concurrentwritespreserved")
     for name, value in totals.items():
         assert f"{value:,}{name}" in section, (name, value, section[:300])
     # the three reports' Done checklists: every item verified or qualified with its reason, from this run's records
-    result = check_done_reports(incident.reports_dir(spec), evidence_dir=incident.evidence_dir(spec),
-                                run_ids=set(failed_example.info["run_ids"]["backfill"]), consumers=[c.name for c in spec.downstream])
+    result = check_done_reports(
+        incident.reports_dir(spec),
+        evidence_dir=incident.evidence_dir(spec),
+        run_ids=set(failed_example.info["run_ids"]["backfill"]),
+        consumers=[c.name for c in spec.downstream],
+    )
     timeline = result["lists"]["timeline"]
     assert timeline["retries"]["status"] == "verified" and "retry" in timeline["retries"]["evidence"]
     assert "out of order" in result["lists"]["reconciliation"]["concurrent"]["evidence"]

@@ -28,10 +28,18 @@ APPROVERS = ["head-of-data", "data-platform-lead"]
 
 # which gate names each bug (any of them refusing is the promise; the first is the one expected to)
 REFUSED_BY = {
-    "unit_change": {"values"}, "sign_flip": {"values"}, "swapped_columns": {"values"}, "column_nulled": {"values"},
-    "timezone_shift": {"values"}, "rounding": {"values"}, "lookup_fanout": {"invariants"},
-    "duplicate_retries": {"invariants"}, "half_dropped": {"anomaly", "values"}, "stale_snapshot": {"invariants"},
-    "tombstones_ignored": {"invariants"}, "wrong_partition": {"values", "invariants"},
+    "unit_change": {"values"},
+    "sign_flip": {"values"},
+    "swapped_columns": {"values"},
+    "column_nulled": {"values"},
+    "timezone_shift": {"values"},
+    "rounding": {"values"},
+    "lookup_fanout": {"invariants"},
+    "duplicate_retries": {"invariants"},
+    "half_dropped": {"anomaly", "values"},
+    "stale_snapshot": {"invariants"},
+    "tombstones_ignored": {"invariants"},
+    "wrong_partition": {"values", "invariants"},
 }
 
 ORDERS_TRANSFORM = """\
@@ -53,8 +61,17 @@ FROM {{ source }}
 class Dataset:
     """A published, correct generation of a dataset, and how to launch backfills of one range of it."""
 
-    def __init__(self, spec_path: Path, public: str, key: str, start: str, end: str, damage_column: str,
-                 damage_sql: str, partition: str):
+    def __init__(
+        self,
+        spec_path: Path,
+        public: str,
+        key: str,
+        start: str,
+        end: str,
+        damage_column: str,
+        damage_sql: str,
+        partition: str,
+    ):
         self.spec_path, self.public, self.key, self.start, self.end = spec_path, public, key, start, end
         self.damage_column, self.damage_sql, self.partition = damage_column, damage_sql, partition
 
@@ -70,21 +87,36 @@ class Dataset:
             return s.fetchall(sql, params or [])
 
     def public_hash(self) -> str:
-        return self.query(f"SELECT count(*) || ':' || md5(string_agg(CAST(t AS VARCHAR), '|' ORDER BY ALL)) "
-                          f"FROM (SELECT * FROM {self.public}) t")[0][0]
+        return self.query(
+            f"SELECT count(*) || ':' || md5(string_agg(CAST(t AS VARCHAR), '|' ORDER BY ALL)) "
+            f"FROM (SELECT * FROM {self.public}) t"
+        )[0][0]
 
     def launch(self, recompute: str = "transform", **extra):
-        request = BackfillRequest(start=self.start, end=self.end, recompute=recompute, requested_by="data-platform-oncall",
-                                  approved_by=APPROVERS, **extra)
+        request = BackfillRequest(
+            start=self.start,
+            end=self.end,
+            recompute=recompute,
+            requested_by="data-platform-oncall",
+            approved_by=APPROVERS,
+            **extra,
+        )
         return run_guarded_backfill(self.writer(), request)
 
     def damage_published(self) -> None:
         """A past bug left one column wrong on half the range's keys of the published generation."""
         spec = self.spec
-        gen = self.query(f"SELECT generation FROM {SCHEMA}.generations g JOIN {SCHEMA}.pointers p USING (namespace) "
-                         f"WHERE p.public_name = ?", [self.public])[0][0]
-        self.writer().write(gen, self.damage_sql.format(public=self.public, start=self.start, end=self.end),
-                            mode="upsert_keys", note="a past bug in one column")
+        gen = self.query(
+            f"SELECT generation FROM {SCHEMA}.generations g JOIN {SCHEMA}.pointers p USING (namespace) "
+            f"WHERE p.public_name = ?",
+            [self.public],
+        )[0][0]
+        self.writer().write(
+            gen,
+            self.damage_sql.format(public=self.public, start=self.start, end=self.end),
+            mode="upsert_keys",
+            note="a past bug in one column",
+        )
         assert spec.dataset
 
 
@@ -108,9 +140,17 @@ def transactions_dataset(root: Path, failed_example) -> Dataset:
     raw.pop("suites", None)
     spec_path.write_text(yaml.safe_dump(raw, sort_keys=False))
     _publish_baseline(spec_path, ensure=False)
-    return Dataset(spec_path, "analytics.transactions", "txn_id", "2024-06-03", "2024-06-07", "amount_usd",
-                   "SELECT * EXCLUDE (_generation, _written_at) REPLACE (CAST(amount_usd * 1.1 AS DECIMAL(18, 2)) AS amount_usd) "
-                   "FROM {public} WHERE event_date BETWEEN '{start}' AND '{end}' AND hash(txn_id) % 2 = 0", "event_date")
+    return Dataset(
+        spec_path,
+        "analytics.transactions",
+        "txn_id",
+        "2024-06-03",
+        "2024-06-07",
+        "amount_usd",
+        "SELECT * EXCLUDE (_generation, _written_at) REPLACE (CAST(amount_usd * 1.1 AS DECIMAL(18, 2)) AS amount_usd) "
+        "FROM {public} WHERE event_date BETWEEN '{start}' AND '{end}' AND hash(txn_id) % 2 = 0",
+        "event_date",
+    )
 
 
 def orders_dataset(root: Path) -> Dataset:
@@ -120,9 +160,17 @@ def orders_dataset(root: Path) -> Dataset:
     (root / "orders" / "orders.sql").write_text(ORDERS_TRANSFORM)
     write_spec(root / "orders", spec_dict())
     _publish_baseline(spec_path, ensure=True)
-    return Dataset(spec_path, "mart.orders", "order_no", "east-202601", "east-202603", "price",
-                   "SELECT * EXCLUDE (gen_id, landed_at) REPLACE (price * 1.1 AS price) FROM {public} "
-                   "WHERE shard BETWEEN '{start}' AND '{end}' AND hash(order_no) % 2 = 0", "shard")
+    return Dataset(
+        spec_path,
+        "mart.orders",
+        "order_no",
+        "east-202601",
+        "east-202603",
+        "price",
+        "SELECT * EXCLUDE (gen_id, landed_at) REPLACE (price * 1.1 AS price) FROM {public} "
+        "WHERE shard BETWEEN '{start}' AND '{end}' AND hash(order_no) % 2 = 0",
+        "shard",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +192,10 @@ def test_each_faulty_recompute_is_refused_by_a_named_gate_and_nothing_is_publish
     assert ds.public_hash() == before
     gen = f"guarded-{out.backfill_id}"
     ns = ds.query(f"SELECT namespace FROM {SCHEMA}.generations WHERE generation = ?", [gen])[0][0]
-    assert ds.query(f"SELECT count(*) FROM {ns}")[0][0] > 0          # the candidate is kept for inspection
-    assert ds.query(f"SELECT count(*) FROM {ds.public} WHERE {ds.spec.target.metadata.generation} = ?", [gen])[0][0] == 0
+    assert ds.query(f"SELECT count(*) FROM {ns}")[0][0] > 0  # the candidate is kept for inspection
+    assert (
+        ds.query(f"SELECT count(*) FROM {ds.public} WHERE {ds.spec.target.metadata.generation} = ?", [gen])[0][0] == 0
+    )
 
 
 def _value_bug_names_the_column(out, column: str) -> bool:
@@ -153,12 +203,14 @@ def _value_bug_names_the_column(out, column: str) -> bool:
 
 
 def test_value_refusals_name_the_column_and_the_observed_vs_allowed_share(matrix_datasets):
-    out = matrix_datasets["transactions"].launch("recovery_tests.faulty_recomputes:unit_change", backfill_id="unit-change-2")
+    out = matrix_datasets["transactions"].launch(
+        "recovery_tests.faulty_recomputes:unit_change", backfill_id="unit-change-2"
+    )
     values = out.gates["values"]
     assert not values.passed
     assert "changed_share of amount_usd" in values.details and "allowed 20%, not declared" in values.details
-    assert "100.0%" in values.details                  # every key's amount changed
-    assert "event_ts" not in values.details.split(". ")[0]   # columns that did not change are not blamed
+    assert "100.0%" in values.details  # every key's amount changed
+    assert "event_ts" not in values.details.split(". ")[0]  # columns that did not change are not blamed
 
 
 @pytest.mark.parametrize("name", ["transactions", "orders"])
@@ -168,7 +220,7 @@ def test_correct_and_declared_corrections_publish_undeclared_ones_do_not(name, f
     assert correct.status == "published", correct.reason
     assert correct.gates["values"].passed and "changed: none" in correct.gates["values"].details
 
-    ds.damage_published()                       # now the published generation carries a one-column bug
+    ds.damage_published()  # now the published generation carries a one-column bug
     before = ds.public_hash()
     undeclared = ds.launch(backfill_id=f"fix-undeclared-{name}")
     assert undeclared.status == "stopped" and not undeclared.gates["values"].passed
@@ -180,16 +232,23 @@ def test_correct_and_declared_corrections_publish_undeclared_ones_do_not(name, f
 
     declared = ds.launch(backfill_id=f"fix-declared-{name}", expect_change=[ds.damage_column], expected_share=0.6)
     assert declared.status == "published", declared.reason
-    share = next(float(p.split()[1].rstrip("%")) for p in declared.gates["values"].details.split("changed: ")[1].split(";")[0]
-                 .split(", ") if p.startswith(ds.damage_column))
-    assert 40 < share < 60                       # about half the keys were corrected, as declared
-    manifest = ds.query(f"SELECT manifest FROM {SCHEMA}.backfills WHERE backfill_id = ?", [f"fix-declared-{name}"])[0][0]
+    share = next(
+        float(p.split()[1].rstrip("%"))
+        for p in declared.gates["values"].details.split("changed: ")[1].split(";")[0].split(", ")
+        if p.startswith(ds.damage_column)
+    )
+    assert 40 < share < 60  # about half the keys were corrected, as declared
+    manifest = ds.query(f"SELECT manifest FROM {SCHEMA}.backfills WHERE backfill_id = ?", [f"fix-declared-{name}"])[0][
+        0
+    ]
     assert yaml.safe_load(manifest)["declared_intent"] == {"expect_change": [ds.damage_column], "expected_share": 0.6}
     assert f"declared change: {ds.damage_column} on up to 60% of keys" in declared.gates["approval"].details
     # what consumers read now is the source's truth again
-    diff = ds.query(f"SELECT count(*) FROM (SELECT * EXCLUDE ({ds.spec.target.metadata.generation}, "
-                    f"{ds.spec.target.metadata.written_at}) FROM {ds.public} EXCEPT ALL "
-                    f"SELECT * FROM ({expected_rows_sql(ds.spec, None)}))")[0][0]
+    diff = ds.query(
+        f"SELECT count(*) FROM (SELECT * EXCLUDE ({ds.spec.target.metadata.generation}, "
+        f"{ds.spec.target.metadata.written_at}) FROM {ds.public} EXCEPT ALL "
+        f"SELECT * FROM ({expected_rows_sql(ds.spec, None)}))"
+    )[0][0]
     assert diff == 0
     shutil.rmtree(tmp_path, ignore_errors=True)
 
@@ -197,10 +256,20 @@ def test_correct_and_declared_corrections_publish_undeclared_ones_do_not(name, f
 def test_per_column_overrides_in_the_spec_and_unknown_columns_are_named(tmp_path):
     ds = orders_dataset(tmp_path)
     raw = yaml.safe_load(ds.spec_path.read_text())
-    raw["recurrence"] = {"anomaly": {"columns": {"qty": {"max_changed_share": 1.0, "max_mean_shift": 100,
-                                                         "max_quantile_shift": 100, "max_distinct_change": 10}}}}
+    raw["recurrence"] = {
+        "anomaly": {
+            "columns": {
+                "qty": {
+                    "max_changed_share": 1.0,
+                    "max_mean_shift": 100,
+                    "max_quantile_shift": 100,
+                    "max_distinct_change": 10,
+                }
+            }
+        }
+    }
     ds.spec_path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    flipped = ds.launch("recovery_tests.faulty_recomputes:sign_flip")      # qty may change as much as it likes
+    flipped = ds.launch("recovery_tests.faulty_recomputes:sign_flip")  # qty may change as much as it likes
     assert flipped.gates["values"].passed and flipped.gates["profile"].passed, flipped.gates["values"].details
     assert "qty 100.0%" in flipped.gates["values"].details
     raw["recurrence"]["anomaly"]["columns"] = {"quantity": {"max_changed_share": 1.0}}
@@ -215,12 +284,16 @@ def test_per_column_overrides_in_the_spec_and_unknown_columns_are_named(tmp_path
 def test_a_partition_without_published_rows_is_said_so_not_passed_silently(tmp_path):
     ds = orders_dataset(tmp_path)
     gen = ds.query(f"SELECT generation FROM {SCHEMA}.generations g JOIN {SCHEMA}.pointers p USING (namespace)")[0][0]
-    ds.writer().write(gen, f"SELECT region, order_no, src_rev FROM {ds.public} WHERE shard = 'east-202603'",
-                      mode="delete_keys", note="the partition was never published")
+    ds.writer().write(
+        gen,
+        f"SELECT region, order_no, src_rev FROM {ds.public} WHERE shard = 'east-202603'",
+        mode="delete_keys",
+        note="the partition was never published",
+    )
     out = ds.launch()
     values, profile = out.gates["values"], out.gates["profile"]
-    assert values.passed, values.details                     # new keys of an unpublished partition are not "added"
+    assert values.passed, values.details  # new keys of an unpublished partition are not "added"
     assert "1 partition(s) had no published rows (east-202603" in values.details
     assert "profiled against the published history" in values.details
-    assert "(vs history)" not in values.details              # the history profile found nothing wrong
+    assert "(vs history)" not in values.details  # the history profile found nothing wrong
     assert profile.passed and "published rows of the range" in profile.details

@@ -51,8 +51,13 @@ PAYLOAD_DIFF = """
 
 
 def _spawn(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "recovery_tests.repair_support", *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "recovery_tests.repair_support", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _query(db: Path, sql: str, params=None):
@@ -64,6 +69,7 @@ def _query(db: Path, sql: str, params=None):
 
 
 # ---- end to end through Dagster, with ingestion and readers in other processes ------------------
+
 
 @pytest.fixture(scope="module")
 def repaired_live(failed_example, tmp_path_factory):
@@ -104,9 +110,17 @@ def repaired_live(failed_example, tmp_path_factory):
         reader.wait(timeout=60)
         if ingest.poll() is None:
             ingest.kill()
-    return {"spec": spec, "spec_path": spec_path, "plan": repaired.plan, "published": published, "staged": staged,
-            "ingest": json.loads(ingest_log.read_text()), "writes_before_publish": writes_before_publish,
-            "reads": json.loads(reads.read_text()), "home": home}
+    return {
+        "spec": spec,
+        "spec_path": spec_path,
+        "plan": repaired.plan,
+        "published": published,
+        "staged": staged,
+        "ingest": json.loads(ingest_log.read_text()),
+        "writes_before_publish": writes_before_publish,
+        "reads": json.loads(reads.read_text()),
+        "home": home,
+    }
 
 
 def test_after_publish_the_public_table_equals_the_source_with_every_concurrent_write(repaired_live):
@@ -115,11 +129,14 @@ def test_after_publish_the_public_table_equals_the_source_with_every_concurrent_
     extra, missing, rows = _query(wh, PAYLOAD_DIFF.format(expected=expected_rows_sql(spec, None)))[0]
     assert (extra, missing) == (0, 0) and rows > 150_000
     # keys the live events never touched equal the ground truth built before the repair
-    untouched = _query(wh, """
+    untouched = _query(
+        wh,
+        """
         SELECT count(*) FROM (
             SELECT * EXCLUDE (_generation, _written_at) FROM analytics.transactions
             WHERE txn_id NOT IN (SELECT txn_id FROM test_live.pending)
-            EXCEPT ALL SELECT * FROM truth.expected WHERE txn_id NOT IN (SELECT txn_id FROM test_live.pending))""")[0][0]
+            EXCEPT ALL SELECT * FROM truth.expected WHERE txn_id NOT IN (SELECT txn_id FROM test_live.pending))""",
+    )[0][0]
     assert untouched == 0
 
 
@@ -130,21 +147,29 @@ def test_no_ingestion_write_made_during_the_repair_is_lost(repaired_live):
     ingest = repaired_live["ingest"]
     assert repaired_live["writes_before_publish"] >= 5, "ingestion must have been writing during the repair"
     assert len(ingest) > repaired_live["writes_before_publish"], "and after the publish"
-    replays = _query(wh, "SELECT stage, upserted, deleted FROM _recovery.delta_replays WHERE incident_id = ?", [INCIDENT])
+    replays = _query(
+        wh, "SELECT stage, upserted, deleted FROM _recovery.delta_replays WHERE incident_id = ?", [INCIDENT]
+    )
     assert sum(r[1] for r in replays) > 0 and sum(r[2] for r in replays) > 0
     # every key's last write by live ingestion is what the public table shows
-    lost = _query(wh, f"""
+    lost = _query(
+        wh,
+        f"""
         WITH last AS (SELECT txn_id, _source_version AS v, _delta_op AS op FROM {'_recovery."delta__transactions"'}
                       WHERE _generation = 'ingest-live'
                       QUALIFY row_number() OVER (PARTITION BY txn_id ORDER BY _delta_seq DESC, _delta_op DESC) = 1)
         SELECT count(*) FILTER (WHERE op = 'upsert' AND (p.txn_id IS NULL OR p._source_version <> last.v)),
                count(*) FILTER (WHERE op = 'delete' AND p.txn_id IS NOT NULL), count(*)
-        FROM last LEFT JOIN analytics.transactions p USING (txn_id)""")[0]
+        FROM last LEFT JOIN analytics.transactions p USING (txn_id)""",
+    )[0]
     assert lost[:2] == (0, 0) and lost[2] > 100
     # writes after publish went to the repair generation's namespace, the published one
     published_seq = current_plan(spec, INCIDENT).published_seq
-    after = _query(wh, "SELECT DISTINCT namespace FROM _recovery.writes WHERE generation = 'ingest-live' AND seq > ?",
-                   [published_seq])
+    after = _query(
+        wh,
+        "SELECT DISTINCT namespace FROM _recovery.writes WHERE generation = 'ingest-live' AND seq > ?",
+        [published_seq],
+    )
     assert after == [(plan.namespace,)]
 
 
@@ -159,11 +184,19 @@ def test_publish_moved_the_pointer_once_and_kept_the_prior_generation(repaired_l
     wh = spec.warehouse.path
     history = _query(wh, "SELECT from_namespace, to_namespace, reason FROM _recovery.pointer_history ORDER BY seq")
     assert history[-1][:2] == (plan.from_namespace, plan.namespace)
-    assert _query(wh, "SELECT status FROM _recovery.namespaces WHERE namespace = ?", [plan.from_namespace]) == [("retained",)]
+    assert _query(wh, "SELECT status FROM _recovery.namespaces WHERE namespace = ?", [plan.from_namespace]) == [
+        ("retained",)
+    ]
     assert _query(wh, f"SELECT count(*) FROM {plan.from_namespace}")[0][0] > 0
     # the before/after diff: every damage label found before is gone after
-    diffs = dict((r[0], (r[1], r[2])) for r in _query(
-        wh, "SELECT label, sum(keys_before), sum(keys_after) FROM _recovery.repair_diffs WHERE incident_id = ? GROUP BY 1", [INCIDENT]))
+    diffs = dict(
+        (r[0], (r[1], r[2]))
+        for r in _query(
+            wh,
+            "SELECT label, sum(keys_before), sum(keys_after) FROM _recovery.repair_diffs WHERE incident_id = ? GROUP BY 1",
+            [INCIDENT],
+        )
+    )
     assert diffs["duplicate"][0] > 0 and all(after == 0 for _, after in diffs.values()), diffs
     gates = _query(wh, "SELECT DISTINCT stage FROM _recovery.gate_results WHERE incident_id = ?", [INCIDENT])
     assert {"canary", "candidate"} <= {g[0] for g in gates}
@@ -175,14 +208,15 @@ def test_each_phase_rerun_with_the_same_inputs_changes_nothing(repaired_live):
     incident = parse_incident(repaired_live["spec_path"].with_name("incident.yaml"))
     writer = Writer(open_engine(spec.warehouse), spec)
     before = _query(wh, f"SELECT count(*), sum(hash(x)) FROM {plan.namespace} x")
-    assert start_repair(writer, incident) == current_plan(spec, INCIDENT)            # the plan is found, not redone
-    assert publish(writer, INCIDENT)["already"] is True                               # publish finds it happened
+    assert start_repair(writer, incident) == current_plan(spec, INCIDENT)  # the plan is found, not redone
+    assert publish(writer, INCIDENT)["already"] is True  # publish finds it happened
     with pytest.raises(RecoveryError, match="published"):
-        build_wave(writer, current_plan(spec, INCIDENT), 0)                           # a published generation is final
+        build_wave(writer, current_plan(spec, INCIDENT), 0)  # a published generation is final
     assert _query(wh, f"SELECT count(*), sum(hash(x)) FROM {plan.namespace} x") == before
 
 
 # ---- phases on private copies, through the library ------------------------------------------------
+
 
 def test_rebuilding_a_wave_again_and_replaying_twice_leave_identical_tables(example_copy):
     spec = load_spec(example_copy)
@@ -198,15 +232,22 @@ def test_rebuilding_a_wave_again_and_replaying_twice_leave_identical_tables(exam
         gate_wave(writer, INCIDENT, n)
     # a write by normal ingestion, then the candidate replayed twice
     writer.register_generation("ingest-late", "ingest")
-    writer.write("ingest-late", f"SELECT * REPLACE (amount_usd + 1 AS amount_usd, _source_version + 5 AS _source_version) "
-                 f"FROM ({expected_rows_sql(spec, None)}) WHERE txn_id % 997 = 0", mode="upsert_keys")
+    writer.write(
+        "ingest-late",
+        f"SELECT * REPLACE (amount_usd + 1 AS amount_usd, _source_version + 5 AS _source_version) "
+        f"FROM ({expected_rows_sql(spec, None)}) WHERE txn_id % 997 = 0",
+        mode="upsert_keys",
+    )
     first, results, _ = gate_candidate(writer, current_plan(spec, INCIDENT))
     replayed = _query(spec.warehouse.path, digest)
     second, _, _ = gate_candidate(writer, current_plan(spec, INCIDENT))
     assert first.upserted > 100 and (second.upserted, second.deleted) == (0, 0)
     assert _query(spec.warehouse.path, digest) == replayed
     # the replayed rows keep the ingestion generation that wrote them
-    assert _query(spec.warehouse.path, f"SELECT count(*) FROM {plan.namespace} WHERE _generation = 'ingest-late'")[0][0] == first.upserted
+    assert (
+        _query(spec.warehouse.path, f"SELECT count(*) FROM {plan.namespace} WHERE _generation = 'ingest-late'")[0][0]
+        == first.upserted
+    )
 
 
 def test_an_unexplained_difference_in_a_wave_stops_the_expansion_and_keeps_both_generations(example_copy):
@@ -217,9 +258,12 @@ def test_an_unexplained_difference_in_a_wave_stops_the_expansion_and_keeps_both_
     victim = plan.waves[0][0]
     # something outside the repair changes a canary row (a stray job, a manual fix)
     with open_engine(spec.warehouse).transaction() as s:
-        s.execute(f"UPDATE {plan.namespace} SET amount_usd = amount_usd + 7 "
-                  f"WHERE CAST(event_date AS VARCHAR) = ? AND txn_id = (SELECT min(txn_id) FROM {plan.namespace} "
-                  f"WHERE CAST(event_date AS VARCHAR) = ?)", [victim, victim])
+        s.execute(
+            f"UPDATE {plan.namespace} SET amount_usd = amount_usd + 7 "
+            f"WHERE CAST(event_date AS VARCHAR) = ? AND txn_id = (SELECT min(txn_id) FROM {plan.namespace} "
+            f"WHERE CAST(event_date AS VARCHAR) = ?)",
+            [victim, victim],
+        )
     writer = Writer(open_engine(spec.warehouse), spec)
     build_wave(writer, current_plan(spec, INCIDENT), 1)
     results = {r.gate: r for r in gate_wave(writer, INCIDENT, 1)}
@@ -234,8 +278,16 @@ def test_an_unexplained_difference_in_a_wave_stops_the_expansion_and_keeps_both_
         gate_candidate(writer, stopped)
     with open_engine(spec.warehouse).session() as s:
         assert current_namespace(s, spec) == plan.from_namespace
-        assert s.scalar(f"SELECT count(*) FROM {plan.namespace}") > 0 and s.scalar(f"SELECT count(*) FROM {plan.from_namespace}") > 0
-        assert s.scalar("SELECT count(*) FROM _recovery.timeline WHERE kind = 'repair_stopped' AND summary LIKE '%both kept%'") == 1
+        assert (
+            s.scalar(f"SELECT count(*) FROM {plan.namespace}") > 0
+            and s.scalar(f"SELECT count(*) FROM {plan.from_namespace}") > 0
+        )
+        assert (
+            s.scalar(
+                "SELECT count(*) FROM _recovery.timeline WHERE kind = 'repair_stopped' AND summary LIKE '%both kept%'"
+            )
+            == 1
+        )
 
 
 def _gates(spec, stage):
@@ -250,8 +302,10 @@ def test_a_bad_row_in_the_repair_generation_fails_a_blocking_check_and_publish_d
     from recovery.lib.fencing import fence_incident
 
     fence_incident(Writer(open_engine(spec.warehouse), spec), incident)
-    with open_engine(spec.warehouse).transaction() as s:   # a row of the fenced generation slips in
-        s.execute(f"INSERT INTO {plan.namespace} SELECT * REPLACE ('{FAILED}' AS _generation) FROM {plan.namespace} LIMIT 1")
+    with open_engine(spec.warehouse).transaction() as s:  # a row of the fenced generation slips in
+        s.execute(
+            f"INSERT INTO {plan.namespace} SELECT * REPLACE ('{FAILED}' AS _generation) FROM {plan.namespace} LIMIT 1"
+        )
     home = tmp_path / "home"
     home.mkdir()
     shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
@@ -264,8 +318,10 @@ def test_a_bad_row_in_the_repair_generation_fails_a_blocking_check_and_publish_d
                 run_publish(Launcher(incident, spec, instance=instance))
             run = instance.get_runs(dg.RunsFilter(job_name="publish_repair"))[0]
             evaluations = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
-            checks = {e.dagster_event.event_specific_data.check_name: e.dagster_event.event_specific_data.passed
-                      for e in evaluations}
+            checks = {
+                e.dagster_event.event_specific_data.check_name: e.dagster_event.event_specific_data.passed
+                for e in evaluations
+            }
             published = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
     assert checks["repair_keys"] is False and checks["repair_fencing"] is False
     assert checks["repair_partitioning"] is True
@@ -294,18 +350,25 @@ def test_a_publisher_killed_at_each_step_leaves_the_pointer_fully_old_or_fully_n
         shutil.copy(ready_copy, wh)
         Path(str(wh) + ".wal").unlink(missing_ok=True)
         ready = tmp_path / f"ready-{point.replace(':', '-')}"
-        proc = subprocess.Popen([sys.executable, "-m", "recovery_tests.repair_support", "publish", str(example_copy), INCIDENT],
-                                cwd=ROOT, env={**os.environ, "RECOVERY_FAULT_AT": point, "RECOVERY_FAULT_READY": str(ready)})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "recovery_tests.repair_support", "publish", str(example_copy), INCIDENT],
+            cwd=ROOT,
+            env={**os.environ, "RECOVERY_FAULT_AT": point, "RECOVERY_FAULT_READY": str(ready)},
+        )
         deadline = time.monotonic() + 120
         while not ready.exists():
             assert proc.poll() is None and time.monotonic() < deadline, f"publisher never reached {point}"
             time.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        view_sql = _query(wh, "SELECT sql FROM duckdb_views() WHERE schema_name = 'analytics' AND view_name = 'transactions'")[0][0]
+        view_sql = _query(
+            wh, "SELECT sql FROM duckdb_views() WHERE schema_name = 'analytics' AND view_name = 'transactions'"
+        )[0][0]
         pointer = _query(wh, "SELECT namespace FROM _recovery.pointers")[0][0]
         status = _query(wh, "SELECT status FROM _recovery.repair_plans WHERE incident_id = ?", [INCIDENT])[0][0]
-        moves = _query(wh, "SELECT count(*) FROM _recovery.pointer_history WHERE to_namespace = ?", [plan.namespace])[0][0]
+        moves = _query(wh, "SELECT count(*) FROM _recovery.pointer_history WHERE to_namespace = ?", [plan.namespace])[
+            0
+        ][0]
         side = "new" if pointer == plan.namespace else "old"
         assert (plan.namespace.split(".")[1] in view_sql) == (side == "new"), (point, view_sql, pointer)
         assert (status == "published") == (side == "new") and moves == (1 if side == "new" else 0)
@@ -314,22 +377,34 @@ def test_a_publisher_killed_at_each_step_leaves_the_pointer_fully_old_or_fully_n
         result = publish(writer, INCIDENT)
         assert result["already"] is (side == "new")
         assert _query(wh, "SELECT namespace FROM _recovery.pointers")[0][0] == plan.namespace
-    assert outcomes == {"publish:locked": "old", "publish:replayed": "old", "publish:view_moved": "old",
-                        "publish:recorded": "old", "publish:committed": "new"}, outcomes
+    assert outcomes == {
+        "publish:locked": "old",
+        "publish:replayed": "old",
+        "publish:view_moved": "old",
+        "publish:recorded": "old",
+        "publish:committed": "new",
+    }, outcomes
 
 
 # ---- source truth unavailable ---------------------------------------------------------------------
 
+
 def test_a_partition_whose_source_rows_were_purged_is_kept_and_marked_qualified_not_emptied(example_copy):
     spec = load_spec(example_copy)
     incident = parse_incident(example_copy.with_name("incident.yaml"))
-    purged = "2024-03-20"   # a damaged partition (the dying partition of the backfill)
+    purged = "2024-03-20"  # a damaged partition (the dying partition of the backfill)
     with open_engine(spec.warehouse).transaction() as s:
         s.execute("DELETE FROM raw.transaction_events WHERE CAST(event_ts AS DATE) = ?", [purged])
-        before = s.fetchall("SELECT count(*), sum(amount_usd) FROM analytics.transactions WHERE event_date = ? "
-                            "AND txn_id NOT IN (SELECT txn_id FROM raw.transaction_events)", [purged])[0]
-        strays = s.fetchall("SELECT txn_id FROM analytics.transactions WHERE event_date = ? "
-                            "AND txn_id IN (SELECT txn_id FROM raw.transaction_events)", [purged])
+        before = s.fetchall(
+            "SELECT count(*), sum(amount_usd) FROM analytics.transactions WHERE event_date = ? "
+            "AND txn_id NOT IN (SELECT txn_id FROM raw.transaction_events)",
+            [purged],
+        )[0]
+        strays = s.fetchall(
+            "SELECT txn_id FROM analytics.transactions WHERE event_date = ? "
+            "AND txn_id IN (SELECT txn_id FROM raw.transaction_events)",
+            [purged],
+        )
     plan = repair_through_library(spec, incident, wave_size=200)
     assert purged in plan.qualified and "no row for this partition" in plan.qualified[purged]
     assert purged not in plan.rebuild
@@ -339,11 +414,23 @@ def test_a_partition_whose_source_rows_were_purged_is_kept_and_marked_qualified_
     with open_engine(spec.warehouse).session() as s:
         # the rows the source cannot speak for are kept as they were; rows of keys the source
         # knows (strays from other days) are rebuilt where the source puts them, once
-        assert s.fetchall("SELECT count(*), sum(amount_usd) FROM analytics.transactions WHERE event_date = ?", [purged])[0] == before
-        assert s.fetchall("SELECT txn_id, count(*) FROM analytics.transactions WHERE txn_id IN (SELECT unnest(?)) "
-                          "GROUP BY 1 HAVING count(*) > 1", [[t for (t,) in strays]]) == []
-        assert s.fetchone("SELECT action, qualified_reason IS NOT NULL, status FROM _recovery.repair_partitions "
-                          "WHERE incident_id = ? AND partition = ?", [INCIDENT, purged]) == ("keep (qualified)", True, "kept")
+        assert (
+            s.fetchall("SELECT count(*), sum(amount_usd) FROM analytics.transactions WHERE event_date = ?", [purged])[0]
+            == before
+        )
+        assert (
+            s.fetchall(
+                "SELECT txn_id, count(*) FROM analytics.transactions WHERE txn_id IN (SELECT unnest(?)) "
+                "GROUP BY 1 HAVING count(*) > 1",
+                [[t for (t,) in strays]],
+            )
+            == []
+        )
+        assert s.fetchone(
+            "SELECT action, qualified_reason IS NOT NULL, status FROM _recovery.repair_partitions "
+            "WHERE incident_id = ? AND partition = ?",
+            [INCIDENT, purged],
+        ) == ("keep (qualified)", True, "kept")
     # the recovery report and each consumer owner's notice say so
     from recovery.lib.notify import FileChannel, Notifier
     from recovery.lib.reports import build_reports
@@ -353,15 +440,21 @@ def test_a_partition_whose_source_rows_were_purged_is_kept_and_marked_qualified_
     html = build_reports(incident, spec, engine, None).html["recovery"]
     assert "Qualified partitions" in html and purged in html
     alerts = example_copy.parent / "alerts.jsonl"
-    restate_consumers(engine, spec, INCIDENT, failed_generations=incident.failed_generations,
-                      notifier=Notifier(FileChannel(alerts), engine))
+    restate_consumers(
+        engine,
+        spec,
+        INCIDENT,
+        failed_generations=incident.failed_generations,
+        notifier=Notifier(FileChannel(alerts), engine),
+    )
     notices = [json.loads(line) for line in alerts.read_text().splitlines()]
     assert notices and all("Qualified" in n["body"] and purged in n["body"] for n in notices)
 
 
 def test_partitions_before_source_available_from_are_qualified(example_copy):
-    spec_text = example_copy.read_text().replace("  sensitive: [customer_id]\ntarget:",
-                                                 "  sensitive: [customer_id]\n  available_from: 2024-02-01\ntarget:", 1)
+    spec_text = example_copy.read_text().replace(
+        "  sensitive: [customer_id]\ntarget:", "  sensitive: [customer_id]\n  available_from: 2024-02-01\ntarget:", 1
+    )
     example_copy.write_text(spec_text)
     spec = load_spec(example_copy)
     assert str(spec.source.available_from) == "2024-02-01"
@@ -377,6 +470,7 @@ def test_partitions_before_source_available_from_are_qualified(example_copy):
 
 # ---- a dataset this package never wrote ---------------------------------------------------------
 
+
 def test_a_table_another_tool_wrote_is_adopted_and_repaired_from_its_own_spec(tmp_path):
     from recovery_tests.small_dataset import build_small_dataset, catalog
 
@@ -385,13 +479,21 @@ def test_a_table_another_tool_wrote_is_adopted_and_repaired_from_its_own_spec(tm
     db = spec.warehouse.path
     expected = expected_rows_sql(spec, None)
     con = duckdb.connect(str(db))
-    try:   # another tool publishes a plain table with the metadata columns, then its backfill damages it
+    try:  # another tool publishes a plain table with the metadata columns, then its backfill damages it
         con.execute("CREATE SCHEMA mart")
-        con.execute(f"CREATE TABLE mart.orders AS SELECT *, 'etl-v1' AS gen_id, TIMESTAMP '2026-03-02' AS landed_at FROM ({expected})")
+        con.execute(
+            f"CREATE TABLE mart.orders AS SELECT *, 'etl-v1' AS gen_id, TIMESTAMP '2026-03-02' AS landed_at FROM ({expected})"
+        )
         bf = "'etl-bf-9' AS gen_id, TIMESTAMP '2026-03-05' AS landed_at"
-        con.execute(f"INSERT INTO mart.orders SELECT * EXCLUDE (gen_id, landed_at), {bf} FROM mart.orders WHERE order_no % 11 = 0")
-        con.execute("UPDATE mart.orders SET qty = qty * 100, gen_id = 'etl-bf-9' WHERE order_no % 13 = 0 AND gen_id = 'etl-v1'")
-        con.execute("UPDATE mart.orders SET shard = shard || '-x', gen_id = 'etl-bf-9' WHERE order_no % 17 = 0 AND gen_id = 'etl-v1'")
+        con.execute(
+            f"INSERT INTO mart.orders SELECT * EXCLUDE (gen_id, landed_at), {bf} FROM mart.orders WHERE order_no % 11 = 0"
+        )
+        con.execute(
+            "UPDATE mart.orders SET qty = qty * 100, gen_id = 'etl-bf-9' WHERE order_no % 13 = 0 AND gen_id = 'etl-v1'"
+        )
+        con.execute(
+            "UPDATE mart.orders SET shard = shard || '-x', gen_id = 'etl-bf-9' WHERE order_no % 17 = 0 AND gen_id = 'etl-v1'"
+        )
         con.execute("DELETE FROM mart.orders WHERE order_no % 19 = 0")
         con.execute(f"""INSERT INTO mart.orders
             SELECT * EXCLUDE (__rn), {bf} FROM (
@@ -403,21 +505,27 @@ def test_a_table_another_tool_wrote_is_adopted_and_repaired_from_its_own_spec(tm
     finally:
         con.close()
     (tmp_path / "orders" / "incident.yaml").write_text(
-        "incident_id: INC-ORD-1\nspec: spec.yaml\nfailed_generations: [etl-bf-9]\nrequested_by: ops-oncall\n")
+        "incident_id: INC-ORD-1\nspec: spec.yaml\nfailed_generations: [etl-bf-9]\nrequested_by: ops-oncall\n"
+    )
     incident = parse_incident(tmp_path / "orders" / "incident.yaml")
-    assert check_incident_spec(incident).dataset == "orders"   # the generation is found in the target's own column
+    assert check_incident_spec(incident).dataset == "orders"  # the generation is found in the target's own column
     writer = Writer(open_engine(spec.warehouse), spec)
-    assert writer.ensure() == "mart.orders__g0001"             # adopted on first use
+    assert writer.ensure() == "mart.orders__g0001"  # adopted on first use
     writer.fence("etl-bf-9", incident_id="INC-ORD-1", fenced_by="test")
     plan = repair_through_library(spec, incident, wave_size=5)
     assert len(plan.waves) > 2 and plan.status == "building" and not plan.qualified
-    assert any("-x" in p for p in plan.rebuild)               # the mispartitioned rows' partitions, beyond any range
+    assert any("-x" in p for p in plan.rebuild)  # the mispartitioned rows' partitions, beyond any range
     assert gate_and_publish(spec, "INC-ORD-1")["namespace"] == plan.namespace
-    diff = _query(db, f"""SELECT (SELECT count(*) FROM (SELECT * EXCLUDE (gen_id, landed_at) FROM mart.orders EXCEPT ALL ({expected}))),
-                                 (SELECT count(*) FROM (({expected}) EXCEPT ALL SELECT * EXCLUDE (gen_id, landed_at) FROM mart.orders))""")
+    diff = _query(
+        db,
+        f"""SELECT (SELECT count(*) FROM (SELECT * EXCLUDE (gen_id, landed_at) FROM mart.orders EXCEPT ALL ({expected}))),
+                                 (SELECT count(*) FROM (({expected}) EXCEPT ALL SELECT * EXCLUDE (gen_id, landed_at) FROM mart.orders))""",
+    )
     assert diff == [(0, 0)]
     assert ("mart", "orders", "VIEW") in catalog(db)
-    assert _query(db, "SELECT count(*) FROM mart.orders__g0001 WHERE gen_id = 'etl-bf-9'")[0][0] > 0   # damaged generation kept
+    assert (
+        _query(db, "SELECT count(*) FROM mart.orders__g0001 WHERE gen_id = 'etl-bf-9'")[0][0] > 0
+    )  # damaged generation kept
 
 
 def check_incident_spec(incident):

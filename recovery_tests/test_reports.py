@@ -116,8 +116,18 @@ def reported(example_copy: Path, failed_example, tmp_path: Path, monkeypatch):
     spec = load_spec(example_copy)
     config = {"incident_file": str(incident_file)}
     with dg.DagsterInstance.get() as instance:
-        run_job(defs(), "assess_incident", instance, tags=reconciliation_tags(instance, spec), run_config={"ops": {
-            k: {"config": config} for k in ("incident__reconciliation", "incident__impact", "incident__decision")}})
+        run_job(
+            defs(),
+            "assess_incident",
+            instance,
+            tags=reconciliation_tags(instance, spec),
+            run_config={
+                "ops": {
+                    k: {"config": config}
+                    for k in ("incident__reconciliation", "incident__impact", "incident__decision")
+                }
+            },
+        )
     out = tmp_path / "reports"
     assert main(["report", "--incident", str(incident_file), "--out", str(out)]) == 0
     return spec, parse_incident(incident_file), out
@@ -133,16 +143,28 @@ def test_reports_state_the_figures_the_control_plane_holds(reported, failed_exam
 
     con = duckdb.connect(str(spec.warehouse.path), read_only=True)
     try:
-        labels = dict(con.execute(f"SELECT label, count(*) FROM {recon_table(spec)} WHERE incident_id = ? GROUP BY 1",
-                                  [incident.incident_id]).fetchall())
+        labels = dict(
+            con.execute(
+                f"SELECT label, count(*) FROM {recon_table(spec)} WHERE incident_id = ? GROUP BY 1",
+                [incident.incident_id],
+            ).fetchall()
+        )
         damaged_partitions = con.execute(
             f"SELECT count(*) FROM {partition_table(spec)} WHERE incident_id = ? AND (damaged_keys > 0 OR partially_updated "
-            f"OR count_mismatch OR total_mismatch OR written_after_fence)", [incident.incident_id]).fetchone()[0]
+            f"OR count_mismatch OR total_mismatch OR written_after_fence)",
+            [incident.incident_id],
+        ).fetchone()[0]
         compared, partially = con.execute(
             f"SELECT count(*), count(*) FILTER (WHERE partially_updated) FROM {partition_table(spec)} WHERE incident_id = ?",
-            [incident.incident_id]).fetchone()
-        material = dict(con.execute(f"SELECT consumer, count(*) FILTER (WHERE material) FROM {impact_table(spec)} "
-                                    f"WHERE incident_id = ? GROUP BY 1", [incident.incident_id]).fetchall())
+            [incident.incident_id],
+        ).fetchone()
+        material = dict(
+            con.execute(
+                f"SELECT consumer, count(*) FILTER (WHERE material) FROM {impact_table(spec)} "
+                f"WHERE incident_id = ? GROUP BY 1",
+                [incident.incident_id],
+            ).fetchall()
+        )
     finally:
         con.close()
     assert labels == failed_example.info["truth_labels"]  # the control plane holds the true damage
@@ -153,7 +175,9 @@ def test_reports_state_the_figures_the_control_plane_holds(reported, failed_exam
     assert shown == labels
     assert _n(recon.rows("labels")["total"][0]) == sum(labels.values()) == _n(recon.texts["damaged-keys"])
     assert _n(recon.texts["damaged-partitions"]) == damaged_partitions == len(recon.rows("partitions"))
-    assert f"of {compared}" in html["reconciliation"] and f"<b>partially_updated</b> {partially}" in html["reconciliation"]
+    assert (
+        f"of {compared}" in html["reconciliation"] and f"<b>partially_updated</b> {partially}" in html["reconciliation"]
+    )
     per_partition = recon.rows("partitions")
     header = recon.tables["partitions"][0]
     for label in labels:  # the per-partition counts add up to each label's total
@@ -161,7 +185,9 @@ def test_reports_state_the_figures_the_control_plane_holds(reported, failed_exam
         assert sum(_n(cells[col]) for cells in per_partition.values() if cells[col]) == labels[label], label
     impact = recon.rows("impact")
     material_col = recon.tables["impact"][0].index("material") - 1
-    assert {c: _n(cells[material_col]) for c, cells in impact.items()} == {c.name: material[c.name] for c in spec.downstream}
+    assert {c: _n(cells[material_col]) for c, cells in impact.items()} == {
+        c.name: material[c.name] for c in spec.downstream
+    }
     assert material["customer_statements"] > 0
     assert recon.texts["decision"] == "repair"
     decisions = recon.rows("decisions")
@@ -188,7 +214,8 @@ def test_reports_state_the_figures_the_control_plane_holds(reported, failed_exam
     assert "out of order" in recon_done["concurrent"][1] and "write log" in recon_done["concurrent"][1]
     rec_done = {r[0]: r[1:] for r in _Page(html["recovery"]).tables["done-checklist"][1:]}
     assert {k: v[0] for k, v in rec_done.items() if k != "tested backfill gates"} == {
-        k: "not verifiable" for k in rec_done if k != "tested backfill gates"}
+        k: "not verifiable" for k in rec_done if k != "tested backfill gates"
+    }
     assert all("recovery " in v[2] for v in rec_done.values())
     tl_done = {r[0]: r[1:] for r in timeline.tables["done-checklist"][1:]}
     assert tl_done["runs"][0] == tl_done["retries"][0] == tl_done["decisions"][0] == "verified"
@@ -199,8 +226,8 @@ def test_reports_state_the_figures_the_control_plane_holds(reported, failed_exam
     # gates of the spec's policy are listed as in force
     recovery = html["recovery"]
     for sid, title, _ in SECTIONS:
-        section = recovery[recovery.index(f'<section id="{sid}">'):]
-        section = section[:section.index("</section>")]
+        section = recovery[recovery.index(f'<section id="{sid}">') :]
+        section = section[: section.index("</section>")]
         expected = "in force" if sid == "recurrence_gates" else "not run yet"
         assert title in section and expected in section, sid
 
@@ -226,50 +253,89 @@ def test_the_recovery_report_shows_what_the_repair_recorded(tmp_path):
     with engine.transaction() as s:
         ensure_control_plane(s)
         ensure_repair_tables(s)
-        s.execute(f"INSERT INTO {PLANS} (incident_id, dataset, generation, namespace, status, source_watermark) "
-                  f"VALUES ('INC-7', ?, 'repair-7', 'mart.orders__g0002', 'published', TIMESTAMP '2026-01-31')", [spec.dataset])
-        s.execute(f"INSERT INTO {PARTITIONS} (incident_id, partition, wave, action, rows_before, rows_expected, rows_after, "
-                  f"total_before, total_expected, total_after, status) VALUES "
-                  f"('INC-7', 'north-202601', 0, 'rebuild', 10, 9, 9, 100.0, 90.0, 90.0, 'built'), "
-                  f"('INC-7', 'south-202601', 1, 'rebuild', 7, 8, 8, 70.0, 80.0, 80.0, 'built'), "
-                  f"('INC-7', 'east-202601', 1, 'carry', 5, 5, 5, 50.0, 50.0, 50.0, 'built')")
-        s.execute(f"INSERT INTO {GATES} (incident_id, generation, stage, gate, passed, blocking, observed, evaluated_seq) VALUES "
-                  f"('INC-7', 'repair-7', 'canary', 'unique_keys', true, true, 0, 1), "
-                  f"('INC-7', 'repair-7', 'wave-1', 'totals_match_snapshot', false, true, 3, 2), "
-                  f"('INC-7', 'repair-7', 'rerun', 'idempotent_rerun', true, true, 0, 3)")
-        s.execute(f"INSERT INTO {REPLAYS} (incident_id, stage, after_seq, through_seq, upserted, deleted, skipped_older) VALUES "
-                  f"('INC-7', 'before_publish', 10, 20, 41, 3, 2), ('INC-7', 'in_publish', 20, 22, 5, 0, 0)")
+        s.execute(
+            f"INSERT INTO {PLANS} (incident_id, dataset, generation, namespace, status, source_watermark) "
+            f"VALUES ('INC-7', ?, 'repair-7', 'mart.orders__g0002', 'published', TIMESTAMP '2026-01-31')",
+            [spec.dataset],
+        )
+        s.execute(
+            f"INSERT INTO {PARTITIONS} (incident_id, partition, wave, action, rows_before, rows_expected, rows_after, "
+            f"total_before, total_expected, total_after, status) VALUES "
+            f"('INC-7', 'north-202601', 0, 'rebuild', 10, 9, 9, 100.0, 90.0, 90.0, 'built'), "
+            f"('INC-7', 'south-202601', 1, 'rebuild', 7, 8, 8, 70.0, 80.0, 80.0, 'built'), "
+            f"('INC-7', 'east-202601', 1, 'carry', 5, 5, 5, 50.0, 50.0, 50.0, 'built')"
+        )
+        s.execute(
+            f"INSERT INTO {GATES} (incident_id, generation, stage, gate, passed, blocking, observed, evaluated_seq) VALUES "
+            f"('INC-7', 'repair-7', 'canary', 'unique_keys', true, true, 0, 1), "
+            f"('INC-7', 'repair-7', 'wave-1', 'totals_match_snapshot', false, true, 3, 2), "
+            f"('INC-7', 'repair-7', 'rerun', 'idempotent_rerun', true, true, 0, 3)"
+        )
+        s.execute(
+            f"INSERT INTO {REPLAYS} (incident_id, stage, after_seq, through_seq, upserted, deleted, skipped_older) VALUES "
+            f"('INC-7', 'before_publish', 10, 20, 41, 3, 2), ('INC-7', 'in_publish', 20, 22, 5, 0, 0)"
+        )
         s.execute(f"INSERT INTO {DIFFS} VALUES ('INC-7', 'north-202601', 'duplicate', 4, 0)")
         ensure_ledger(s, spec)
-        s.execute(f"INSERT INTO {ledger_table(spec)} (incident_id, consumer, kind, owner, consumer_key, original_value, "
-                  f"corrected_value, material, notified_at) VALUES "
-                  f"('INC-7', 'order_totals', 'report', 'ops', 'north', 100, 90, true, NULL), "
-                  f"('INC-7', 'order_totals', 'report', 'ops', 'south', 10, 10.5, false, NULL), "
-                  f"('INC-8', 'order_totals', 'report', 'ops', 'south', 1, 2, false, NULL)")
+        s.execute(
+            f"INSERT INTO {ledger_table(spec)} (incident_id, consumer, kind, owner, consumer_key, original_value, "
+            f"corrected_value, material, notified_at) VALUES "
+            f"('INC-7', 'order_totals', 'report', 'ops', 'north', 100, 90, true, NULL), "
+            f"('INC-7', 'order_totals', 'report', 'ops', 'south', 10, 10.5, false, NULL), "
+            f"('INC-8', 'order_totals', 'report', 'ops', 'south', 1, 2, false, NULL)"
+        )
         s.execute(f"CREATE TABLE {history_table(spec)} ({HISTORY_COLUMNS})")
-        s.execute(f"INSERT INTO {history_table(spec)} (check_id, checked_at, incident_id, partition, recent, repaired, drift_keys) "
-                  f"VALUES (1, TIMESTAMP '2026-02-01', 'INC-7', 'north-202601', false, true, 2), "
-                  f"(2, TIMESTAMP '2026-02-02', 'INC-7', 'north-202601', false, true, 0), "
-                  f"(2, TIMESTAMP '2026-02-02', NULL, 'west-202602', true, false, 0)")
+        s.execute(
+            f"INSERT INTO {history_table(spec)} (check_id, checked_at, incident_id, partition, recent, repaired, drift_keys) "
+            f"VALUES (1, TIMESTAMP '2026-02-01', 'INC-7', 'north-202601', false, true, 2), "
+            f"(2, TIMESTAMP '2026-02-02', 'INC-7', 'north-202601', false, true, 0), "
+            f"(2, TIMESTAMP '2026-02-02', NULL, 'west-202602', true, false, 0)"
+        )
     reports = build_reports(incident, spec, engine, None)
     paths = write_reports(reports, tmp_path / "out")
     html = paths["recovery"].read_text()
     _assert_offline("recovery", html)
     status = {s["id"]: s["status"] for s in reports.contexts["recovery"]["sections"]}
-    assert status == {"isolated_repair": "published", "idempotency": "passed", "concurrent_writes": "recorded",
-                      "waves": "blocked", "totals": "recorded", "downstream_corrections": "recorded",
-                      "convergence": "converged", "recurrence_gates": "in force"}
-    gates = {r["gate"] for r in {s["id"]: s for s in reports.contexts["recovery"]["sections"]}["recurrence_gates"]["rows"]}
-    assert {"approval", "scope", "capacity", "manifest", "fencing", "invariants", "anomaly", "values", "profile",
-            "rollback_readiness"} == gates
+    assert status == {
+        "isolated_repair": "published",
+        "idempotency": "passed",
+        "concurrent_writes": "recorded",
+        "waves": "blocked",
+        "totals": "recorded",
+        "downstream_corrections": "recorded",
+        "convergence": "converged",
+        "recurrence_gates": "in force",
+    }
+    gates = {
+        r["gate"] for r in {s["id"]: s for s in reports.contexts["recovery"]["sections"]}["recurrence_gates"]["rows"]
+    }
+    assert {
+        "approval",
+        "scope",
+        "capacity",
+        "manifest",
+        "fencing",
+        "invariants",
+        "anomaly",
+        "values",
+        "profile",
+        "rollback_readiness",
+    } == gates
     sections = {s["id"]: s for s in reports.contexts["recovery"]["sections"]}
     assert sections["concurrent_writes"]["totals"] == {"upserted": 46, "deleted": 3, "skipped_older": 2}
     assert [(w["wave"], w["partitions"]) for w in sections["waves"]["waves"]] == [(0, 1), (1, 2)]
     assert sections["waves"]["blocking_failures"] == 1
     assert sections["totals"]["sums"] == {"rows_before": 22, "rows_expected": 22, "rows_after": 22}
     corrections = sections["downstream_corrections"]  # only this incident's ledger rows
-    assert (corrections["rows_restated"], corrections["material"], corrections["unnotified"]) == (2, 1, ["order_totals"])
-    assert [(c["check_id"], c["partitions"], c["drift_keys"]) for c in sections["convergence"]["checks"]] == [(2, 2, 0), (1, 1, 2)]
+    assert (corrections["rows_restated"], corrections["material"], corrections["unnotified"]) == (
+        2,
+        1,
+        ["order_totals"],
+    )
+    assert [(c["check_id"], c["partitions"], c["drift_keys"]) for c in sections["convergence"]["checks"]] == [
+        (2, 2, 0),
+        (1, 1, 2),
+    ]
     assert "Owners not notified yet: order_totals" in html and "no drift" in html
     assert "1 blocking gate(s) failed" in html and "mart.orders__g0002" in html and "totals_match_snapshot" in html
     assert html.count('src="data:image/png;base64,') == 1  # before/after totals
@@ -278,13 +344,21 @@ def test_the_recovery_report_shows_what_the_repair_recorded(tmp_path):
     assert "upserted 46, deleted 3, skipped_older 2" in md
     # the Done checklist reads the same records: what ran is verified or qualified, what did not names its command
     done = {r["item"]: r for r in reports.contexts["recovery"]["done"]}
-    assert done["concurrent-write preservation"]["status"] == "verified" and "46 upserts and 3 deletes" in done[
-        "concurrent-write preservation"]["evidence"]
+    assert (
+        done["concurrent-write preservation"]["status"] == "verified"
+        and "46 upserts and 3 deletes" in done["concurrent-write preservation"]["evidence"]
+    )
     assert done["canaries"]["status"] == "verified" and "canary of 1 partitions" in done["canaries"]["evidence"]
     assert done["current-ingestion validation"]["status"] == "verified"
-    assert done["downstream correction"]["status"] == "verified" and "2 ledger rows, 1 material" in done["downstream correction"]["evidence"]
+    assert (
+        done["downstream correction"]["status"] == "verified"
+        and "2 ledger rows, 1 material" in done["downstream correction"]["evidence"]
+    )
     assert done["isolated repair"]["status"] == "qualified" and "recovery publish" in done["isolated repair"]["why"]
-    assert done["tested backfill gates"]["status"] == "qualified" and "recovery backfill plan" in done["tested backfill gates"]["why"]
+    assert (
+        done["tested backfill gates"]["status"] == "qualified"
+        and "recovery backfill plan" in done["tested backfill gates"]["why"]
+    )
     assert _Page(html).tables["done-checklist"][1][0] == "isolated repair"
     recon_done = {r["item"]: r for r in reports.contexts["reconciliation"]["done"]}
     assert {r["status"] for r in recon_done.values()} == {"not verifiable"}

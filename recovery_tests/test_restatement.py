@@ -34,8 +34,10 @@ from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DownstreamSpec
 from recovery_tests.repaired_small import FAILED, INCIDENT, Receiver, build_damaged, build_repaired, publish_repair
 
-LEDGER_COLUMNS = ("incident_id, consumer, kind, owner, consumer_key, change, original_value, corrected_value, difference, "
-                  "material, decision, original_namespace, corrected_namespace, notified_at")
+LEDGER_COLUMNS = (
+    "incident_id, consumer, kind, owner, consumer_key, change, original_value, corrected_value, difference, "
+    "material, decision, original_namespace, corrected_namespace, notified_at"
+)
 
 
 @pytest.fixture
@@ -50,13 +52,20 @@ def _digest(rows) -> str:
 
 
 def _diff(r, a: str, b: str) -> int:
-    return r.fetch(f"SELECT (SELECT count(*) FROM (({a}) EXCEPT ALL ({b}))) + (SELECT count(*) FROM (({b}) EXCEPT ALL ({a})))")[0][0]
+    return r.fetch(
+        f"SELECT (SELECT count(*) FROM (({a}) EXCEPT ALL ({b}))) + (SELECT count(*) FROM (({b}) EXCEPT ALL ({a})))"
+    )[0][0]
 
 
 def test_restated_consumers_equal_the_consumer_on_the_source_and_the_ledger_keeps_the_original(tmp_path, receiver):
     r = build_repaired(tmp_path / "orders")
-    results = restate_consumers(r.engine, r.spec, INCIDENT, failed_generations=[FAILED],
-                                notifier=Notifier(WebhookChannel(receiver.url), r.engine))
+    results = restate_consumers(
+        r.engine,
+        r.spec,
+        INCIDENT,
+        failed_generations=[FAILED],
+        notifier=Notifier(WebhookChannel(receiver.url), r.engine),
+    )
     assert [x.consumer for x in results] == ["orders_by_shard", "region_units"]
     for c, res in zip(r.spec.downstream, results):
         # the consumer as published equals its SQL over the source's expected rows
@@ -68,26 +77,42 @@ def test_restated_consumers_equal_the_consumer_on_the_source_and_the_ledger_keep
         assert res.corrected_namespace == f"consumers.{c.name}__g0002"
         assert _digest(r.fetch(f"SELECT * FROM {res.original_namespace}")) == _digest(r.published_before[c.name])
         assert r.fetch(f"SELECT namespace FROM {SCHEMA}.pointers WHERE public_name = ?", [f"consumers.{c.name}"]) == [
-            (res.corrected_namespace,)]
-        assert r.fetch(f"SELECT from_namespace, reason FROM {SCHEMA}.pointer_history WHERE to_namespace = ?",
-                       [res.corrected_namespace]) == [(res.original_namespace, f"restatement of incident {INCIDENT}")]
-        assert r.fetch(f"SELECT status FROM {SCHEMA}.namespaces WHERE namespace = ?", [res.original_namespace]) == [("retained",)]
+            (res.corrected_namespace,)
+        ]
+        assert r.fetch(
+            f"SELECT from_namespace, reason FROM {SCHEMA}.pointer_history WHERE to_namespace = ?",
+            [res.corrected_namespace],
+        ) == [(res.original_namespace, f"restatement of incident {INCIDENT}")]
+        assert r.fetch(f"SELECT status FROM {SCHEMA}.namespaces WHERE namespace = ?", [res.original_namespace]) == [
+            ("retained",)
+        ]
 
         # the ledger: every key whose published value changed, the original value beside the corrected one
         col = c.materiality.column
         cols = [x[0] for x in r.fetch(f"DESCRIBE SELECT * FROM {res.original_namespace}")]
-        before = {str(row[0]): row for row in r.published_before[c.name]}   # both consumers are keyed by their first column
+        before = {
+            str(row[0]): row for row in r.published_before[c.name]
+        }  # both consumers are keyed by their first column
         truth_rows = {str(row[0]): row for row in r.fetch(truth)}
         changed = {k for k in before.keys() | truth_rows.keys() if before.get(k) != truth_rows.get(k)}
         ledger = r.fetch(f"SELECT {LEDGER_COLUMNS} FROM {ledger_table(r.spec)} WHERE consumer = ?", [c.name])
         assert {row[4] for row in ledger} == changed
-        for (inc, consumer, kind, owner, k, change, orig, corr, diff, material, decision, ons, cns, notified) in ledger:
-            assert (inc, kind, owner, ons, cns) == (INCIDENT, c.kind, c.owner, res.original_namespace, res.corrected_namespace)
+        for inc, consumer, kind, owner, k, change, orig, corr, diff, material, decision, ons, cns, notified in ledger:
+            assert (inc, kind, owner, ons, cns) == (
+                INCIDENT,
+                c.kind,
+                c.owner,
+                res.original_namespace,
+                res.corrected_namespace,
+            )
             assert orig == (float(before[k][cols.index(col)]) if k in before else None)
             assert corr == float(truth_rows[k][cols.index(col)]) and diff == pytest.approx(corr - (orig or 0))
             assert notified is not None
-            assert decision == ({"report": "report re-issue", "experiment": "experiment readout changes significance"}[c.kind]
-                                if material else "none: below materiality")
+            assert decision == (
+                {"report": "report re-issue", "experiment": "experiment readout changes significance"}[c.kind]
+                if material
+                else "none: below materiality"
+            )
     # each owner told once, material items first and largest first
     assert sorted(m["owner"] for m in receiver.received) == ["growth", "ops"]
     for m in receiver.received:
@@ -104,7 +129,10 @@ def test_the_job_rerun_changes_nothing_and_each_owner_is_notified_once(tmp_path,
     defs = dg.Definitions(
         assets=[restatement_asset(r.spec)],
         jobs=[dg.define_asset_job(RESTATE_JOB, selection=dg.AssetSelection.groups("restatement"))],
-        resources={"warehouse": warehouse_resource(r.spec_path), "notifier": NotifierResource(kind="webhook", url=receiver.url)},
+        resources={
+            "warehouse": warehouse_resource(r.spec_path),
+            "notifier": NotifierResource(kind="webhook", url=receiver.url),
+        },
     )
     job = defs.resolve_job_def(RESTATE_JOB)
     snapshots = []
@@ -113,13 +141,23 @@ def test_the_job_rerun_changes_nothing_and_each_owner_is_notified_once(tmp_path,
             result = job.execute_in_process(run_config=RESTATE.run_config(str(r.incident_path)), instance=instance)
             assert result.success
             checks = result.get_asset_check_evaluations()
-            assert sorted(c.asset_key.path[-1] for c in checks if c.check_name == CHECK and c.passed) == ["orders_by_shard", "region_units"]
-            snapshots.append((r.fetch(f"SELECT {LEDGER_COLUMNS} FROM {ledger_table(r.spec)} ORDER BY ALL"),
-                              r.fetch(f"SELECT namespace, status FROM {SCHEMA}.namespaces ORDER BY ALL"),
-                              r.fetch(f"SELECT * FROM {SCHEMA}.pointer_history ORDER BY seq")))
+            assert sorted(c.asset_key.path[-1] for c in checks if c.check_name == CHECK and c.passed) == [
+                "orders_by_shard",
+                "region_units",
+            ]
+            snapshots.append(
+                (
+                    r.fetch(f"SELECT {LEDGER_COLUMNS} FROM {ledger_table(r.spec)} ORDER BY ALL"),
+                    r.fetch(f"SELECT namespace, status FROM {SCHEMA}.namespaces ORDER BY ALL"),
+                    r.fetch(f"SELECT * FROM {SCHEMA}.pointer_history ORDER BY seq"),
+                )
+            )
         mats = result.asset_materializations_for_node("restatement")
     assert snapshots[0] == snapshots[1]  # same ledger (notified_at included), no new namespace, no pointer move
-    assert {m.asset_key.path[-1]: m.metadata["reused"].value for m in mats} == {"orders_by_shard": True, "region_units": True}
+    assert {m.asset_key.path[-1]: m.metadata["reused"].value for m in mats} == {
+        "orders_by_shard": True,
+        "region_units": True,
+    }
     assert sorted(m["owner"] for m in receiver.received) == ["growth", "ops"]  # once each, across both runs
     assert r.fetch(f"SELECT count(*) FROM {SCHEMA}.notifications") == [(2,)]
 
@@ -129,11 +167,15 @@ def test_a_refresh_after_restatement_never_rewrites_a_kept_output(tmp_path):
     restate_consumers(r.engine, r.spec, INCIDENT, failed_generations=[FAILED])
     c = r.spec.downstream[0]
     kept = {ns: _digest(r.fetch(f"SELECT * FROM consumers.{ns}")) for ns in (f"{c.name}__g0001", f"{c.name}__g0002")}
-    materialize_consumer(r.engine, r.spec, c)   # the correction is recorded by the restatement: a new namespace
-    materialize_consumer(r.engine, r.spec, c)   # an ordinary output: rewritten in place
-    assert r.fetch(f"SELECT namespace, status FROM {SCHEMA}.namespaces WHERE public_name = ? ORDER BY 1", [f"consumers.{c.name}"]) == [
-        (f"consumers.{c.name}__g0001", "retained"), (f"consumers.{c.name}__g0002", "retained"),
-        (f"consumers.{c.name}__g0003", "published")]
+    materialize_consumer(r.engine, r.spec, c)  # the correction is recorded by the restatement: a new namespace
+    materialize_consumer(r.engine, r.spec, c)  # an ordinary output: rewritten in place
+    assert r.fetch(
+        f"SELECT namespace, status FROM {SCHEMA}.namespaces WHERE public_name = ? ORDER BY 1", [f"consumers.{c.name}"]
+    ) == [
+        (f"consumers.{c.name}__g0001", "retained"),
+        (f"consumers.{c.name}__g0002", "retained"),
+        (f"consumers.{c.name}__g0003", "published"),
+    ]
     assert {ns: _digest(r.fetch(f"SELECT * FROM consumers.{ns}")) for ns in kept} == kept
 
 
@@ -143,7 +185,11 @@ def test_a_plain_consumer_table_is_adopted_as_the_first_namespace(tmp_path):
     with r.engine.transaction() as s:  # a consumer table written before this package managed consumers
         s.execute(f"DROP VIEW consumers.{c.name}")
         for table in ("pointers", "pointer_history", "namespaces", "consumer_builds"):
-            column = "namespace LIKE 'consumers.%' AND true" if table == "consumer_builds" else f"public_name = 'consumers.{c.name}'"
+            column = (
+                "namespace LIKE 'consumers.%' AND true"
+                if table == "consumer_builds"
+                else f"public_name = 'consumers.{c.name}'"
+            )
             s.execute(f"DELETE FROM {SCHEMA}.{table} WHERE {column}")
         s.execute(f"ALTER TABLE consumers.{c.name}__g0001 RENAME TO legacy")
         s.execute(f"CREATE TABLE consumers.{c.name} AS SELECT * FROM consumers.legacy")
@@ -152,15 +198,19 @@ def test_a_plain_consumer_table_is_adopted_as_the_first_namespace(tmp_path):
     res = restate_consumers(r.engine, r.spec, INCIDENT, failed_generations=[FAILED], consumers=[c.name])[0]
     assert res.original_namespace == f"consumers.{c.name}__g0001"  # adopted: what it was built from is unknown, so kept
     assert _digest(r.fetch(f"SELECT * FROM {res.original_namespace}")) == _digest(r.published_before[c.name])
-    assert r.fetch("SELECT table_type FROM information_schema.tables WHERE table_schema = 'consumers' AND table_name = ?",
-                   [c.name]) == [("VIEW",)]
-    assert r.fetch(f"SELECT reason FROM {SCHEMA}.pointer_history WHERE public_name = ? ORDER BY seq", [f"consumers.{c.name}"]) == [
-        ("adopted",), (f"restatement of incident {INCIDENT}",)]
+    assert r.fetch(
+        "SELECT table_type FROM information_schema.tables WHERE table_schema = 'consumers' AND table_name = ?", [c.name]
+    ) == [("VIEW",)]
+    assert r.fetch(
+        f"SELECT reason FROM {SCHEMA}.pointer_history WHERE public_name = ? ORDER BY seq", [f"consumers.{c.name}"]
+    ) == [("adopted",), (f"restatement of incident {INCIDENT}",)]
 
 
-def test_a_consumer_never_materialized_from_the_damage_gets_its_original_from_the_preserved_damaged_generation(tmp_path):
+def test_a_consumer_never_materialized_from_the_damage_gets_its_original_from_the_preserved_damaged_generation(
+    tmp_path,
+):
     r = build_damaged(tmp_path / "orders")
-    c, d = r.spec.downstream   # c: only ever materialized after the repair; d: never materialized at all
+    c, d = r.spec.downstream  # c: only ever materialized after the repair; d: never materialized at all
     with r.engine.transaction() as s:  # as if neither consumer existed while the damage was exposed
         for name in (c.name, d.name):
             s.execute(f"DROP VIEW consumers.{name}")
@@ -170,17 +220,26 @@ def test_a_consumer_never_materialized_from_the_damage_gets_its_original_from_th
             s.execute(f"DROP TABLE consumers.{name}__g0001")
     damaged_ns = r.fetch(f"SELECT namespace FROM {SCHEMA}.pointers WHERE public_name = 'mart.orders'")[0][0]
     publish_repair(r)
-    materialize_consumer(r.engine, r.spec, c)   # built from the repaired target: not the original outcome
+    materialize_consumer(r.engine, r.spec, c)  # built from the repaired target: not the original outcome
     results = restate_consumers(r.engine, r.spec, INCIDENT, failed_generations=[FAILED])
     for x, res in zip((c, d), results):
         assert res.original_basis.startswith("original computed from the preserved damaged generation " + damaged_ns)
         assert res.original_total is not None and res.corrected_total is not None
         assert res.original_total != res.corrected_total and res.affected and res.material_rows > 0
         # the original equals the consumer's SQL over the damaged namespace; the public name never pointed at it
-        assert _diff(r, f"SELECT * FROM {res.original_namespace}", consumer_sql(r.spec, x, f"SELECT * FROM {damaged_ns}")) == 0
-        assert r.fetch(f"SELECT count(*) FROM {SCHEMA}.pointer_history WHERE to_namespace = ?", [res.original_namespace]) == [(0,)]
-        assert r.fetch(f"SELECT status FROM {SCHEMA}.namespaces WHERE namespace = ?", [res.original_namespace]) == [("retained",)]
-        ledger = r.fetch(f"SELECT original_value, corrected_value FROM {ledger_table(r.spec)} WHERE consumer = ?", [x.name])
+        assert (
+            _diff(r, f"SELECT * FROM {res.original_namespace}", consumer_sql(r.spec, x, f"SELECT * FROM {damaged_ns}"))
+            == 0
+        )
+        assert r.fetch(
+            f"SELECT count(*) FROM {SCHEMA}.pointer_history WHERE to_namespace = ?", [res.original_namespace]
+        ) == [(0,)]
+        assert r.fetch(f"SELECT status FROM {SCHEMA}.namespaces WHERE namespace = ?", [res.original_namespace]) == [
+            ("retained",)
+        ]
+        ledger = r.fetch(
+            f"SELECT original_value, corrected_value FROM {ledger_table(r.spec)} WHERE consumer = ?", [x.name]
+        )
         assert ledger and all(o is not None or cv is not None for o, cv in ledger)
         assert any(o is not None and cv is not None and o != cv for o, cv in ledger)
     # a re-run keeps the same original (it is recorded by the restatement)
@@ -203,13 +262,32 @@ def test_restating_before_the_repair_is_published_or_with_bad_input_is_refused_a
 
 def test_an_experiment_readout_that_changes_sign_is_material_and_says_so(tmp_path):
     r = build_repaired(tmp_path / "orders")
-    c = DownstreamSpec(name="lift", kind="experiment", owner="growth", sql=Path("lift.sql"), key=["arm"],
-                       materiality={"column": "lift", "rel": 0.5})
+    c = DownstreamSpec(
+        name="lift",
+        kind="experiment",
+        owner="growth",
+        sql=Path("lift.sql"),
+        key=["arm"],
+        materiality={"column": "lift", "rel": 0.5},
+    )
     with r.engine.transaction() as s:
-        s.execute("CREATE TABLE consumers.lift__a AS SELECT * FROM (VALUES ('a', 0.02), ('b', 0.30), ('c', 0.10)) t(arm, lift)")
-        s.execute("CREATE TABLE consumers.lift__b AS SELECT * FROM (VALUES ('a', -0.01), ('b', 0.31), ('c', 0.10)) t(arm, lift)")
-        write_ledger(s, r.spec, c, incident_id=INCIDENT, original_namespace="consumers.lift__a", corrected_namespace="consumers.lift__b")
-    rows = r.fetch(f"SELECT consumer_key, material, decision FROM {ledger_table(r.spec)} WHERE consumer = 'lift' ORDER BY 1")
+        s.execute(
+            "CREATE TABLE consumers.lift__a AS SELECT * FROM (VALUES ('a', 0.02), ('b', 0.30), ('c', 0.10)) t(arm, lift)"
+        )
+        s.execute(
+            "CREATE TABLE consumers.lift__b AS SELECT * FROM (VALUES ('a', -0.01), ('b', 0.31), ('c', 0.10)) t(arm, lift)"
+        )
+        write_ledger(
+            s,
+            r.spec,
+            c,
+            incident_id=INCIDENT,
+            original_namespace="consumers.lift__a",
+            corrected_namespace="consumers.lift__b",
+        )
+    rows = r.fetch(
+        f"SELECT consumer_key, material, decision FROM {ledger_table(r.spec)} WHERE consumer = 'lift' ORDER BY 1"
+    )
     assert rows == [("a", True, SIGN_CHANGE), ("b", False, "none: below materiality")]
 
 

@@ -68,8 +68,8 @@ def test_a_reader_joining_a_writers_instance_reads_but_cannot_write(db):
 
         def read():
             with engine.session(read_only=True) as s:
-                out["count"] = s.scalar("SELECT count(*) FROM t")   # the writer's insert is not committed yet
-                s.execute("BEGIN TRANSACTION")                     # a caller's own snapshot: still read-only
+                out["count"] = s.scalar("SELECT count(*) FROM t")  # the writer's insert is not committed yet
+                s.execute("BEGIN TRANSACTION")  # a caller's own snapshot: still read-only
                 try:
                     s.execute("INSERT INTO t VALUES (2)")
                 except duckdb.Error as err:
@@ -90,7 +90,7 @@ def test_a_write_opened_inside_a_read_only_session_of_the_same_thread_fails_at_o
         with pytest.raises(RecoveryError, match="inside a read-only session"):
             with engine.transaction():
                 pass
-    with engine.transaction() as s:   # and the slot was released
+    with engine.transaction() as s:  # and the slot was released
         s.execute("INSERT INTO t VALUES (3)")
 
 
@@ -98,19 +98,19 @@ def test_readers_queue_behind_a_writer_holding_the_turnstile_and_never_create_it
     reader = DuckDBEngine(str(db), busy_timeout_s=0.3)
     with reader.session(read_only=True) as s:
         assert s.scalar("SELECT count(*) FROM t") == 0
-    assert not Path(turnstile_path(str(db))).exists()        # a reader (validation) writes nothing
+    assert not Path(turnstile_path(str(db))).exists()  # a reader (validation) writes nothing
 
-    with DuckDBEngine(str(db)).transaction() as s:            # a writer creates it
+    with DuckDBEngine(str(db)).transaction() as s:  # a writer creates it
         s.execute("INSERT INTO t VALUES (1)")
     fd = os.open(turnstile_path(str(db)), os.O_RDWR)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)                         # a writer waiting to open the file
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a writer waiting to open the file
         with pytest.raises(WarehouseBusyError, match="turnstile"):
             with reader.session(read_only=True):
                 pass
     finally:
         os.close(fd)
-    with reader.session(read_only=True) as s:                 # the writer is in: readers pass again
+    with reader.session(read_only=True) as s:  # the writer is in: readers pass again
         assert s.scalar("SELECT count(*) FROM t") == 1
 
 
@@ -119,16 +119,16 @@ def test_a_writer_keeps_the_turnstile_until_closed_and_its_own_readers_never_wai
     open the file while this one checkpoints it on close); a reader inside the writer's own
     process joins its instance and never waits."""
     engine = DuckDBEngine(str(db), busy_timeout_s=0.3)
-    other = os.open(turnstile_path(str(db)), os.O_RDWR | os.O_CREAT, 0o600)   # another process's writer
+    other = os.open(turnstile_path(str(db)), os.O_RDWR | os.O_CREAT, 0o600)  # another process's writer
     try:
         with engine.transaction() as w:
             w.execute("INSERT INTO t VALUES (5)")
             with pytest.raises(BlockingIOError):
-                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)        # it would wait for this session
-            with engine.session(read_only=True) as s:                    # joins this process's instance: no wait
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # it would wait for this session
+            with engine.session(read_only=True) as s:  # joins this process's instance: no wait
                 assert s.scalar("SELECT count(*) FROM t") == 0
             with pytest.raises(BlockingIOError):
-                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)        # the reader's close kept it held
-        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)                # closed: the next writer goes in
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the reader's close kept it held
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # closed: the next writer goes in
     finally:
         os.close(other)

@@ -22,7 +22,7 @@ from rich.console import Console
 from recovery.cli import main as cli
 from recovery.launch.recover import run_recovery
 from recovery.lib.engine import open_engine
-from recovery.lib.engine.spark_engine import CATALOG, SparkEngine
+from recovery.lib.engine.spark_engine import CATALOG, SparkEngine, SparkWarehouseSession
 from recovery.lib.errors import FencedGenerationError
 from recovery.lib.incident import check_incident, parse_incident
 from recovery.lib.spec import parse_spec
@@ -35,10 +35,16 @@ FAILED = "backfill-0042"
 
 def _use_spark(spec_path: Path) -> None:
     raw = yaml.safe_load(spec_path.read_text())
-    raw["warehouse"] = {"engine": "spark", "path": raw["warehouse"]["path"],
-                        "spark": {"data_path": "spark_data", "master": "local[2]",
-                                  # small data: adaptive planning and many shuffle tasks only add latency
-                                  "conf": {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "2"}}}
+    raw["warehouse"] = {
+        "engine": "spark",
+        "path": raw["warehouse"]["path"],
+        "spark": {
+            "data_path": "spark_data",
+            "master": "local[2]",
+            # small data: adaptive planning and many shuffle tasks only add latency
+            "conf": {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "2"},
+        },
+    }
     spec_path.write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
@@ -91,9 +97,12 @@ def test_the_data_plane_lives_in_spark_not_in_the_control_file(recovered_twice):
     import duckdb
 
     with duckdb.connect(str(spec.warehouse.path), read_only=True) as conn:
-        in_duckdb = {r[0] for r in conn.execute(
-            "SELECT schema_name FROM duckdb_tables() UNION SELECT schema_name FROM duckdb_views() WHERE NOT internal")
-            .fetchall()}
+        in_duckdb = {
+            r[0]
+            for r in conn.execute(
+                "SELECT schema_name FROM duckdb_tables() UNION SELECT schema_name FROM duckdb_views() WHERE NOT internal"
+            ).fetchall()
+        }
         catalog = dict(conn.execute(f"SELECT name, kind FROM {CATALOG}").fetchall())
     assert in_duckdb <= {"_recovery", "main"}, "a data relation stayed in the control file"
     assert catalog["raw.transaction_events"] == "table" and catalog["analytics.transactions"] == "view"
@@ -101,8 +110,10 @@ def test_the_data_plane_lives_in_spark_not_in_the_control_file(recovered_twice):
 
 
 def test_reconciliation_labels_every_key_the_same_on_both_engines(recovered_twice):
-    sql = ("SELECT txn_id, label, actual_partition, expected_partition, actual_version, expected_version, "
-           "rows_in_target FROM _recovery.recon__transactions")
+    sql = (
+        "SELECT txn_id, label, actual_partition, expected_partition, actual_version, expected_version, "
+        "rows_in_target FROM _recovery.recon__transactions"
+    )
     duck, spark = (_rows(recovered_twice[e], sql) for e in ("duckdb", "spark"))
     assert duck.num_rows > 1000
     labels = set(duck.column("label").to_pylist())
@@ -112,21 +123,39 @@ def test_reconciliation_labels_every_key_the_same_on_both_engines(recovered_twic
 
 def test_the_published_table_has_the_same_content_on_both_engines(recovered_twice):
     spec = parse_spec(recovered_twice["duckdb"])
-    cols = [c for c in ("txn_id", "account_id", "customer_id", "merchant_id", "event_ts", "event_date",
-                        "amount_usd", "status", "_source_version", "_generation")]
+    cols = [
+        c
+        for c in (
+            "txn_id",
+            "account_id",
+            "customer_id",
+            "merchant_id",
+            "event_ts",
+            "event_date",
+            "amount_usd",
+            "status",
+            "_source_version",
+            "_generation",
+        )
+    ]
     sql = f"SELECT {', '.join(cols)} FROM {spec.target.table_name.sql()}"  # _written_at is when each run wrote
     duck, spark = (_rows(recovered_twice[e], sql) for e in ("duckdb", "spark"))
     assert duck.num_rows > 1000 and spark.num_rows == duck.num_rows
     assert _content_hash(spark, cols) == _content_hash(duck, cols)
     for engine in ("duckdb", "spark"):  # the repair generation wrote it, published by the pointer
-        gens = set(_rows(recovered_twice[engine], f"SELECT DISTINCT _generation FROM {spec.target.table_name.sql()}")
-                   .column(0).to_pylist())
+        gens = set(
+            _rows(recovered_twice[engine], f"SELECT DISTINCT _generation FROM {spec.target.table_name.sql()}")
+            .column(0)
+            .to_pylist()
+        )
         assert FAILED not in gens
 
 
 def test_consumers_are_restated_the_same_on_both_engines(recovered_twice):
-    sql = ("SELECT consumer, consumer_key, change, original_value, corrected_value, difference, material, decision, "
-           "original_namespace, corrected_namespace FROM _recovery.restatement_ledger__transactions")
+    sql = (
+        "SELECT consumer, consumer_key, change, original_value, corrected_value, difference, material, decision, "
+        "original_namespace, corrected_namespace FROM _recovery.restatement_ledger__transactions"
+    )
     duck, spark = (_rows(recovered_twice[e], sql) for e in ("duckdb", "spark"))
     assert duck.num_rows > 0 and len(set(duck.column("consumer").to_pylist())) >= 3
     order = ["consumer", "consumer_key", "change"]
@@ -137,7 +166,9 @@ def test_publish_on_spark_is_the_view_move_and_keeps_the_old_namespace(recovered
     spec = parse_spec(recovered_twice["spark"])
     with open_engine(spec.warehouse).session(read_only=True) as s:
         view_sql = s.scalar(f"SELECT view_sql FROM {CATALOG} WHERE name = ?", [str(spec.target.table_name)])
-        pointer = s.scalar("SELECT namespace FROM _recovery.pointers WHERE public_name = ?", [str(spec.target.table_name)])
+        pointer = s.scalar(
+            "SELECT namespace FROM _recovery.pointers WHERE public_name = ?", [str(spec.target.table_name)]
+        )
         assert pointer.endswith("__g0002") and pointer.split(".")[1] in view_sql
         old = s.scalar("SELECT count(*) FROM analytics.transactions__g0001")
         assert old > 0  # the failed namespace is kept, not overwritten
@@ -147,8 +178,9 @@ def test_a_fenced_generation_cannot_land_a_row_on_spark(recovered_twice):
     spec = parse_spec(recovered_twice["spark"])
     engine = open_engine(spec.warehouse)
     with engine.session(read_only=True) as s:
-        fenced_at, namespace = s.fetchone("SELECT fenced_at, coalesce(namespace, '') FROM _recovery.generations "
-                                          "WHERE generation = ?", [FAILED])
+        fenced_at, namespace = s.fetchone(
+            "SELECT fenced_at, coalesce(namespace, '') FROM _recovery.generations WHERE generation = ?", [FAILED]
+        )
         assert fenced_at is not None
         before = s.scalar(f"SELECT count(*) FROM {spec.target.table_name.sql()}")
         dirs_before = s.fetchall(f"SELECT name, dirs FROM {CATALOG} ORDER BY name")
@@ -160,8 +192,9 @@ def test_a_fenced_generation_cannot_land_a_row_on_spark(recovered_twice):
         assert s.scalar(f"SELECT count(*) FROM {spec.target.table_name.sql()}") == before
         assert s.fetchall(f"SELECT name, dirs FROM {CATALOG} ORDER BY name") == dirs_before
         assert s.scalar("SELECT count(*) FROM _recovery.fence_attempts WHERE generation = ?", [FAILED]) >= 1
-    assert {p for p in Path(spec.warehouse.spark.data_path).rglob("*.parquet")} == data_files, \
+    assert {p for p in Path(spec.warehouse.spark.data_path).rglob("*.parquet")} == data_files, (
         "the refused write left staged files behind"
+    )
 
 
 def test_a_spark_transaction_that_fails_leaves_no_version_behind(tmp_path: Path):
@@ -187,3 +220,32 @@ def test_a_spark_transaction_that_fails_leaves_no_version_behind(tmp_path: Path)
     on_disk = {str(p) for p in (tmp_path / "data" / "raw" / "t").iterdir()}
     assert set(committed) <= on_disk
     assert on_disk == before, "the rolled-back DELETE and INSERT left staged versions on disk"
+
+
+def test_the_write_primitives_are_native_on_spark_one_version_per_change(tmp_path: Path, monkeypatch):
+    """The writer's change and the pointer move reach Spark as primitives (ADR 0001), not as DuckDB
+    DML parsed back: same rows as on DuckDB (``recovery_tests/lib/engine``), one catalog version."""
+    engine = SparkEngine(str(tmp_path / "control.duckdb"), str(tmp_path / "data"))
+    with engine.transaction() as s:
+        s.execute("CREATE TABLE raw.t (k INTEGER, p VARCHAR, v VARCHAR)")
+        s.execute("INSERT INTO raw.t VALUES (1, 'a', 'x'), (2, 'a', 'y'), (3, 'b', 'z'), (4, NULL, 'n')")
+
+    def parsed_back(*_args, **_kwargs):
+        raise AssertionError("a write primitive went through the DML parser")
+
+    for handler in ("_spark_delete", "_spark_insert", "_spark_create_view"):
+        monkeypatch.setattr(SparkWarehouseSession, handler, parsed_back)
+    with engine.transaction() as s:
+        s.replace_rows("raw.t", ["v", "k", "p"], remove="p = 'a'", insert="SELECT ?, 5, 'a'", params=["new"])
+        s.swap_pointer("raw.pub", "SELECT k, v FROM raw.t")
+    with engine.session(read_only=True) as s:
+        assert s.fetchall("SELECT k, p, v FROM raw.t ORDER BY k") == [(3, "b", "z"), (4, None, "n"), (5, "a", "new")]
+        assert s.fetchall("SELECT v FROM raw.pub ORDER BY k") == [("z",), ("n",), ("new",)]
+        replaced = s.scalar(f"SELECT dirs FROM {CATALOG} WHERE name = 'raw.t'")
+    assert len(replaced) == 2  # the kept rows and the added rows, committed as one catalog change
+    with engine.transaction() as s:  # an append rewrites nothing: the version keeps its directories
+        s.replace_rows("raw.t", ["k", "p", "v"], insert="SELECT 9, 'c', 'w'")
+    with engine.session(read_only=True) as s:
+        appended = s.scalar(f"SELECT dirs FROM {CATALOG} WHERE name = 'raw.t'")
+        assert s.scalar("SELECT count(*) FROM raw.pub") == 4
+    assert appended[:2] == replaced and len(appended) == 3

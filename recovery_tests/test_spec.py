@@ -174,9 +174,16 @@ BAD_SPECS = [
     BadSpec("warehouse_path_is_a_directory", _set("warehouse.path", "."), "warehouse.path"),
     BadSpec("memory_limit_unparseable", _set("warehouse.memory_limit", "lots"), "warehouse.memory_limit"),
     BadSpec("spark_engine_without_its_section", _set("warehouse.engine", "spark"), "warehouse"),
-    BadSpec("spark_data_path_is_an_object_store_url", _both(_set("warehouse.engine", "spark"), _set(
-        "warehouse.spark", {"data_path": "s3a://lake/recovery"})), "warehouse.spark.data_path"),
-    BadSpec("spark_section_without_data_path", _both(_set("warehouse.engine", "spark"), _set("warehouse.spark", {"master": "local[1]"})), "warehouse.spark.data_path"),
+    BadSpec(
+        "spark_data_path_is_an_object_store_url",
+        _both(_set("warehouse.engine", "spark"), _set("warehouse.spark", {"data_path": "s3a://lake/recovery"})),
+        "warehouse.spark.data_path",
+    ),
+    BadSpec(
+        "spark_section_without_data_path",
+        _both(_set("warehouse.engine", "spark"), _set("warehouse.spark", {"master": "local[1]"})),
+        "warehouse.spark.data_path",
+    ),
     BadSpec("unknown_source_table", _set("source.table", "src.order_evnts"), "source.table"),
     BadSpec("unknown_key_column", _set("source.key", ["region", "order_id"]), "source.key"),
     BadSpec("key_and_version_not_unique", _duplicate_change, "source.key"),
@@ -189,34 +196,63 @@ BAD_SPECS = [
         hostile=True,
     ),
     BadSpec("transform_not_reading_source", _transform("SELECT 'north' AS region, 1 AS order_no"), "target.transform"),
-    BadSpec("transform_is_not_a_select", _transform("DELETE FROM src.order_events WHERE {{ source }} IS NULL"),
-            "target.transform", hostile=True),
+    BadSpec(
+        "transform_is_not_a_select",
+        _transform("DELETE FROM src.order_events WHERE {{ source }} IS NULL"),
+        "target.transform",
+        hostile=True,
+    ),
     BadSpec(
         "transform_without_partition_column",
         _transform("SELECT region, order_no, qty FROM {{ source }}"),
         "target.partition",
     ),
-    BadSpec("transform_that_fails_to_run", _transform("SELECT region, order_no, no_such_col FROM {{ source }}"),
-            "target.transform"),
-    BadSpec("hostile_target_table", _set("target.table", "mart.orders; DROP TABLE src.order_events"),
-            "target.table", hostile=True),
+    BadSpec(
+        "transform_that_fails_to_run",
+        _transform("SELECT region, order_no, no_such_col FROM {{ source }}"),
+        "target.transform",
+    ),
+    BadSpec(
+        "hostile_target_table",
+        _set("target.table", "mart.orders; DROP TABLE src.order_events"),
+        "target.table",
+        hostile=True,
+    ),
     BadSpec("hostile_key_column", _set("source.key", ["region", 'x" OR 1=1 --']), "source.key", hostile=True),
-    BadSpec("hostile_source_table", _set("source.table", 'src."order_events"; DROP TABLE src.order_events; --'),
-            "source.table", hostile=True),
-    BadSpec("hostile_partition", _set("target.partition", "shard); DROP TABLE src.order_events; --"),
-            "target.partition", hostile=True),
-    BadSpec("hostile_metadata_column", _set("target.metadata.generation", "gen'; DROP TABLE src.order_events; --"),
-            "target.metadata.generation", hostile=True),
+    BadSpec(
+        "hostile_source_table",
+        _set("source.table", 'src."order_events"; DROP TABLE src.order_events; --'),
+        "source.table",
+        hostile=True,
+    ),
+    BadSpec(
+        "hostile_partition",
+        _set("target.partition", "shard); DROP TABLE src.order_events; --"),
+        "target.partition",
+        hostile=True,
+    ),
+    BadSpec(
+        "hostile_metadata_column",
+        _set("target.metadata.generation", "gen'; DROP TABLE src.order_events; --"),
+        "target.metadata.generation",
+        hostile=True,
+    ),
     BadSpec("op_value_not_listed", _set("source.delete_ops", ["remove"]), "source.op"),
     BadSpec("op_column_not_text", _set("source.op", "qty"), "source.op"),
     BadSpec("two_consumers_share_a_name", _two_consumers_one_name, "downstream"),
-    BadSpec("materiality_without_threshold", _set("downstream.0.materiality", {"column": "orders"}),
-            "downstream[0].materiality"),
+    BadSpec(
+        "materiality_without_threshold",
+        _set("downstream.0.materiality", {"column": "orders"}),
+        "downstream[0].materiality",
+    ),
     BadSpec("consumer_kind_unknown", _set("downstream.0.kind", "spreadsheet"), "downstream[0].kind"),
     BadSpec("yaml_not_a_mapping", _not_a_mapping, "spec"),
     BadSpec("yaml_syntax_error", _yaml_syntax_error, "spec"),
-    BadSpec("downstream_sql_reads_missing_column", _downstream_sql("SELECT shard, sum(amount) AS orders FROM {{ target }} GROUP BY shard"),
-            "downstream[0].sql"),
+    BadSpec(
+        "downstream_sql_reads_missing_column",
+        _downstream_sql("SELECT shard, sum(amount) AS orders FROM {{ target }} GROUP BY shard"),
+        "downstream[0].sql",
+    ),
     BadSpec("downstream_key_not_produced", _set("downstream.0.key", ["region"]), "downstream[0].key"),
     BadSpec("downstream_sql_reads_the_source", _downstream_sql("SELECT shard FROM {{ source }}"), "downstream[0].sql"),
     BadSpec("metadata_column_collides_with_key", _set("target.metadata.generation", "region"), "target.metadata"),
@@ -277,9 +313,36 @@ def test_missing_spec_file_is_a_spec_error(dataset):
 # ---- fuzz ---------------------------------------------------------------------------------
 
 _INJECTIONS = [";", "'", '"', "--", "; DROP TABLE src.order_events; --", '" OR 1=1 --', "');--", "\\", "\n"]
-_PLAUSIBLE = ["region", "order_no", "rev", "change", "loaded_at", "placed_at", "qty", "sku", "shard", "orders",
-              "units", "src.order_events", "mart.orders", "orders.sql", "wh.duckdb", "spark", "duckdb", "put",
-              "drop", "report", "gen_id", "src_rev", "landed_at", "1GB", "lots", "2026-01-01", ".", ""]
+_PLAUSIBLE = [
+    "region",
+    "order_no",
+    "rev",
+    "change",
+    "loaded_at",
+    "placed_at",
+    "qty",
+    "sku",
+    "shard",
+    "orders",
+    "units",
+    "src.order_events",
+    "mart.orders",
+    "orders.sql",
+    "wh.duckdb",
+    "spark",
+    "duckdb",
+    "put",
+    "drop",
+    "report",
+    "gen_id",
+    "src_rev",
+    "landed_at",
+    "1GB",
+    "lots",
+    "2026-01-01",
+    ".",
+    "",
+]
 
 
 def _paths(node, prefix=()) -> list[tuple]:
@@ -377,7 +440,7 @@ def test_the_change_log_is_scanned_once_per_process_until_it_grows(dataset, tmp_
     load_spec(dataset / "spec.yaml")
     load_spec(dataset / "spec.yaml")
     assert scans() == 1
-    _duplicate_change({}, dataset)   # the log grows by one row, a duplicate of (key, version)
+    _duplicate_change({}, dataset)  # the log grows by one row, a duplicate of (key, version)
     with pytest.raises(SpecError) as err:
         load_spec(dataset / "spec.yaml")
     assert err.value.field == "source.key" and scans() == 2

@@ -23,8 +23,10 @@ def table(tmp_path):
     conn = duckdb.connect(str(tmp_path / "w.duckdb"), config={"python_enable_replacements": False})
     conn.execute("CREATE SCHEMA analytics")
     # 100k rows: v = id % 100 (mean 49.5, median 49.5), s null on every 10th row, id unique; one extra duplicate id
-    conn.execute("CREATE TABLE analytics.t AS SELECT range AS id, range % 100 AS v, "
-                 "CASE WHEN range % 10 = 0 THEN NULL ELSE 'x' END AS s FROM range(100000)")
+    conn.execute(
+        "CREATE TABLE analytics.t AS SELECT range AS id, range % 100 AS v, "
+        "CASE WHEN range % 10 = 0 THEN NULL ELSE 'x' END AS s FROM range(100000)"
+    )
     yield conn
     conn.close()
 
@@ -46,17 +48,26 @@ def test_the_replaced_upstream_method_is_unchanged():
 
 
 def test_aggregates_are_computed_over_the_whole_relation_in_the_engine(table):
-    runner = SqlSuiteRunner(table, [
-        _suite("right",
-               E("expect_column_mean_to_be_between", {"column": "v", "min_value": 49.49, "max_value": 49.51}),
-               E("expect_column_quantile_values_to_be_between",
-                 {"column": "v", "quantile_ranges": {"quantiles": [0.5], "value_ranges": [[49, 50]]}}),
-               E("expect_column_values_to_be_unique", {"column": "id"}),
-               E("expect_column_values_to_not_be_null", {"column": "s", "mostly": 0.89})),
-        _suite("wrong",
-               E("expect_column_mean_to_be_between", {"column": "v", "min_value": 60, "max_value": 70}),
-               E("expect_column_values_to_not_be_null", {"column": "s", "mostly": 0.95})),
-    ])
+    runner = SqlSuiteRunner(
+        table,
+        [
+            _suite(
+                "right",
+                E("expect_column_mean_to_be_between", {"column": "v", "min_value": 49.49, "max_value": 49.51}),
+                E(
+                    "expect_column_quantile_values_to_be_between",
+                    {"column": "v", "quantile_ranges": {"quantiles": [0.5], "value_ranges": [[49, 50]]}},
+                ),
+                E("expect_column_values_to_be_unique", {"column": "id"}),
+                E("expect_column_values_to_not_be_null", {"column": "s", "mostly": 0.89}),
+            ),
+            _suite(
+                "wrong",
+                E("expect_column_mean_to_be_between", {"column": "v", "min_value": 60, "max_value": 70}),
+                E("expect_column_values_to_not_be_null", {"column": "s", "mostly": 0.95}),
+            ),
+        ],
+    )
     results = runner.validate('SELECT * FROM "analytics"."t"')
     assert results["right"].passed, results["right"].describe()
     assert results["right"].rows == 100_000
@@ -72,7 +83,8 @@ def test_the_runner_reads_through_the_sessions_connection_inside_its_transaction
     """No second DuckDB instance: the GE connections are cursors of the session's connection."""
     table.execute("BEGIN")
     table.execute("CREATE TEMP TABLE scratch AS SELECT 1")
-    runner = SqlSuiteRunner(table, [_suite("m", E("expect_column_max_to_be_between",
-                                                  {"column": "v", "min_value": 99, "max_value": 99}))])
+    runner = SqlSuiteRunner(
+        table, [_suite("m", E("expect_column_max_to_be_between", {"column": "v", "min_value": 99, "max_value": 99}))]
+    )
     assert runner.validate('SELECT v FROM "analytics"."t" WHERE id < 5000')["m"].passed
     table.execute("COMMIT")

@@ -61,13 +61,13 @@ def case(failed_example, tmp_path_factory) -> Case:
     backfill_id = failed_example.info["backfill_id"]
     with env(DAGSTER_HOME=str(home)), dg.DagsterInstance.get() as instance:
         result = dg.materialize(
-            [incident_timeline], instance=instance,
+            [incident_timeline],
+            instance=instance,
             resources={"warehouse": warehouse_resource(str(root / "spec.yaml"))},
             run_config={"ops": {"incident__timeline": {"config": {"incident_file": str(root / "incident.yaml")}}}},
         )
         runs = instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
-        retried = {r.run_id for r in runs
-                   if instance.all_logs(r.run_id, of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY)}
+        retried = {r.run_id for r in runs if instance.all_logs(r.run_id, of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY)}
     assert result.success
     return Case(root, home, backfill_id, {r.run_id for r in runs}, retried, result)
 
@@ -100,7 +100,9 @@ def test_every_runbook_kind_is_present_with_the_backfills_real_run_ids(case: Cas
             assert instance.get_run_by_id(run_id) is not None, run_id  # no invented ids
     for run_id in case.backfill_runs:
         said = [e["summary"] for e in case.events("runs") if e["run_id"] == run_id]
-        assert any(s.startswith("run created") for s in said) and any(s.startswith(("succeeded", "failed")) for s in said)
+        assert any(s.startswith("run created") for s in said) and any(
+            s.startswith(("succeeded", "failed")) for s in said
+        )
     assert case.retried_runs and {e["run_id"] for e in case.events("retries")} == case.retried_runs
 
 
@@ -127,7 +129,9 @@ def test_writes_are_summarised_per_generation_and_run_not_row_by_row(case: Case)
         groups = con.execute(
             "SELECT count(*), sum(n), count(*) FILTER (WHERE generation = ?) FROM (SELECT generation, run_id, count(*) AS n "
             "FROM _recovery.writes WHERE seq >= (SELECT registered_seq FROM _recovery.generations WHERE generation = ?) "
-            "GROUP BY ALL)", [GEN, GEN]).fetchone()
+            "GROUP BY ALL)",
+            [GEN, GEN],
+        ).fetchone()
     finally:
         con.close()
     writes = case.events("writes")

@@ -23,11 +23,11 @@ def test_statements_over_the_threshold_are_traced_and_nothing_is_written_when_of
         list(s.arrow_batches("SELECT i FROM t", 100))
     lines = [json.loads(x) for x in trace.read_text().splitlines()]
     assert {x["kind"] for x in lines} == {"sql"}
-    assert "SELECT sum(i) FROM t" in [x["what"] for x in lines]          # white space folded
+    assert "SELECT sum(i) FROM t" in [x["what"] for x in lines]  # white space folded
     assert any(x["what"].startswith("-- next batch of: SELECT i FROM t") for x in lines)
     assert all(x["s"] >= 0 for x in lines)
 
-    monkeypatch.setenv("RECOVERY_TRACE_MIN_S", "3600")                  # nothing is that slow
+    monkeypatch.setenv("RECOVERY_TRACE_MIN_S", "3600")  # nothing is that slow
     before = trace.read_text()
     with engine.session() as s:
         s.scalar("SELECT count(*) FROM t")

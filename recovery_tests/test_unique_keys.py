@@ -30,12 +30,18 @@ DELTA = f'{SCHEMA}."delta__orders"'
 
 
 def _state(db: Path, ns: str = NS) -> tuple:
-    return (rows_digest(db, ns), fetch(db, f"SELECT count(*) FROM {DELTA}"), fetch(db, f"SELECT count(*) FROM {SCHEMA}.writes"),
-            fetch(db, f"SELECT seq FROM {SCHEMA}.clock"))
+    return (
+        rows_digest(db, ns),
+        fetch(db, f"SELECT count(*) FROM {DELTA}"),
+        fetch(db, f"SELECT count(*) FROM {SCHEMA}.writes"),
+        fetch(db, f"SELECT seq FROM {SCHEMA}.clock"),
+    )
 
 
 def _dups(db: Path, relation: str) -> int:
-    return fetch(db, f"SELECT count(*) FROM (SELECT region, order_no FROM {relation} GROUP BY ALL HAVING count(*) > 1)")[0][0]
+    return fetch(
+        db, f"SELECT count(*) FROM (SELECT region, order_no FROM {relation} GROUP BY ALL HAVING count(*) > 1)"
+    )[0][0]
 
 
 @pytest.fixture
@@ -53,7 +59,7 @@ def test_every_write_mode_refuses_a_batch_with_one_key_twice_and_lands_nothing(m
     spec, w, db = loaded
     e = expected_rows_sql(spec, None)
     one = f"SELECT * FROM ({e}) WHERE region = 'north' ORDER BY order_no LIMIT 1"
-    if mode == "append":   # a new key, offered twice (an existing one would also clash with the table)
+    if mode == "append":  # a new key, offered twice (an existing one would also clash with the table)
         one = f"SELECT * REPLACE (order_no + 100000 AS order_no) FROM ({one})"
     batch = f"SELECT * FROM ({e}) WHERE region = 'south' UNION ALL ({one}) UNION ALL ({one})"
     if mode == "delete_keys":
@@ -69,8 +75,12 @@ def test_a_batch_of_distinct_keys_still_writes_in_every_mode(loaded):
     spec, w, db = loaded
     e = expected_rows_sql(spec, None)
     assert w.write("ingest-1", f"SELECT * FROM ({e}) WHERE region = 'north'", mode="upsert_keys").rows_inserted > 0
-    assert w.write("ingest-1", f"SELECT region, order_no, src_rev FROM ({e}) WHERE region = 'east'",
-                   mode="delete_keys").rows_deleted > 0
+    assert (
+        w.write(
+            "ingest-1", f"SELECT region, order_no, src_rev FROM ({e}) WHERE region = 'east'", mode="delete_keys"
+        ).rows_deleted
+        > 0
+    )
     assert w.write("ingest-1", f"SELECT * FROM ({e}) WHERE region = 'east'", mode="append").rows_inserted > 0
     assert _dups(db, NS) == 0
 
@@ -83,11 +93,15 @@ def test_a_key_the_table_holds_in_another_partition_is_refused_by_replace_partit
     moved = f"SELECT * REPLACE ('{shard}' AS shard) FROM ({e}) WHERE region = 'north' ORDER BY order_no LIMIT 1"
     before = _state(db)
     with pytest.raises(DuplicateKeyError, match=r"is outside the replaced partitions in the table \(1 such keys\)"):
-        w.write("ingest-1", f"SELECT * FROM ({e}) WHERE shard = '{shard}' UNION ALL ({moved})",
-                mode="replace_partitions", partitions=[shard])
+        w.write(
+            "ingest-1",
+            f"SELECT * FROM ({e}) WHERE shard = '{shard}' UNION ALL ({moved})",
+            mode="replace_partitions",
+            partitions=[shard],
+        )
     assert _state(db) == before
     assert _dups(db, NS) == 0
-    w.write("ingest-1", moved, mode="upsert_keys")   # as an upsert the key moves: one row, in its new shard
+    w.write("ingest-1", moved, mode="upsert_keys")  # as an upsert the key moves: one row, in its new shard
     assert _dups(db, NS) == 0
 
 
@@ -95,18 +109,30 @@ def test_a_stray_copy_written_by_a_fenced_generation_does_not_stop_normal_ingest
     spec, w, db = loaded
     e = expected_rows_sql(spec, None)
     shard = fetch(db, f"SELECT min(shard) FROM ({e}) WHERE region = 'south'")[0][0]
-    w.register_generation("bf-stray", "backfill")   # the backfill's damage: a north order copied into a south shard
-    w.write("bf-stray", f"SELECT * REPLACE ('{shard}' AS shard) FROM ({e}) WHERE region = 'north' ORDER BY order_no LIMIT 1",
-            mode="append", allow_duplicate_keys=True)
+    w.register_generation("bf-stray", "backfill")  # the backfill's damage: a north order copied into a south shard
+    w.write(
+        "bf-stray",
+        f"SELECT * REPLACE ('{shard}' AS shard) FROM ({e}) WHERE region = 'north' ORDER BY order_no LIMIT 1",
+        mode="append",
+        allow_duplicate_keys=True,
+    )
     w.fence("bf-stray", incident_id="INC-1", fenced_by="test")
     # ingestion rewrites the north shard holding that order's right copy: the stray is known damage, not a refusal
     north = fetch(db, f"SELECT min(shard) FROM ({e}) WHERE region = 'north'")[0][0]
-    assert w.write("ingest-1", f"SELECT * FROM ({e}) WHERE shard = '{north}'", mode="replace_partitions",
-                   partitions=[north]).rows_inserted > 0
-    w.register_generation("bf-live", "backfill")    # the same stray by a generation nobody fenced is refused
+    assert (
+        w.write(
+            "ingest-1", f"SELECT * FROM ({e}) WHERE shard = '{north}'", mode="replace_partitions", partitions=[north]
+        ).rows_inserted
+        > 0
+    )
+    w.register_generation("bf-live", "backfill")  # the same stray by a generation nobody fenced is refused
     with pytest.raises(DuplicateKeyError, match="is already in the table"):
-        w.write("bf-live", f"SELECT * REPLACE ('{shard}' AS shard) FROM ({e}) WHERE region = 'north' "
-                           f"ORDER BY order_no LIMIT 1 OFFSET 1", mode="append")
+        w.write(
+            "bf-live",
+            f"SELECT * REPLACE ('{shard}' AS shard) FROM ({e}) WHERE region = 'north' "
+            f"ORDER BY order_no LIMIT 1 OFFSET 1",
+            mode="append",
+        )
 
 
 def test_append_of_a_key_the_table_already_holds_is_refused(loaded):
@@ -121,17 +147,25 @@ def test_append_of_a_key_the_table_already_holds_is_refused(loaded):
 def test_a_faulty_pipeline_can_still_be_reproduced_and_the_write_log_says_so(loaded):
     spec, w, db = loaded
     e = expected_rows_sql(spec, None)
-    w.write("ingest-1", f"SELECT * FROM ({e}) WHERE region = 'west' ORDER BY order_no LIMIT 2", mode="append",
-            note="retried append", allow_duplicate_keys=True)
+    w.write(
+        "ingest-1",
+        f"SELECT * FROM ({e}) WHERE region = 'west' ORDER BY order_no LIMIT 2",
+        mode="append",
+        note="retried append",
+        allow_duplicate_keys=True,
+    )
     assert _dups(db, NS) == 2
-    assert fetch(db, f"SELECT note FROM {SCHEMA}.writes ORDER BY seq DESC LIMIT 1") == [("retried append; duplicate keys allowed",)]
+    assert fetch(db, f"SELECT note FROM {SCHEMA}.writes ORDER BY seq DESC LIMIT 1") == [
+        ("retried append; duplicate keys allowed",)
+    ]
 
 
 def test_ingestion_through_a_transform_that_fans_rows_out_is_refused(tmp_path):
     spec_path = build_small_dataset(tmp_path / "ds")
     # a join gone wrong: every order with qty > 15 comes out twice
-    (tmp_path / "ds" / "orders.sql").write_text(TRANSFORM_SQL + "UNION ALL " + TRANSFORM_SQL.split("\n", 1)[1].rstrip()
-                                                + " WHERE qty > 15\n")
+    (tmp_path / "ds" / "orders.sql").write_text(
+        TRANSFORM_SQL + "UNION ALL " + TRANSFORM_SQL.split("\n", 1)[1].rstrip() + " WHERE qty > 15\n"
+    )
     spec = load_spec(spec_path)
     w = Writer(open_engine(spec.warehouse), spec)
     w.ensure()
@@ -155,7 +189,7 @@ def test_a_repair_wave_whose_snapshot_holds_a_key_twice_is_refused(planned):
     db = r.spec.warehouse.path
     snap = snapshot_table(r.spec)
     wave0 = plan.waves[0]
-    with r.engine.transaction() as s:   # what a transform that fans out would have put in the snapshot
+    with r.engine.transaction() as s:  # what a transform that fans out would have put in the snapshot
         s.execute(f"INSERT INTO {snap} SELECT * FROM {snap} WHERE shard = ? ORDER BY order_no LIMIT 1", [wave0[0]])
     ns = plan.namespace
     before = _state(db, ns)
@@ -171,11 +205,18 @@ def test_the_delta_replay_applies_one_row_per_key_even_when_the_log_holds_a_key_
     w = r.writer
     w.register_generation("ingest-2", "ingest")
     e = expected_rows_sql(r.spec, None)
-    res = w.write("ingest-2", f"SELECT * REPLACE (qty + 1 AS qty, src_rev + 10 AS src_rev) FROM ({e}) "
-                              f"WHERE region = 'west' ORDER BY order_no LIMIT 3", mode="upsert_keys")
-    with r.engine.transaction() as s:   # a second entry for one key in the same commit (a log another tool appended to)
-        s.execute(f"INSERT INTO {DELTA} SELECT * REPLACE (qty + 5 AS qty) FROM {DELTA} WHERE _delta_seq = ? "
-                  f"ORDER BY order_no LIMIT 1", [res.seq])
+    res = w.write(
+        "ingest-2",
+        f"SELECT * REPLACE (qty + 1 AS qty, src_rev + 10 AS src_rev) FROM ({e}) "
+        f"WHERE region = 'west' ORDER BY order_no LIMIT 3",
+        mode="upsert_keys",
+    )
+    with r.engine.transaction() as s:  # a second entry for one key in the same commit (a log another tool appended to)
+        s.execute(
+            f"INSERT INTO {DELTA} SELECT * REPLACE (qty + 5 AS qty) FROM {DELTA} WHERE _delta_seq = ? "
+            f"ORDER BY order_no LIMIT 1",
+            [res.seq],
+        )
     fresh = current_plan(r.spec, INCIDENT)
     with r.engine.transaction() as s:
         replayed = replay_in(s, w, fresh, after_seq=fresh.low_seq, through_seq=committed_seq(s), stage="test")
@@ -183,7 +224,9 @@ def test_the_delta_replay_applies_one_row_per_key_even_when_the_log_holds_a_key_
     assert _dups(db, plan.namespace) == 0
 
 
-def test_a_guarded_backfill_whose_recompute_writes_a_key_twice_is_stopped_by_the_invariants_gate_unpublished(example_copy):
+def test_a_guarded_backfill_whose_recompute_writes_a_key_twice_is_stopped_by_the_invariants_gate_unpublished(
+    example_copy,
+):
     from recovery_tests.test_recurrence import APPROVER, _clean_baseline, launch, public_hash
 
     dataset = _clean_baseline(example_copy)
@@ -192,8 +235,12 @@ def test_a_guarded_backfill_whose_recompute_writes_a_key_twice_is_stopped_by_the
     def recompute_with_a_retry_duplicate(ctx):
         e = expected_rows_sql(ctx.writer.spec, ctx.watermark)
         rows = f"SELECT * FROM ({e}) WHERE event_date = DATE '2024-03-01'"
-        ctx.writer.write(ctx.generation, f"{rows} UNION ALL ({rows} ORDER BY txn_id LIMIT 1)", mode="replace_partitions",
-                         partitions=["2024-03-01"])
+        ctx.writer.write(
+            ctx.generation,
+            f"{rows} UNION ALL ({rows} ORDER BY txn_id LIMIT 1)",
+            mode="replace_partitions",
+            partitions=["2024-03-01"],
+        )
 
     out = launch(dataset, "2024-03-01", "2024-03-01", fn=recompute_with_a_retry_duplicate, approved_by=(APPROVER,))
     assert out.status == "stopped" and "unique key" in out.reason, (out.status, out.reason)

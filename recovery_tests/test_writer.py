@@ -82,8 +82,18 @@ def test_ensure_publishes_a_view_with_explicit_columns_and_is_idempotent(tmp_pat
     assert ("mart", "orders", "VIEW") in cat
     assert ("mart", "orders__g0001", "BASE TABLE") in cat
     control = {t for s, t, _ in cat if s == SCHEMA}
-    assert {"clock", "generations", "fences", "fence_attempts", "namespaces", "pointers", "pointer_history",
-            "writes", "timeline", "delta__orders"} <= control
+    assert {
+        "clock",
+        "generations",
+        "fences",
+        "fence_attempts",
+        "namespaces",
+        "pointers",
+        "pointer_history",
+        "writes",
+        "timeline",
+        "delta__orders",
+    } <= control
     columns = [r[0] for r in fetch(db, f"DESCRIBE {NS}")]
     assert columns == list(PAYLOAD) + ["src_rev", "gen_id", "landed_at"]
     (view_sql,) = fetch(db, "SELECT sql FROM duckdb_views() WHERE schema_name = 'mart' AND view_name = 'orders'")[0]
@@ -125,10 +135,11 @@ def test_write_stamps_generation_source_version_and_time_and_logs_every_row(tmp_
     assert len(delta) == len(live)
     assert {(op, seq, ns, gen) for op, seq, ns, _, _, _, gen in delta} == {("upsert", res.seq, NS, "ingest-1")}
     assert {(r, o): v for _, _, _, r, o, v, _ in delta} == {k: e.rev for k, e in live.items()}
-    assert fetch(db, f"SELECT seq, dataset, generation, namespace, mode, rows_inserted, rows_deleted, written_at "
-                     f"FROM {SCHEMA}.writes") == [
-        (res.seq, "orders", "ingest-1", NS, "replace_partitions", len(live), 0, AT)
-    ]
+    assert fetch(
+        db,
+        f"SELECT seq, dataset, generation, namespace, mode, rows_inserted, rows_deleted, written_at "
+        f"FROM {SCHEMA}.writes",
+    ) == [(res.seq, "orders", "ingest-1", NS, "replace_partitions", len(live), 0, AT)]
     assert fetch(db, f"SELECT writes, last_write_seq FROM {SCHEMA}.generations WHERE generation = 'ingest-1'") == [
         (1, res.seq)
     ]
@@ -149,14 +160,20 @@ def test_rerunning_a_replace_partitions_write_leaves_the_table_identical(tmp_pat
 
 def test_replace_partitions_removes_rows_the_new_partition_no_longer_holds(tmp_path):
     spec, w, db = _loaded(tmp_path)
-    shard, n = fetch(db, "SELECT shard, count(*) FROM mart.orders GROUP BY 1 HAVING count(*) >= 3 ORDER BY 1 LIMIT 1")[0]
-    gone = fetch(db, "SELECT region, order_no, qty FROM mart.orders WHERE shard = ? ORDER BY order_no LIMIT 1", [shard])[0]
+    shard, n = fetch(db, "SELECT shard, count(*) FROM mart.orders GROUP BY 1 HAVING count(*) >= 3 ORDER BY 1 LIMIT 1")[
+        0
+    ]
+    gone = fetch(
+        db, "SELECT region, order_no, qty FROM mart.orders WHERE shard = ? ORDER BY order_no LIMIT 1", [shard]
+    )[0]
     others = rows_digest(db, f"(SELECT * FROM mart.orders WHERE shard <> '{shard}')")
     w.register_generation("repair-1", "repair")
     res = w.write(
         "repair-1",
         f"SELECT * FROM ({expected_rows_sql(spec, None)}) WHERE shard = ? AND NOT (region = ? AND order_no = ?)",
-        mode="replace_partitions", partitions=[shard], params=[shard, gone[0], gone[1]],
+        mode="replace_partitions",
+        partitions=[shard],
+        params=[shard, gone[0], gone[1]],
     )
     assert (res.rows_deleted, res.rows_inserted) == (n, n - 1)
     assert fetch(db, "SELECT count(*), min(gen_id), max(gen_id) FROM mart.orders WHERE shard = ?", [shard]) == [
@@ -164,14 +181,16 @@ def test_replace_partitions_removes_rows_the_new_partition_no_longer_holds(tmp_p
     ]
     assert _count(db, "SELECT * FROM mart.orders WHERE region = ? AND order_no = ?", list(gone[:2])) == 0
     assert rows_digest(db, f"(SELECT * FROM mart.orders WHERE shard <> '{shard}')") == others
-    assert fetch(db, f"SELECT region, order_no, qty FROM {DELTA} WHERE _delta_seq = ? AND _delta_op = 'delete'",
-                 [res.seq]) == [gone]
+    assert fetch(
+        db, f"SELECT region, order_no, qty FROM {DELTA} WHERE _delta_seq = ? AND _delta_op = 'delete'", [res.seq]
+    ) == [gone]
 
 
 def test_upsert_keys_replaces_a_keys_row_wherever_it_sits(tmp_path):
     spec, w, db = _loaded(tmp_path)
     region, order_no, old_shard, src_rev = fetch(
-        db, "SELECT region, order_no, shard, src_rev FROM mart.orders ORDER BY region, order_no LIMIT 1")[0]
+        db, "SELECT region, order_no, shard, src_rev FROM mart.orders ORDER BY region, order_no LIMIT 1"
+    )[0]
     untouched = f"(SELECT * FROM mart.orders WHERE NOT (region = '{region}' AND order_no = {order_no}))"
     others, total = rows_digest(db, untouched), _count(db, "SELECT * FROM mart.orders")
     w.register_generation("repair-1", "repair")
@@ -180,13 +199,17 @@ def test_upsert_keys_replaces_a_keys_row_wherever_it_sits(tmp_path):
         "SELECT region, order_no, 'moved-209912' AS shard, placed_at, 999 AS qty, sku, src_rev + 10 AS src_rev "
         "FROM mart.orders WHERE region = ? AND order_no = ? "
         "UNION ALL SELECT 'atlantis', 1, 'atlantis-202601', TIMESTAMP '2026-01-05', 3, 'SKU-999', 1",
-        mode="upsert_keys", params=[region, order_no], at=AT,
+        mode="upsert_keys",
+        params=[region, order_no],
+        at=AT,
     )
     assert (res.rows_inserted, res.rows_deleted) == (2, 1)
-    assert fetch(db, "SELECT shard, qty, src_rev, gen_id FROM mart.orders WHERE region = ? AND order_no = ?",
-                 [region, order_no]) == [("moved-209912", 999, src_rev + 10, "repair-1")]
+    assert fetch(
+        db, "SELECT shard, qty, src_rev, gen_id FROM mart.orders WHERE region = ? AND order_no = ?", [region, order_no]
+    ) == [("moved-209912", 999, src_rev + 10, "repair-1")]
     assert _count(db, "SELECT * FROM mart.orders WHERE shard = ?", [old_shard]) == _count(
-        db, f"SELECT * FROM {untouched} WHERE shard = ?", [old_shard])
+        db, f"SELECT * FROM {untouched} WHERE shard = ?", [old_shard]
+    )
     assert fetch(db, "SELECT gen_id FROM mart.orders WHERE region = 'atlantis'") == [("repair-1",)]
     assert _count(db, "SELECT * FROM mart.orders") == total + 1
     assert rows_digest(db, f"(SELECT * FROM {untouched} WHERE region <> 'atlantis')") == others
@@ -201,16 +224,26 @@ def test_delete_keys_removes_the_keys_and_logs_every_tombstone_with_its_version(
     total = _count(db, "SELECT * FROM mart.orders")
     values = ", ".join(f"('{r}', {o})" for r, o, _, _ in victims) + ", ('atlantis', 7)"  # one key that is not there
     w.register_generation("repair-1", "repair")
-    res = w.write("repair-1", f"SELECT region, order_no, 4242 AS src_rev FROM (VALUES {values}) AS v(region, order_no)",
-                  mode="delete_keys", at=AT)
+    res = w.write(
+        "repair-1",
+        f"SELECT region, order_no, 4242 AS src_rev FROM (VALUES {values}) AS v(region, order_no)",
+        mode="delete_keys",
+        at=AT,
+    )
     assert (res.rows_inserted, res.rows_deleted) == (0, 3)
     assert _count(db, "SELECT * FROM mart.orders") == total - 3
     for r, o, _, _ in victims:
         assert _count(db, "SELECT * FROM mart.orders WHERE region = ? AND order_no = ?", [r, o]) == 0
-    logged = fetch(db, f"SELECT region, order_no, shard, qty, src_rev, _delta_op, _delta_namespace FROM {DELTA} "
-                       f"WHERE _delta_seq = ? ORDER BY order_no DESC, region", [res.seq])
+    logged = fetch(
+        db,
+        f"SELECT region, order_no, shard, qty, src_rev, _delta_op, _delta_namespace FROM {DELTA} "
+        f"WHERE _delta_seq = ? ORDER BY order_no DESC, region",
+        [res.seq],
+    )
     # every tombstone is logged, the absent key's too (a repair generation may still hold it)
-    assert logged == [(r, o, s, q, 4242, "delete", NS) for r, o, s, q in victims] + [("atlantis", 7, None, None, 4242, "delete", NS)]
+    assert logged == [(r, o, s, q, 4242, "delete", NS) for r, o, s, q in victims] + [
+        ("atlantis", 7, None, None, 4242, "delete", NS)
+    ]
     assert fetch(db, f"SELECT mode, rows_deleted FROM {SCHEMA}.writes WHERE seq = ?", [res.seq]) == [("delete_keys", 3)]
 
 
@@ -332,8 +365,11 @@ def _race_once(spec: DatasetSpec, db: Path, i: int, order: str) -> dict:
         return result
 
     writer.write_in = paused_write_in  # type: ignore[method-assign]
-    rows = (f"SELECT 'race' AS region, {i * 10 + j} AS order_no, 'race-2026' AS shard, TIMESTAMP '2026-01-01' "
-            f"AS placed_at, {j} AS qty, 'SKU-R' AS sku, 1 AS src_rev" for j in range(3))
+    rows = (
+        f"SELECT 'race' AS region, {i * 10 + j} AS order_no, 'race-2026' AS shard, TIMESTAMP '2026-01-01' "
+        f"AS placed_at, {j} AS qty, 'SKU-R' AS sku, 1 AS src_rev"
+        for j in range(3)
+    )
     rows_sql = " UNION ALL ".join(rows)
     out: dict = {"order": order}
 
@@ -440,9 +476,9 @@ def test_ensure_adopts_a_plain_table_and_infers_its_generations(tmp_path):
     assert ("mart", "orders", "VIEW") in cat and ("mart", "orders__g0001", "BASE TABLE") in cat
     assert rows_digest(db, "mart.orders") == before
     assert rows_digest(db, NS) == before
-    assert fetch(db, f"SELECT generation, dataset, kind, started_at, inferred FROM {SCHEMA}.generations ORDER BY 1") == [
-        (g, "orders", "unknown", first, True) for g, first in firsts
-    ]
+    assert fetch(
+        db, f"SELECT generation, dataset, kind, started_at, inferred FROM {SCHEMA}.generations ORDER BY 1"
+    ) == [(g, "orders", "unknown", first, True) for g, first in firsts]
     assert fetch(db, f"SELECT reason, to_namespace FROM {SCHEMA}.pointer_history") == [("adopted", NS)]
     assert w.ensure() == NS  # adopting is done once
 
@@ -491,8 +527,10 @@ def _append_worker(spec_path: str, worker: int, rep: int, barrier, results) -> N
         seqs = []
         for j in range(N_WRITES):
             order_no = 100_000 + rep * 1_000 + worker * 100 + j
-            rows = (f"SELECT 'p{worker}' AS region, {order_no} AS order_no, 'p{worker}-r{rep}' AS shard, "
-                    f"TIMESTAMP '2026-01-01' AS placed_at, {j} AS qty, 'SKU-P' AS sku, 1 AS src_rev")
+            rows = (
+                f"SELECT 'p{worker}' AS region, {order_no} AS order_no, 'p{worker}-r{rep}' AS shard, "
+                f"TIMESTAMP '2026-01-01' AS placed_at, {j} AS qty, 'SKU-P' AS sku, 1 AS src_rev"
+            )
             seqs.append(w.write(gen, rows, mode="append").seq)
         results.put((worker, gen, seqs, None))
     except BaseException:  # noqa: BLE001 - reported to the parent
@@ -507,8 +545,9 @@ def test_two_writer_processes_on_one_file_both_complete_and_every_row_lands(tmp_
     expected_keys, acknowledged, switches = set(), {}, 0
     for rep in range(5):
         barrier, results = ctx.Barrier(2), ctx.Queue()
-        procs = [ctx.Process(target=_append_worker, args=(str(spec.spec_path), k, rep, barrier, results))
-                 for k in range(2)]
+        procs = [
+            ctx.Process(target=_append_worker, args=(str(spec.spec_path), k, rep, barrier, results)) for k in range(2)
+        ]
         for p in procs:
             p.start()
         outcomes = [results.get(timeout=300) for _ in procs]
@@ -534,7 +573,9 @@ def test_two_writer_processes_on_one_file_both_complete_and_every_row_lands(tmp_
     keys = fetch(db, "SELECT region, order_no FROM mart.orders")
     assert len(keys) == len(set(keys)) and set(keys) == expected_keys, figures
     # every commit took exactly one seq: ensure + 10 registrations + the writes, no gaps, no repeats
-    taken = ([s for _, s in writes]
-             + [r[0] for r in fetch(db, f"SELECT registered_seq FROM {SCHEMA}.generations")]
-             + [r[0] for r in fetch(db, f"SELECT created_seq FROM {SCHEMA}.namespaces")])
+    taken = (
+        [s for _, s in writes]
+        + [r[0] for r in fetch(db, f"SELECT registered_seq FROM {SCHEMA}.generations")]
+        + [r[0] for r in fetch(db, f"SELECT created_seq FROM {SCHEMA}.namespaces")]
+    )
     assert sorted(taken) == list(range(1, _clock(db) + 1)), figures

@@ -28,8 +28,12 @@ def adopt(args: argparse.Namespace, console: Console) -> int:
     adoption = adopt_target(open_engine(spec.warehouse), spec, actor=args.actor or getpass.getuser())
     console.print(adoption.line(spec), highlight=False, soft_wrap=True)
     if adoption.adopted_now:
-        console.print(f"from now on write {spec.target.table} through the package (Writer or the IO manager); "
-                      f"`recovery release --spec {args.spec}` hands it back", highlight=False, soft_wrap=True)
+        console.print(
+            f"from now on write {spec.target.table} through the package (Writer or the IO manager); "
+            f"`recovery release --spec {args.spec}` hands it back",
+            highlight=False,
+            soft_wrap=True,
+        )
     return 0
 
 
@@ -39,8 +43,12 @@ def release(args: argparse.Namespace, console: Console) -> int:
 
     spec = _spec(args.spec)
     ns, rows = release_target(open_engine(spec.warehouse), spec, actor=args.actor or getpass.getuser())
-    console.print(f"{spec.target.table} is a plain table again: {rows:,} rows of {ns}; the package's namespaces "
-                  f"are kept as history", highlight=False, soft_wrap=True)
+    console.print(
+        f"{spec.target.table} is a plain table again: {rows:,} rows of {ns}; the package's namespaces "
+        f"are kept as history",
+        highlight=False,
+        soft_wrap=True,
+    )
     return 0
 
 

@@ -24,12 +24,17 @@ def run(args: argparse.Namespace, console: Console) -> int:
     incident, spec = launcher.incident, launcher.spec
     result = launcher.run(ASSESS)
     out = incident.reports_dir(spec)
-    print_summary(console, json.loads((out / "summary.json").read_text()),
-                  f"{incident.incident_id}: damage per label (assess run {result.run_id[:8]})")
+    print_summary(
+        console,
+        json.loads((out / "summary.json").read_text()),
+        f"{incident.incident_id}: damage per label (assess run {result.run_id[:8]})",
+    )
     impact = result.asset_materializations_for_node("incident__impact")[0].metadata
     decision = result.asset_materializations_for_node("incident__decision")[0].metadata
-    console.print(f"consumers affected: {impact['consumers_affected'].value}, material rows: {impact['material_rows'].value:,}",
-                  highlight=False)
+    console.print(
+        f"consumers affected: {impact['consumers_affected'].value}, material rows: {impact['material_rows'].value:,}",
+        highlight=False,
+    )
     console.print(impact["impact"].value, highlight=False, soft_wrap=True)
     console.print(f"decision: [bold]{decision['choice'].value}[/]", highlight=False)
     console.print(decision["reasons"].value, highlight=False, soft_wrap=True)

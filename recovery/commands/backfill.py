@@ -24,13 +24,21 @@ from rich.text import Text
 def _request(args: argparse.Namespace):
     from recovery.lib.recurrence.request import request_from_mapping
 
-    return request_from_mapping({
-        "start": args.start, "end": args.end, "recompute": args.recompute, "requested_by": args.requested_by,
-        "approved_by": [a for a in (args.approved_by or "").split(",") if a.strip()],
-        "allow_current_partitions": args.allow_current_partitions, "backfill_id": args.backfill_id, "notes": args.notes,
-        "expect_change": [c for c in (args.expect_change or "").split(",") if c.strip()],
-        "expected_share": args.expected_share,
-    }, source="command line")
+    return request_from_mapping(
+        {
+            "start": args.start,
+            "end": args.end,
+            "recompute": args.recompute,
+            "requested_by": args.requested_by,
+            "approved_by": [a for a in (args.approved_by or "").split(",") if a.strip()],
+            "allow_current_partitions": args.allow_current_partitions,
+            "backfill_id": args.backfill_id,
+            "notes": args.notes,
+            "expect_change": [c for c in (args.expect_change or "").split(",") if c.strip()],
+            "expected_share": args.expected_share,
+        },
+        source="command line",
+    )
 
 
 def _gates_table(title: str, gates: list[tuple[str, bool, str]]) -> Table:
@@ -49,18 +57,23 @@ def _changes_table(changes: list[dict]) -> Table:
         t.add_column(title, overflow="fold")
     for c in changes:
         share = f"{c['share']:.1%}"
-        t.add_row(c["column"], f"{c['changed']:,} of {c['keys']:,}", f"[red]{share}[/]" if c["refused"] else share,
-                  f"{c['allowed']:.0%}", "yes" if c["declared"] else "no",
-                  "; ".join(f"{k}: {b} -> {a}" for k, _, b, a in c["samples"][:2]))
+        t.add_row(
+            c["column"],
+            f"{c['changed']:,} of {c['keys']:,}",
+            f"[red]{share}[/]" if c["refused"] else share,
+            f"{c['allowed']:.0%}",
+            "yes" if c["declared"] else "no",
+            "; ".join(f"{k}: {b} -> {a}" for k, _, b, a in c["samples"][:2]),
+        )
     return t
 
 
 def _print_refusals(console: Console, lines: list[str]) -> None:
-    for line in lines:   # as Text: a sample value in brackets is not rich markup
+    for line in lines:  # as Text: a sample value in brackets is not rich markup
         console.print(Text(line, style="red"), soft_wrap=True)
 
 
-QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}   # a refusal is a decision, not a stack trace
+QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}  # a refusal is a decision, not a stack trace
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -68,7 +81,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.lib.catalog_checks import load_spec
 
     path = Path(args.spec).resolve() if args.spec else spec_path()
-    spec = load_spec(path)                    # validate before launching anything
+    spec = load_spec(path)  # validate before launching anything
     request = _request(args)
     from recovery.definitions import definitions_for
     from recovery.lib.engine import open_engine
@@ -77,26 +90,33 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.lib.writer import Writer
     from recovery.orchestration import project_instance, run_job
 
-    preflight(Writer(open_engine(spec.warehouse), spec, actor="cli"), request)   # bad input: exit 2 before any run
+    preflight(Writer(open_engine(spec.warehouse), spec, actor="cli"), request)  # bad input: exit 2 before any run
     config = {k: v for k, v in request.model_dump().items()}
     instance = project_instance()
-    code_location = definitions_for(path)   # built for this dataset's spec
+    code_location = definitions_for(path)  # built for this dataset's spec
     if args.action == "plan":
         try:
-            result = run_job(code_location, "preview_backfill", instance,
-                             run_config={**QUIET, "ops": {"preview_backfill_scope": {"config": config}}})
+            result = run_job(
+                code_location,
+                "preview_backfill",
+                instance,
+                run_config={**QUIET, "ops": {"preview_backfill_scope": {"config": config}}},
+            )
         except RecoveryError as err:
             console.print(f"[red]plan failed[/]: {err}", highlight=False, soft_wrap=True)
             return 2
         out = result.output_for_node("preview_backfill_scope")
         p = out["preview"]
-        t = Table(title=f"dry run of backfill {request.id} (run {result.run_id[:8]}): rehearsed on a copy, nothing was written")
+        t = Table(
+            title=f"dry run of backfill {request.id} (run {result.run_id[:8]}): rehearsed on a copy, nothing was written"
+        )
         t.add_column("scope")
         t.add_column("value", overflow="fold")
         for label, value in [
             ("partitions", f"{len(p['partitions'])} ({p['range_start']} .. {p['range_end']})"),
             ("rows published / from source", f"{p['published_rows']:,} / {p['expected_rows']:,}"),
-            ("keys", f"{p['keys']:,}"), ("bytes (new generation)", f"{p['estimated_bytes']:,}"),
+            ("keys", f"{p['keys']:,}"),
+            ("bytes (new generation)", f"{p['estimated_bytes']:,}"),
             ("estimated run time", f"{p['estimated_seconds']:,.1f} s ({p['throughput_from']})"),
             ("current partitions touched", ", ".join(p["current_touched"]) or "none"),
             ("consumers that would change", ", ".join(c["name"] for c in p["consumers"]) or "none"),
@@ -104,7 +124,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
         ]:
             t.add_row(label, value)
         console.print(t)
-        console.print(_gates_table("gates (as `run` would evaluate them)", [(g["gate"], g["passed"], g["details"]) for g in out["gates"]]))
+        console.print(
+            _gates_table(
+                "gates (as `run` would evaluate them)", [(g["gate"], g["passed"], g["details"]) for g in out["gates"]]
+            )
+        )
         if out["changes"]:
             console.print(_changes_table(out["changes"]))
         if out["note"]:
@@ -118,8 +142,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     failure = None
     try:
-        run_job(code_location, "guarded_backfill", instance,
-                run_config={**QUIET, "ops": {"recurrence__backfill": {"config": config}}})
+        run_job(
+            code_location,
+            "guarded_backfill",
+            instance,
+            run_config={**QUIET, "ops": {"recurrence__backfill": {"config": config}}},
+        )
     except RecoveryError as err:
         failure = str(err)
     from recovery.lib.recurrence.record import latest_gates, load_backfill
@@ -128,10 +156,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
     with open_engine(spec.warehouse).session(read_only=True) as s:
         rec = load_backfill(s, request.id)
         gates = latest_gates(s, request.id)
-    console.print(_gates_table(f"backfill {request.id}: {rec.status if rec else 'not started'}",
-                               [(g.gate, g.passed, g.details) for g in gates.values()]))
+    console.print(
+        _gates_table(
+            f"backfill {request.id}: {rec.status if rec else 'not started'}",
+            [(g.gate, g.passed, g.details) for g in gates.values()],
+        )
+    )
     if rec is not None and rec.status == "published":
-        console.print(f"published: {spec.target.table} now points at {rec.namespace} (prior {rec.from_namespace} retained)")
+        console.print(
+            f"published: {spec.target.table} now points at {rec.namespace} (prior {rec.from_namespace} retained)"
+        )
         return 0
     preview = preview_path(spec, request.id, "run")
     report = None
@@ -141,10 +175,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
         report = value_report_of(Writer(open_engine(spec.warehouse), spec, actor="cli"), request.id)
     lines = [refusal_line(g, report, preview if preview.exists() else None) for g in gates.values() if not g.passed]
     if not lines:
-        lines = [f"backfill {request.id} not published: {(rec.reason if rec and rec.reason else failure) or 'see the run in the UI'}"]
+        lines = [
+            f"backfill {request.id} not published: {(rec.reason if rec and rec.reason else failure) or 'see the run in the UI'}"
+        ]
     _print_refusals(console, lines)
     if rec is not None and rec.namespace:
-        console.print(f"{spec.target.table} unchanged; the candidate is kept in {rec.namespace} for inspection", highlight=False)
+        console.print(
+            f"{spec.target.table} unchanged; the candidate is kept in {rec.namespace} for inspection", highlight=False
+        )
     return 1
 
 
@@ -157,11 +195,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recompute", default="transform", help="'transform' or package.module:function")
     p.add_argument("--requested-by", default=os.environ.get("USER") or "cli", help="who launches it")
     p.add_argument("--approved-by", help="comma-separated approvers")
-    p.add_argument("--allow-current-partitions", action="store_true",
-                   help="acknowledge that the range reaches the partitions ingestion writes")
+    p.add_argument(
+        "--allow-current-partitions",
+        action="store_true",
+        help="acknowledge that the range reaches the partitions ingestion writes",
+    )
     p.add_argument("--backfill-id", help="backfill id (default: derived from the range and the code)")
-    p.add_argument("--expect-change", help="comma-separated columns the backfill is meant to change (declared intent, "
-                                           "stored in the approval record); any other column changing is refused")
-    p.add_argument("--expected-share", type=float, help="share of the range's keys the backfill is meant to change (0-1]")
+    p.add_argument(
+        "--expect-change",
+        help="comma-separated columns the backfill is meant to change (declared intent, "
+        "stored in the approval record); any other column changing is refused",
+    )
+    p.add_argument(
+        "--expected-share", type=float, help="share of the range's keys the backfill is meant to change (0-1]"
+    )
     p.add_argument("--notes", default="", help="free text kept in the manifest")
     p.set_defaults(fn=run)

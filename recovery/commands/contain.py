@@ -24,7 +24,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     result = launcher.run(CONTAIN)
     adoption = result.output_for_node("adopt_target")
     report = result.output_for_node("stop_dagster_work")
-    console.print(f"[bold]incident {launcher.incident.incident_id}[/] contained by run {result.run_id}", highlight=False, soft_wrap=True)
+    console.print(
+        f"[bold]incident {launcher.incident.incident_id}[/] contained by run {result.run_id}",
+        highlight=False,
+        soft_wrap=True,
+    )
     console.print(adoption.line(launcher.spec), highlight=False, soft_wrap=True)
     for line in report.lines():
         console.print(line, highlight=False, soft_wrap=True)
@@ -32,4 +36,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    incident_verb(sub, "contain", run, "fence an incident's failed generations and cancel the backfill that wrote them", incident_help="incident YAML (see sample_data/transactions/incident.yaml)")
+    incident_verb(
+        sub,
+        "contain",
+        run,
+        "fence an incident's failed generations and cancel the backfill that wrote them",
+        incident_help="incident YAML (see sample_data/transactions/incident.yaml)",
+    )

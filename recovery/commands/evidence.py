@@ -30,8 +30,12 @@ def build(args: argparse.Namespace, console: Console) -> int:
     created = event.materialization.metadata["created"].value
     size = sum(f["bytes"] for f in manifest["files"])
     state = "built" if created else "already existed: left untouched"
-    console.print(f"evidence bundle {bundle} {state} ({len(manifest['files'])} files, {size / 1e6:.1f} MB; "
-                  f"run {result.run_id[:8]})", highlight=False, soft_wrap=True)
+    console.print(
+        f"evidence bundle {bundle} {state} ({len(manifest['files'])} files, {size / 1e6:.1f} MB; "
+        f"run {result.run_id[:8]})",
+        highlight=False,
+        soft_wrap=True,
+    )
     for note in manifest["notes"] + manifest["orchestrator"]["notes"]:
         console.print(f"  note: {note}")
     return 0
@@ -46,19 +50,28 @@ def verify(args: argparse.Namespace, console: Console) -> int:
     spec = incident.load_spec(check_warehouse=False)  # verifying must not depend on the warehouse's state
     bundle = incident.evidence_dir(spec)
     if not bundle.exists():
-        raise RecoveryError(f"no evidence bundle at {bundle}; build it with: recovery evidence build --incident {args.incident}")
+        raise RecoveryError(
+            f"no evidence bundle at {bundle}; build it with: recovery evidence build --incident {args.incident}"
+        )
     recorded = None
     try:
-        recorded = recorded_manifest_sha256(open_engine(spec.warehouse.model_copy(update={"busy_timeout_s": 5.0})),
-                                            incident.incident_id, bundle)
+        recorded = recorded_manifest_sha256(
+            open_engine(spec.warehouse.model_copy(update={"busy_timeout_s": 5.0})), incident.incident_id, bundle
+        )
     except Exception as err:  # the warehouse is optional evidence of the manifest, not a precondition
-        console.print(f"note: could not read the manifest's recorded checksum from the warehouse ({err})", highlight=False)
+        console.print(
+            f"note: could not read the manifest's recorded checksum from the warehouse ({err})", highlight=False
+        )
     result = verify_bundle(bundle, recorded_manifest_sha256=recorded)
     for problem in result.problems:
         console.print(f"[red]FAIL[/] {problem}", highlight=False, soft_wrap=True)
     if result.ok:
         checked = "; manifest matches the checksum recorded in the control plane" if recorded else ""
-        console.print(f"[green]OK[/] {bundle}: {result.files_checked} files match the manifest{checked}", highlight=False, soft_wrap=True)
+        console.print(
+            f"[green]OK[/] {bundle}: {result.files_checked} files match the manifest{checked}",
+            highlight=False,
+            soft_wrap=True,
+        )
         return 0
     console.print(f"{len(result.problems)} problem(s) in {bundle}", highlight=False, soft_wrap=True)
     return 1
@@ -68,4 +81,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evidence", help="preserve an incident's evidence bundle, or verify its checksums")
     verbs = p.add_subparsers(dest="evidence_verb", required=True, metavar="ACTION")
     incident_verb(verbs, "build", build, "freeze the incident's evidence (never overwrites an existing bundle)")
-    incident_verb(verbs, "verify", verify, "re-check every checksum; exits 1 naming each changed, missing or extra file")
+    incident_verb(
+        verbs, "verify", verify, "re-check every checksum; exits 1 naming each changed, missing or extra file"
+    )

@@ -30,12 +30,17 @@ def run(args: argparse.Namespace, console: Console) -> int:
         return 0
     if done == "already_published":
         assert plan is not None  # published from this plan
-        console.print(f"{incident.incident_id}: already published ({spec.target.table} -> {plan.namespace}); nothing to do")
+        console.print(
+            f"{incident.incident_id}: already published ({spec.target.table} -> {plan.namespace}); nothing to do"
+        )
         return 0
     assert result is not None  # the publish run
     meta = result.asset_materializations_for_node("repair__publication")[0].metadata
-    console.print(f"[bold]published[/] {spec.target.table} -> {meta['published_namespace'].value} "
-                  f"(was {meta['previous_namespace'].value}, kept; run {result.run_id[:8]})", highlight=False)
+    console.print(
+        f"[bold]published[/] {spec.target.table} -> {meta['published_namespace'].value} "
+        f"(was {meta['previous_namespace'].value}, kept; run {result.run_id[:8]})",
+        highlight=False,
+    )
     engine = open_engine(spec.warehouse)
     with engine.session(read_only=True) as s:
         diffs = label_diffs(s, incident.incident_id)

@@ -23,24 +23,37 @@ def dagster(args: argparse.Namespace, console: Console) -> int:
 
     spec = load_spec(args.spec)
     if args.incident_out and Path(args.incident_out).exists():
-        raise RecoveryError(f"--incident-out {args.incident_out} exists; nothing was written. Fix: name a new file "
-                            f"(an incident file a person may have edited is never overwritten)")
+        raise RecoveryError(
+            f"--incident-out {args.incident_out} exists; nothing was written. Fix: name a new file "
+            f"(an incident file a person may have edited is never overwritten)"
+        )
     reg = registry_from_dagster(spec, args.backfill, table=args.table, asset=args.asset)
     backfill_runs = sum(r.backfill_id == args.backfill for r in reg.runs)
-    console.print(f"Dagster backfill {args.backfill}: {backfill_runs} runs, {len(reg.failed_generations)} of which wrote "
-                  f"{reg.rows_of_backfill:,} rows of {spec.target.table}; {len(reg.runs)} runs of the asset written to "
-                  f"{reg.table}", highlight=False, soft_wrap=True)
+    console.print(
+        f"Dagster backfill {args.backfill}: {backfill_runs} runs, {len(reg.failed_generations)} of which wrote "
+        f"{reg.rows_of_backfill:,} rows of {spec.target.table}; {len(reg.runs)} runs of the asset written to "
+        f"{reg.table}",
+        highlight=False,
+        soft_wrap=True,
+    )
     if spec.registry is None or str(spec.registry.table_name) != reg.table:
-        console.print("add to the spec:\n" + yaml.safe_dump({"registry": reg.spec_section()}, sort_keys=False).rstrip(),
-                      highlight=False, soft_wrap=True)
+        console.print(
+            "add to the spec:\n" + yaml.safe_dump({"registry": reg.spec_section()}, sort_keys=False).rstrip(),
+            highlight=False,
+            soft_wrap=True,
+        )
     if args.incident_out:
         out = Path(args.incident_out)
         incident_id = args.incident_id or f"INC-{args.backfill}"
         doc = draft_incident(reg, Path(args.spec), incident_id, args.actor or getpass.getuser())
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(yaml.safe_dump(doc, sort_keys=False))
-        console.print(f"draft incident {incident_id} written to {out} (fill in approved_by, then "
-                      f"`recovery contain --incident {out}`)", highlight=False, soft_wrap=True)
+        console.print(
+            f"draft incident {incident_id} written to {out} (fill in approved_by, then "
+            f"`recovery contain --incident {out}`)",
+            highlight=False,
+            soft_wrap=True,
+        )
     else:
         console.print("failed_generations:\n" + "\n".join(f"  - {g}" for g in reg.failed_generations), highlight=False)
     return 0

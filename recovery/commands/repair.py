@@ -31,12 +31,25 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     def on_wave(w, plan) -> None:
         failed = [g for g, r in w.gates.items() if not r["passed"]]
-        state = "[green]gates passed[/]" if w.gates and not failed else f"[red]FAILED {', '.join(failed) or 'run failed'}[/]"
-        console.print(f"  {wave_name(w.wave):>8}: {w.partitions:>3} partitions  run {w.run_id[:8] or '-':8}  {state}", highlight=False)
+        state = (
+            "[green]gates passed[/]"
+            if w.gates and not failed
+            else f"[red]FAILED {', '.join(failed) or 'run failed'}[/]"
+        )
+        console.print(
+            f"  {wave_name(w.wave):>8}: {w.partitions:>3} partitions  run {w.run_id[:8] or '-':8}  {state}",
+            highlight=False,
+        )
 
     console.print(f"[bold]repair[/] {incident.incident_id}: plan, canary, then waves of {args.wave_size}")
-    out = run_repair(launcher, canary=canary, canary_max=args.canary_max, wave_size=args.wave_size,
-                     through=args.through, on_wave=on_wave)
+    out = run_repair(
+        launcher,
+        canary=canary,
+        canary_max=args.canary_max,
+        wave_size=args.wave_size,
+        through=args.through,
+        on_wave=on_wave,
+    )
     plan = out.plan
     t = Table(title=f"repair generation {plan.generation} in {plan.namespace} (plan run {out.plan_run_id[:8]})")
     for c in ("partitions", "count"):
@@ -70,9 +83,13 @@ def _resume(spec, incident, note: str, console: Console) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = incident_verb(sub, "repair", run, "rebuild the damaged partitions in a new generation: plan, canary, then gated waves")
+    p = incident_verb(
+        sub, "repair", run, "rebuild the damaged partitions in a new generation: plan, canary, then gated waves"
+    )
     p.add_argument("--canary", help="comma-separated canary partitions (default: chosen to cover every damage label)")
     p.add_argument("--canary-max", type=int, default=5, help="at most this many automatically chosen canary partitions")
     p.add_argument("--wave-size", type=int, default=30, help="partitions per wave after the canary")
-    p.add_argument("--through", choices=["canary", "all"], default="all", help="stop after the canary, or build every wave")
+    p.add_argument(
+        "--through", choices=["canary", "all"], default="all", help="stop after the canary, or build every wave"
+    )
     p.add_argument("--resume", metavar="NOTE", help="resume a stopped repair, recording why it is safe to go on")

@@ -27,5 +27,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = incident_verb(sub, "report", run, "write an incident's timeline, reconciliation and recovery reports (HTML + Markdown)")
+    p = incident_verb(
+        sub, "report", run, "write an incident's timeline, reconciliation and recovery reports (HTML + Markdown)"
+    )
     p.add_argument("--out", help="output folder (default: reports/<incident id> beside the warehouse)")

@@ -25,8 +25,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     incident, spec = launcher.incident, launcher.spec
     launcher.require(RESTATE)
     if not spec.downstream:
-        console.print(f"{spec.dataset} declares no downstream consumer (spec: downstream): nothing to restate",
-                      highlight=False, soft_wrap=True)
+        console.print(
+            f"{spec.dataset} declares no downstream consumer (spec: downstream): nothing to restate",
+            highlight=False,
+            soft_wrap=True,
+        )
         return 0
     check_request(open_engine(spec.warehouse), spec, incident.incident_id, None)
     result = launcher.run(RESTATE)
@@ -41,14 +44,35 @@ def run(args: argparse.Namespace, console: Console) -> int:
 def restatement_table(rows: list, title: str) -> Table:
     """Per consumer: totals before and after, keys changed, material changes, when the owner was told."""
     t = Table(title=title)
-    for col in ("consumer", "owner", "original total", "corrected total", "keys changed", "material", "corrected output", "notified"):
-        t.add_column(col, justify="right" if col in ("original total", "corrected total", "keys changed", "material") else "left")
+    for col in (
+        "consumer",
+        "owner",
+        "original total",
+        "corrected total",
+        "keys changed",
+        "material",
+        "corrected output",
+        "notified",
+    ):
+        t.add_column(
+            col, justify="right" if col in ("original total", "corrected total", "keys changed", "material") else "left"
+        )
     fmt = lambda v: "–" if v is None else f"{v:,.2f}"  # noqa: E731
     for r in rows:
-        t.add_row(r.consumer, r.owner, fmt(r.original_total), fmt(r.corrected_total), f"{r.ledger_rows:,}",
-                  f"{r.material_rows:,}", r.corrected_namespace, str(r.notified_at or "–")[:19])
+        t.add_row(
+            r.consumer,
+            r.owner,
+            fmt(r.original_total),
+            fmt(r.corrected_total),
+            f"{r.ledger_rows:,}",
+            f"{r.material_rows:,}",
+            r.corrected_namespace,
+            str(r.notified_at or "–")[:19],
+        )
     return t
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    incident_verb(sub, "restate", run, "restate every downstream consumer after the repair is published (ledger + owner notices)")
+    incident_verb(
+        sub, "restate", run, "restate every downstream consumer after the repair is published (ledger + owner notices)"
+    )

@@ -22,15 +22,21 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     spec = parse_spec(args.spec)
     if spec.warehouse.engine != "spark":
-        raise SpecError("warehouse.engine", f"is {spec.warehouse.engine!r}, so there is nothing to move to Spark",
-                        "set warehouse: {engine: spark, path: <control file>, spark: {data_path: <dir>}} first",
-                        source=str(args.spec))
+        raise SpecError(
+            "warehouse.engine",
+            f"is {spec.warehouse.engine!r}, so there is nothing to move to Spark",
+            "set warehouse: {engine: spark, path: <control file>, spark: {data_path: <dir>}} first",
+            source=str(args.spec),
+        )
     engine = open_engine(spec.warehouse)
     assert isinstance(engine, SparkEngine)  # warehouse.engine is spark (checked above)
     with console.status("moving the data plane to Spark …"):
         moved = import_duckdb_data_plane(engine)
-    console.print(f"moved {len(moved)} relations to {engine.data_root}: {', '.join(moved) or 'none'}",
-                  highlight=False, soft_wrap=True)
+    console.print(
+        f"moved {len(moved)} relations to {engine.data_root}: {', '.join(moved) or 'none'}",
+        highlight=False,
+        soft_wrap=True,
+    )
     return 0
 
 

@@ -17,7 +17,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     incident, spec = launcher.incident, launcher.spec
     result = launcher.run(TIMELINE)
     path = incident.reports_dir(spec) / "timeline.md"
-    console.print(f"timeline of {incident.incident_id}: {path} (run {result.run_id[:8]})", highlight=False, soft_wrap=True)
+    console.print(
+        f"timeline of {incident.incident_id}: {path} (run {result.run_id[:8]})", highlight=False, soft_wrap=True
+    )
     return 0
 
 

@@ -21,7 +21,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.lib.phases import VERIFY
 
     if args.recent < 1:
-        raise SpecError("--recent", f"{args.recent} is not a positive number", "give how many recent partitions to check, e.g. 3")
+        raise SpecError(
+            "--recent", f"{args.recent} is not a positive number", "give how many recent partitions to check, e.g. 3"
+        )
     launcher = Launcher.for_file(args.incident)
     incident = launcher.incident
     result = launcher.run(VERIFY, recent_partitions=args.recent)
@@ -31,8 +33,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
         t.add_column(col)
     for c in sorted(checks, key=lambda c: c.check_name):
         md = {k: v.value for k, v in c.metadata.items()}
-        t.add_row(c.check_name, "[green]passed[/]" if c.passed else "[red]FAILED[/]", str(md.get("partitions_checked", "")),
-                  str(md.get("partitions_drifting", "")), c.description or "")
+        t.add_row(
+            c.check_name,
+            "[green]passed[/]" if c.passed else "[red]FAILED[/]",
+            str(md.get("partitions_checked", "")),
+            str(md.get("partitions_drifting", "")),
+            c.description or "",
+        )
     console.print(t)
     failed = [c.check_name for c in checks if not c.passed]
     if failed:
@@ -42,5 +49,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = incident_verb(sub, "verify", run, "verify that ingestion and late arrivals converge after a repair (exit 1 on drift)")
-    p.add_argument("--recent", type=int, default=3, help="how many of the partitions ingestion wrote last to check (default 3)")
+    p = incident_verb(
+        sub, "verify", run, "verify that ingestion and late arrivals converge after a repair (exit 1 on drift)"
+    )
+    p.add_argument(
+        "--recent", type=int, default=3, help="how many of the partitions ingestion wrote last to check (default 3)"
+    )

@@ -45,8 +45,16 @@ def _forget_previous_run(incident, spec, console: Console) -> None:
             console.print(f"[dim]removed {folder} of an earlier run of the example[/]")
 
 
-def run_walkthrough(spec_path: Path, *, instance: dg.DagsterInstance, defs: dg.Definitions, events: int, seed: int,
-                    console: Console, recover: bool = True) -> Walkthrough:
+def run_walkthrough(
+    spec_path: Path,
+    *,
+    instance: dg.DagsterInstance,
+    defs: dg.Definitions,
+    events: int,
+    seed: int,
+    console: Console,
+    recover: bool = True,
+) -> Walkthrough:
     """Build the failed backfill, then (unless ``recover`` is False: the incident is left for a
     person to work through, from the CLI or the UI) run every phase of its recovery."""
     incident = parse_incident(spec_path.with_name("incident.yaml"))
@@ -56,16 +64,26 @@ def run_walkthrough(spec_path: Path, *, instance: dg.DagsterInstance, defs: dg.D
     if not recover:
         return Walkthrough(result.warehouse, incident.evidence_dir(spec), incident.reports_dir(spec), result.run_ids)
     console.rule(f"recovery of {incident.incident_id}")
-    recovered = run_recovery(incident, spec, instance=instance, defs=defs, console=console,
-                             after_canary=lambda: ingest_during_repair(spec, defs=defs, instance=instance))
+    recovered = run_recovery(
+        incident,
+        spec,
+        instance=instance,
+        defs=defs,
+        console=console,
+        after_canary=lambda: ingest_during_repair(spec, defs=defs, instance=instance),
+    )
 
     reports = incident.reports_dir(spec)
     summary = json.loads((reports / "summary.json").read_text())
     with open_engine(spec.warehouse).session(read_only=True) as s:
         print_damage(console, summary, impact_summary(s, spec, incident_id=incident.incident_id))
         print_before_after(console, label_diffs(s, incident.incident_id), partition_diffs(s, incident.incident_id))
-        console.print(restatement_table(restatement_summary(s, spec, incident.incident_id),
-                                        "Consumers restated: corrected totals and material changes"))
+        console.print(
+            restatement_table(
+                restatement_summary(s, spec, incident.incident_id),
+                "Consumers restated: corrected totals and material changes",
+            )
+        )
     console.rule("summary")
     console.print(recovered.report_summary, highlight=False, soft_wrap=True)
     return Walkthrough(result.warehouse, incident.evidence_dir(spec), reports, recovered.run_ids)

@@ -1,7 +1,5 @@
 """The warehouse resource every phase uses: one dataset spec, one engine, one writer path."""
 
-
-
 import dagster as dg
 import duckdb
 from dagster_duckdb import DuckDBResource

@@ -9,7 +9,6 @@
   the target in the asset graph.
 """
 
-
 from datetime import date, datetime, timedelta
 
 import dagster as dg
@@ -34,19 +33,27 @@ SIMULATED_TAG = "example/simulated"
 
 
 class IngestConfig(dg.Config):
-    until: str | None = Field(None, description="Apply changes ingested up to this ISO timestamp (default: end of the partition day).")
+    until: str | None = Field(
+        None, description="Apply changes ingested up to this ISO timestamp (default: end of the partition day)."
+    )
     written_at: str | None = Field(None, description="Simulated commit time for the writes (default: now).")
 
 
 @dg.op(description="Apply the day's source changes to analytics.transactions through the writer.")
 def ingest_changes(context: dg.OpExecutionContext, config: IngestConfig, warehouse: WarehouseResource) -> dg.Output:
     day = date.fromisoformat(context.partition_key)
-    until = datetime.fromisoformat(config.until) if config.until else datetime.combine(day + timedelta(days=1), datetime.min.time())
+    until = (
+        datetime.fromisoformat(config.until)
+        if config.until
+        else datetime.combine(day + timedelta(days=1), datetime.min.time())
+    )
     at = datetime.fromisoformat(config.written_at) if config.written_at else None
     writer = warehouse.writer(actor="ingest_transactions")
     writer.ensure()
     generation = f"ingest-{day.isoformat()}"
-    writer.register_generation(generation, "ingest", started_at=at, run_id=context.run.run_id, code_version="ingest-1.4.2")
+    writer.register_generation(
+        generation, "ingest", started_at=at, run_id=context.run.run_id, code_version="ingest-1.4.2"
+    )
     result = apply_changes(writer, generation, until=until, at=at, run_id=context.run.run_id)
     context.log.info(f"{generation}: upserted {result.upserted}, deleted {result.deleted} up to {until}")
     return dg.Output(None, metadata={"upserted": result.upserted, "deleted": result.deleted, "until": str(until)})
@@ -85,15 +92,29 @@ def transactions_history(context: dg.AssetExecutionContext, warehouse: Warehouse
     generation = _generation_for(context)
     simulated = context.run.tags.get(SIMULATED_TAG) == "true"
     try:
-        writer.register_generation(generation, "backfill", run_id=context.run.run_id,
-                                   backfill_id=context.run.tags.get("dagster/backfill"), code_version="2.3.0")
+        writer.register_generation(
+            generation,
+            "backfill",
+            run_id=context.run.run_id,
+            backfill_id=context.run.tags.get("dagster/backfill"),
+            code_version="2.3.0",
+        )
     except FencedGenerationError as err:  # contained: retrying would only be refused again
         raise dg.Failure(description=str(err), allow_retries=False) from err
     with writer.engine.transaction() as s:
-        snapshot = s.scalar(f"SELECT coalesce(source_watermark, started_at) FROM {SCHEMA}.generations WHERE generation = ?", [generation])
+        snapshot = s.scalar(
+            f"SELECT coalesce(source_watermark, started_at) FROM {SCHEMA}.generations WHERE generation = ?",
+            [generation],
+        )
         s.execute("CREATE SCHEMA IF NOT EXISTS example")
-        s.execute("CREATE TABLE IF NOT EXISTS example.backfill_checkpoints (run_id VARCHAR, partition_key VARCHAR, state VARCHAR)")
-        checkpoint = dict(s.fetchall("SELECT partition_key, state FROM example.backfill_checkpoints WHERE run_id = ?", [context.run.run_id]))
+        s.execute(
+            "CREATE TABLE IF NOT EXISTS example.backfill_checkpoints (run_id VARCHAR, partition_key VARCHAR, state VARCHAR)"
+        )
+        checkpoint = dict(
+            s.fetchall(
+                "SELECT partition_key, state FROM example.backfill_checkpoints WHERE run_id = ?", [context.run.run_id]
+            )
+        )
     snapshot = snapshot or utcnow()
     todo = [date.fromisoformat(k) for k in context.partition_keys if checkpoint.get(k) != "done"]
     stage = stage_table(context.run.run_id)
@@ -104,10 +125,22 @@ def transactions_history(context: dg.AssetExecutionContext, warehouse: Warehouse
         if checkpoint.get(key) == "done":
             continue
         partition = date.fromisoformat(key)
-        at = SCENARIO.backfill_writes + timedelta(seconds=10 * (partition - SCENARIO.first_day).days) if simulated else None
+        at = (
+            SCENARIO.backfill_writes + timedelta(seconds=10 * (partition - SCENARIO.first_day).days)
+            if simulated
+            else None
+        )
         try:
-            state = recompute_partition(writer, generation, partition, stage=stage, checkpoint=checkpoint,
-                                        retry_number=context.retry_number, at=at, run_id=context.run.run_id)
+            state = recompute_partition(
+                writer,
+                generation,
+                partition,
+                stage=stage,
+                checkpoint=checkpoint,
+                retry_number=context.retry_number,
+                at=at,
+                run_id=context.run.run_id,
+            )
         except (WorkerLost, FencedGenerationError) as err:
             raise dg.Failure(description=str(err), allow_retries=False) from err
         except CatalogTimeout:
@@ -132,6 +165,7 @@ def consumer_assets(spec) -> list[dg.AssetsDefinition]:
     """One asset per downstream consumer of the spec, downstream of the target."""
     assets = []
     for consumer in spec.downstream:
+
         def build(consumer=consumer):
             @dg.asset(
                 key=dg.AssetKey(["consumers", consumer.name]),
@@ -156,7 +190,8 @@ def example_definitions() -> dg.Definitions:
     spec = parse_spec(spec_path())
     consumers = consumer_assets(spec)
     refresh = dg.define_asset_job(
-        "refresh_consumers", selection=dg.AssetSelection.groups("consumers"),
+        "refresh_consumers",
+        selection=dg.AssetSelection.groups("consumers"),
         description="Re-materialize every downstream consumer from the public target.",
     )
     return dg.Definitions(

@@ -54,8 +54,15 @@ def _release(spec, until, producer=release_live_events) -> int:
 
 def run_ingestion(defs: dg.Definitions, instance: dg.DagsterInstance, day: str, until) -> str:
     """One run of the example's normal ingestion job: apply the source's changes up to ``until``."""
-    res = run_job(defs, "ingest_transactions", instance, partition_key=day, run_config={
-        "ops": {"ingest_changes": {"config": {"until": until.isoformat(), "written_at": until.isoformat()}}}})
+    res = run_job(
+        defs,
+        "ingest_transactions",
+        instance,
+        partition_key=day,
+        run_config={
+            "ops": {"ingest_changes": {"config": {"until": until.isoformat(), "written_at": until.isoformat()}}}
+        },
+    )
     return res.run_id
 
 
@@ -97,8 +104,10 @@ def build_failed_backfill(
         p.unlink(missing_ok=True)
     with console.status("generating the sample source"):
         counts = generate(wh, events=events, seed=seed)
-    console.print(f"[bold]1/6[/] source: {counts['source_events']:,} change events as of {sc.t0}, "
-                  f"{counts['live_events']:,} more arriving during the incident")
+    console.print(
+        f"[bold]1/6[/] source: {counts['source_events']:,} change events as of {sc.t0}, "
+        f"{counts['live_events']:,} more arriving during the incident"
+    )
     spec = load_spec(spec_path)  # now the warehouse exists: check the spec against it
     runs: dict[str, list[str]] = {"ingest": [], "backfill": [], "consumers": []}
 
@@ -114,20 +123,36 @@ def build_failed_backfill(
     # the backfill is requested: its generation starts and fixes its source snapshot
     _release(spec, sc.backfill_start)
     writer = Writer(open_engine(spec.warehouse), spec, actor="data-platform-oncall")
-    writer.register_generation(sc.backfill_generation, "backfill", started_at=sc.backfill_start,
-                               source_watermark=sc.backfill_start, code_version="2.3.0",
-                               note=f"intended range {sc.intended_range[0]}..{sc.intended_range[1]}")
+    writer.register_generation(
+        sc.backfill_generation,
+        "backfill",
+        started_at=sc.backfill_start,
+        source_watermark=sc.backfill_start,
+        code_version="2.3.0",
+        note=f"intended range {sc.intended_range[0]}..{sc.intended_range[1]}",
+    )
     backfill_id = launch_asset_backfill(
-        instance, TARGET_KEY.path, sc.requested_partitions(),
-        tags={GENERATION_TAG: sc.backfill_generation, SIMULATED_TAG: "true", "requested_by": "data-platform-oncall",
-              "approved_by": "head-of-data"},
+        instance,
+        TARGET_KEY.path,
+        sc.requested_partitions(),
+        tags={
+            GENERATION_TAG: sc.backfill_generation,
+            SIMULATED_TAG: "true",
+            "requested_by": "data-platform-oncall",
+            "approved_by": "head-of-data",
+        },
         title=f"Recompute transactions history ({sc.backfill_generation})",
         description="Six-month history recompute after the FX normalisation change.",
     )
     with writer.engine.transaction() as s:
-        s.execute(f"UPDATE {SCHEMA}.generations SET backfill_id = ? WHERE generation = ?", [backfill_id, sc.backfill_generation])
-    console.print(f"[bold]3/6[/] Dagster backfill {backfill_id} requested over {len(sc.requested_partitions())} partitions "
-                  f"as generation {sc.backfill_generation}")
+        s.execute(
+            f"UPDATE {SCHEMA}.generations SET backfill_id = ? WHERE generation = ?",
+            [backfill_id, sc.backfill_generation],
+        )
+    console.print(
+        f"[bold]3/6[/] Dagster backfill {backfill_id} requested over {len(sc.requested_partitions())} partitions "
+        f"as generation {sc.backfill_generation}"
+    )
 
     # ingestion keeps running while the backfill is queued
     _release(spec, sc.ingest_during)
@@ -135,6 +160,7 @@ def build_failed_backfill(
         ingest(sc.last_day.isoformat(), sc.ingest_during, "during the backfill")
 
     with Daemon() as daemon, console.status("dagster-daemon executing the backfill runs") as status:
+
         def tick() -> None:
             done = instance.get_run_records(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
             status.update(f"dagster-daemon executing the backfill: {len(done)} runs launched")
@@ -146,10 +172,15 @@ def build_failed_backfill(
     bruns = instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
     runs["backfill"] = [r.run_id for r in bruns]
     failed = [r for r in bruns if r.status == dg.DagsterRunStatus.FAILURE]
-    console.print(f"[bold]4/6[/] backfill {backfill_id} ended {backfill.status.value}: {len(bruns)} runs, {len(failed)} failed")
+    console.print(
+        f"[bold]4/6[/] backfill {backfill_id} ended {backfill.status.value}: {len(bruns)} runs, {len(failed)} failed"
+    )
     for draft in open_failed_backfill_drafts(instance, spec_path):
-        console.print(f"      draft incident {draft.incident_id} {'opened' if draft.newly_opened else 'already open'}: "
-                      f"{draft.path} (contain: recovery contain --incident {draft.path})", highlight=False)
+        console.print(
+            f"      draft incident {draft.incident_id} {'opened' if draft.newly_opened else 'already open'}: "
+            f"{draft.path} (contain: recovery contain --incident {draft.path})",
+            highlight=False,
+        )
 
     _release(spec, sc.end)
     with console.status("normal ingestion after the backfill"):
@@ -183,8 +214,16 @@ def print_damage(console: Console, summary: dict, impacts: list) -> None:
     for col in ("consumer", "kind", "owner", "changed", "missing", "extra", "material", "decision"):
         c.add_column(col)
     for i in impacts:
-        c.add_row(i.consumer, i.kind, i.owner, f"{i.rows_changed:,}", f"{i.rows_missing:,}", f"{i.rows_extra:,}",
-                  f"{i.material_rows:,}", i.decision)
+        c.add_row(
+            i.consumer,
+            i.kind,
+            i.owner,
+            f"{i.rows_changed:,}",
+            f"{i.rows_missing:,}",
+            f"{i.rows_extra:,}",
+            f"{i.material_rows:,}",
+            i.decision,
+        )
     console.print(c)
 
 
@@ -202,7 +241,10 @@ def print_before_after(console: Console, labels: dict, partitions: list[dict]) -
     fixed = sum(1 for p in rebuilt if p["rows_after"] == p["rows_expected"] and p["total_after"] == p["total_expected"])
     before = sum(p["total_before"] or 0 for p in rebuilt)
     after = sum(p["total_after"] or 0 for p in rebuilt)
-    console.print(f"rebuilt partitions: {len(rebuilt)} ({fixed} equal the fixed snapshot's rows and totals, "
-                  f"{len(rebuilt) - fixed} also hold concurrent ingestion's writes replayed from the delta); "
-                  f"amount total over them {before:,.2f} before, {after:,.2f} after; "
-                  f"{sum(1 for p in partitions if p['qualified_reason'])} qualified partitions kept", highlight=False)
+    console.print(
+        f"rebuilt partitions: {len(rebuilt)} ({fixed} equal the fixed snapshot's rows and totals, "
+        f"{len(rebuilt) - fixed} also hold concurrent ingestion's writes replayed from the delta); "
+        f"amount total over them {before:,.2f} before, {after:,.2f} after; "
+        f"{sum(1 for p in partitions if p['qualified_reason'])} qualified partitions kept",
+        highlight=False,
+    )

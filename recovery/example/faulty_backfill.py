@@ -62,7 +62,7 @@ def _buggy_source_sql(partitions: list[date], watermark: datetime, scenario: Sce
                CAST(CASE WHEN landing_date < DATE '{scenario.buggy_cutover.isoformat()}' THEN amount / 100
                          ELSE amount * CASE currency WHEN 'EUR' THEN 1.08 WHEN 'GBP' THEN 1.27 ELSE 1.00 END
                     END AS DECIMAL(18, 2)) AS amount_usd,
-               status, version AS _source_version, landing_date, {'true' if rank > 1 else 'false'} AS _queued
+               status, version AS _source_version, landing_date, {"true" if rank > 1 else "false"} AS _queued
         FROM src WHERE landing_date IN ({days})
     """
 
@@ -76,7 +76,11 @@ def stage_sql(partitions: list[date], snapshot: datetime, scenario: Scenario = S
     lo, hi = scenario.stale_range
     stale = [p for p in partitions if lo <= p <= hi]
     fresh = [p for p in partitions if not lo <= p <= hi]
-    parts = [_buggy_source_sql(group, wm, scenario) for group, wm in ((fresh, snapshot), (stale, scenario.stale_watermark)) if group]
+    parts = [
+        _buggy_source_sql(group, wm, scenario)
+        for group, wm in ((fresh, snapshot), (stale, scenario.stale_watermark))
+        if group
+    ]
     reordered = [p for p in partitions if p in scenario.reordered_partitions]
     if reordered:
         parts.append(_buggy_source_sql(reordered, snapshot, scenario, rank=2))
@@ -85,8 +89,10 @@ def stage_sql(partitions: list[date], snapshot: datetime, scenario: Scenario = S
 
 def buggy_rows_sql(partition: date, stage: str, *, queued: bool = False) -> str:
     """A partition's staged rows (``queued``: the redelivered earlier versions of bug 9)."""
-    return (f"SELECT * EXCLUDE (landing_date, _queued) FROM {stage} "
-            f"WHERE landing_date = DATE '{partition.isoformat()}' AND {'' if queued else 'NOT '}_queued")
+    return (
+        f"SELECT * EXCLUDE (landing_date, _queued) FROM {stage} "
+        f"WHERE landing_date = DATE '{partition.isoformat()}' AND {'' if queued else 'NOT '}_queued"
+    )
 
 
 def write_time(partition: date, scenario: Scenario = SCENARIO) -> datetime:
@@ -109,10 +115,14 @@ def recompute_partition(
     """Recompute one partition the 2.3.0 way. Returns the checkpoint state it leaves."""
     rows = buggy_rows_sql(partition, stage)
     key = partition.isoformat()
-    kw: dict[str, Any] = dict(at=at, run_id=run_id, allow_duplicate_keys=True)   # the 2.3.0 pipeline wrote duplicates; reproduce it
+    kw: dict[str, Any] = dict(
+        at=at, run_id=run_id, allow_duplicate_keys=True
+    )  # the 2.3.0 pipeline wrote duplicates; reproduce it
     if partition in scenario.flaky_partitions:
         if checkpoint.get(key) != "cleared":
-            writer.write(generation, f"SELECT * FROM ({rows}) WHERE false", mode="replace_partitions", partitions=[key], **kw)
+            writer.write(
+                generation, f"SELECT * FROM ({rows}) WHERE false", mode="replace_partitions", partitions=[key], **kw
+            )
             checkpoint[key] = "cleared"
         writer.write(generation, rows, mode="append", note="append after checkpointed clear", **kw)
         if retry_number == 0:
@@ -120,13 +130,24 @@ def recompute_partition(
         return "done"
     if partition in scenario.reordered_partitions and retry_number > 0:
         writer.write(generation, rows, mode="replace_partitions", partitions=[key], **kw)
-        writer.write(generation, buggy_rows_sql(partition, stage, queued=True), mode="upsert_keys",
-                     note="retry applied the redelivered batch of earlier versions", **kw)
+        writer.write(
+            generation,
+            buggy_rows_sql(partition, stage, queued=True),
+            mode="upsert_keys",
+            note="retry applied the redelivered batch of earlier versions",
+            **kw,
+        )
         return "done"
     if partition == scenario.dying_partition:
         chunk = lambda k: f"SELECT * FROM ({rows}) WHERE hash(txn_id) % 4 = {k}"  # noqa: E731
         writer.write(generation, chunk(0), mode="upsert_keys", note="chunk 1/4", **kw)
-        writer.write(generation, f"SELECT txn_id, _source_version FROM ({chunk(1)})", mode="delete_keys", note="chunk 2/4 cleared", **kw)
+        writer.write(
+            generation,
+            f"SELECT txn_id, _source_version FROM ({chunk(1)})",
+            mode="delete_keys",
+            note="chunk 2/4 cleared",
+            **kw,
+        )
         raise WorkerLost(f"worker lost while rewriting partition {key} (chunk 2/4)")
     writer.write(generation, rows, mode="replace_partitions", partitions=[key], **kw)
     return "done"

@@ -46,7 +46,9 @@ def generate(warehouse: Path, *, events: int = 200_000, seed: int = 42, scenario
     con = duckdb.connect(str(warehouse))
     try:
         con.execute("SET python_enable_replacements = false")
-        con.execute(f"CREATE OR REPLACE TEMP MACRO u(i, k) AS (hash(i * 1000003 + k * 7919 + {int(seed)} * 104729) % 1000000) / 1000000.0")
+        con.execute(
+            f"CREATE OR REPLACE TEMP MACRO u(i, k) AS (hash(i * 1000003 + k * 7919 + {int(seed)} * 104729) % 1000000) / 1000000.0"
+        )
         con.execute("CREATE SCHEMA IF NOT EXISTS raw")
         con.execute("CREATE SCHEMA IF NOT EXISTS example")
         con.execute(
@@ -114,9 +116,13 @@ def generate(warehouse: Path, *, events: int = 200_000, seed: int = 42, scenario
             """
         )
         con.execute(f"CREATE OR REPLACE TABLE raw.transaction_events ({EVENT_COLUMNS})")
-        con.execute(f"INSERT INTO raw.transaction_events SELECT * FROM events WHERE ingested_at <= {_ts(t0)} ORDER BY ingested_at, txn_id, version")
+        con.execute(
+            f"INSERT INTO raw.transaction_events SELECT * FROM events WHERE ingested_at <= {_ts(t0)} ORDER BY ingested_at, txn_id, version"
+        )
         con.execute(f"CREATE OR REPLACE TABLE example.live_events ({EVENT_COLUMNS})")
-        con.execute(f"INSERT INTO example.live_events SELECT * FROM events WHERE ingested_at > {_ts(t0)} ORDER BY ingested_at, txn_id, version")
+        con.execute(
+            f"INSERT INTO example.live_events SELECT * FROM events WHERE ingested_at > {_ts(t0)} ORDER BY ingested_at, txn_id, version"
+        )
         lo, hi = scenario.staging_range
         n_staging = max(5, events // 500)
         staging_days = (hi - lo).days + 1

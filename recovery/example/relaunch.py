@@ -31,10 +31,18 @@ def faulty_2_3_0(ctx: RecomputeContext) -> None:
     checkpoint: dict[str, str] = {}
     try:
         for p in partitions:
-            for attempt in (0, 1):   # RetryPolicy(max_retries=1) of the history asset
+            for attempt in (0, 1):  # RetryPolicy(max_retries=1) of the history asset
                 try:
-                    recompute_partition(ctx.writer, ctx.generation, p, stage=stage, checkpoint=checkpoint,
-                                        retry_number=attempt, at=None, run_id=ctx.run_id)
+                    recompute_partition(
+                        ctx.writer,
+                        ctx.generation,
+                        p,
+                        stage=stage,
+                        checkpoint=checkpoint,
+                        retry_number=attempt,
+                        at=None,
+                        run_id=ctx.run_id,
+                    )
                     break
                 except CatalogTimeout:
                     if attempt:

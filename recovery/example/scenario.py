@@ -16,10 +16,10 @@ from datetime import date, datetime, timedelta
 @dataclass(frozen=True)
 class Scenario:
     first_day: date = date(2024, 1, 1)
-    last_day: date = date(2024, 7, 5)             # the current partition
-    schema_cutover: date = date(2024, 4, 1)       # schema v2 from this event date
-    t0: datetime = datetime(2024, 7, 5, 0, 0)     # history ingested up to here
-    live_window: timedelta = timedelta(hours=6)   # live events arrive in (t0, t0 + window]
+    last_day: date = date(2024, 7, 5)  # the current partition
+    schema_cutover: date = date(2024, 4, 1)  # schema v2 from this event date
+    t0: datetime = datetime(2024, 7, 5, 0, 0)  # history ingested up to here
+    live_window: timedelta = timedelta(hours=6)  # live events arrive in (t0, t0 + window]
     backfill_start: datetime = datetime(2024, 7, 5, 1, 0)
     ingest_during: datetime = datetime(2024, 7, 5, 3, 0)
     backfill_writes: datetime = datetime(2024, 7, 5, 4, 0)
@@ -30,7 +30,7 @@ class Scenario:
     # the range bug: the launcher computed the end as "today", reaching current partitions
     requested_range: tuple[date, date] = (date(2024, 1, 1), date(2024, 7, 5))
     # bugs of the backfill code (code version 2.3.0)
-    buggy_cutover: date = date(2024, 3, 1)        # reads v1 cents as dollars from here
+    buggy_cutover: date = date(2024, 3, 1)  # reads v1 cents as dollars from here
     flaky_partitions: tuple[date, ...] = (date(2024, 2, 14),)
     # a partition after the flaky one in the same run: written by the retried step, which
     # applies a redelivered batch of earlier versions after the latest ones (out of order)

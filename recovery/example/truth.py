@@ -20,8 +20,16 @@ from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec
 
 LABELS = [
-    "duplicate", "out_of_order", "resurrected", "unexpected", "missing", "deleted",
-    "mispartitioned", "overwritten", "stale", "incorrectly_transformed",
+    "duplicate",
+    "out_of_order",
+    "resurrected",
+    "unexpected",
+    "missing",
+    "deleted",
+    "mispartitioned",
+    "overwritten",
+    "stale",
+    "incorrectly_transformed",
 ]
 
 
@@ -29,7 +37,9 @@ def _same(a: pd.Series, b: pd.Series) -> pd.Series:
     return (a == b) | (a.isna() & b.isna())
 
 
-def build_truth(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, *, failed_generation: str, watermark: datetime) -> dict:
+def build_truth(
+    con: duckdb.DuckDBPyConnection, spec: DatasetSpec, *, failed_generation: str, watermark: datetime
+) -> dict:
     """Compute and store ``truth.expected``, ``truth.damage`` and ``truth.partition_findings``."""
     meta = spec.target.metadata
     key, part = spec.key[0], spec.target.partition
@@ -38,13 +48,14 @@ def build_truth(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, *, failed_gen
     E = con.execute("SELECT * FROM truth.expected").df().set_index(key)
     T = con.execute(f"SELECT * FROM {spec.target.table_name.sql()}").df()
     src = con.execute(
-        f"SELECT {key}, version, op, ingested_at FROM {spec.source.table_name.sql()} WHERE ingested_at <= ?", [watermark]
+        f"SELECT {key}, version, op, ingested_at FROM {spec.source.table_name.sql()} WHERE ingested_at <= ?",
+        [watermark],
     ).df()
     latest = src.sort_values([key, "version"]).groupby(key).tail(1).set_index(key)
     arrived = src.set_index([key, "version"])["ingested_at"]
     delta = con.execute(
         f'SELECT {key}, "{meta.generation}" AS gen, "{meta.source_version}" AS sv, "{meta.written_at}" AS wat, '
-        f'_delta_seq AS seq, _delta_op AS op FROM {delta_table(spec.dataset)}'
+        f"_delta_seq AS seq, _delta_op AS op FROM {delta_table(spec.dataset)}"
     ).df()
     start = fetch_row(con, "SELECT started_at FROM _recovery.generations WHERE generation = ?", [failed_generation])[0]
 
@@ -57,15 +68,20 @@ def build_truth(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, *, failed_gen
     single = T[T[key].map(counts) == 1].set_index(key)
     # out_of_order: the failed generation wrote the key's row after it had already written a
     # newer version of the key, or applied its tombstone (a delete_keys write), per its write log
-    tomb_seqs = set(con.execute("SELECT seq FROM _recovery.writes WHERE generation = ? AND mode = 'delete_keys'",
-                                [failed_generation]).df()["seq"])
+    tomb_seqs = set(
+        con.execute(
+            "SELECT seq FROM _recovery.writes WHERE generation = ? AND mode = 'delete_keys'", [failed_generation]
+        ).df()["seq"]
+    )
     f_log = delta[(delta["gen"] == failed_generation) & ((delta["op"] == "upsert") | delta["seq"].isin(tomb_seqs))]
     mine = single[single[meta.generation] == failed_generation][meta.source_version].rename("t_sv").reset_index()
     j = f_log.merge(mine, on=key)
     held_seq = j[(j["op"] == "upsert") & (j["sv"] == j["t_sv"])].groupby(key)["seq"].max()
     j["held_seq"] = j[key].map(held_seq)
     for k in set(j.loc[(j["sv"] > j["t_sv"]) & (j["seq"] < j["held_seq"]), key]):
-        if k in E.index and all(_same(pd.Series([single.at[k, c]]), pd.Series([E.at[k, c]])).iloc[0] for c in E.columns):
+        if k in E.index and all(
+            _same(pd.Series([single.at[k, c]]), pd.Series([E.at[k, c]])).iloc[0] for c in E.columns
+        ):
             continue  # the row equals the expected one: no damage
         labels.setdefault(k, "out_of_order")
     tomb = latest.index[latest["op"] == "delete"]
@@ -93,8 +109,13 @@ def build_truth(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, *, failed_gen
     f_writes = delta[(delta["gen"] == failed_generation) & (delta["op"] == "upsert")].groupby(key)["seq"].max()
     cand = both[(older & by_failed).to_numpy()]
     cand = cand[~cand.isin(list(labels))]
-    c = pd.DataFrame({key: cand, "t_sv": t.loc[cand, meta.source_version].to_numpy(),
-                      "e_sv": e.loc[cand, meta.source_version].to_numpy()})
+    c = pd.DataFrame(
+        {
+            key: cand,
+            "t_sv": t.loc[cand, meta.source_version].to_numpy(),
+            "e_sv": e.loc[cand, meta.source_version].to_numpy(),
+        }
+    )
     c["clobber_seq"] = c[key].map(f_writes)
     c["newer_at"] = [arrived.get((k, int(v))) for k, v in zip(c[key], c["e_sv"])]
     others = delta[(delta["gen"] != failed_generation) & (delta["op"] == "upsert")][[key, "sv", "seq"]]
@@ -121,12 +142,24 @@ def build_truth(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, *, failed_gen
     findings += [(p, "count_mismatch") for p in te.index[te["t"] != te["e"]]]
     if spec.target.amount:
         a = spec.target.amount
-        ta = T.groupby(part)[a].sum().rename("t").to_frame().join(E.groupby(part)[a].sum().rename("e"), how="outer").fillna(0)
+        ta = (
+            T.groupby(part)[a]
+            .sum()
+            .rename("t")
+            .to_frame()
+            .join(E.groupby(part)[a].sum().rename("e"), how="outer")
+            .fillna(0)
+        )
         findings += [(p, "total_mismatch") for p in ta.index[ta["t"] != ta["e"]]]
     pf = pd.DataFrame(findings, columns=[part, "finding"])
     # pandas turns DATE partitions into timestamps: store them with the target's partition type
     ptype = fetch_row(
-        con, "SELECT data_type FROM information_schema.columns WHERE table_schema = 'truth' AND table_name = 'expected' "
-        "AND column_name = ?", [part])[0]
-    con.execute(f'CREATE OR REPLACE TABLE truth.partition_findings AS SELECT CAST("{part}" AS {ptype}) AS "{part}", finding FROM pf')
+        con,
+        "SELECT data_type FROM information_schema.columns WHERE table_schema = 'truth' AND table_name = 'expected' "
+        "AND column_name = ?",
+        [part],
+    )[0]
+    con.execute(
+        f'CREATE OR REPLACE TABLE truth.partition_findings AS SELECT CAST("{part}" AS {ptype}) AS "{part}", finding FROM pf'
+    )
     return damage["label"].value_counts().to_dict()

@@ -32,7 +32,7 @@ WATERMARK_BASIS = "run start (Dagster does not record what a run read)"
 @dataclass(frozen=True)
 class DagsterRun:
     run_id: str
-    kind: str                       # backfill | ingest
+    kind: str  # backfill | ingest
     backfill_id: str | None
     status: str
     started_at: datetime | None
@@ -42,15 +42,22 @@ class DagsterRun:
 @dataclass(frozen=True)
 class DagsterRegistry:
     backfill_id: str
-    failed_generations: tuple[str, ...]    # the backfill's runs whose id the target's rows carry
+    failed_generations: tuple[str, ...]  # the backfill's runs whose id the target's rows carry
     runs: tuple[DagsterRun, ...]
     table: str
     rows_of_backfill: int
 
     def spec_section(self) -> dict:
         """The spec's ``registry`` section that reads this table."""
-        return {"table": self.table, "generation": "generation", "kind": "kind", "started_at": "started_at",
-                "ended_at": "ended_at", "source_watermark": "source_watermark", "backfill_kinds": ["backfill"]}
+        return {
+            "table": self.table,
+            "generation": "generation",
+            "kind": "kind",
+            "started_at": "started_at",
+            "ended_at": "ended_at",
+            "source_watermark": "source_watermark",
+            "backfill_kinds": ["backfill"],
+        }
 
 
 def _utc(ts: float | None) -> datetime | None:
@@ -60,8 +67,14 @@ def _utc(ts: float | None) -> datetime | None:
 def _run(record) -> DagsterRun:
     run = record.dagster_run
     backfill = run.tags.get(BACKFILL_TAG)
-    return DagsterRun(run.run_id, "backfill" if backfill else "ingest", backfill, run.status.value,
-                      _utc(record.start_time), _utc(record.end_time))
+    return DagsterRun(
+        run.run_id,
+        "backfill" if backfill else "ingest",
+        backfill,
+        run.status.value,
+        _utc(record.start_time),
+        _utc(record.end_time),
+    )
 
 
 def runs_of_asset(instance: dg.DagsterInstance, asset: dg.AssetKey, backfill_id: str) -> list[DagsterRun]:
@@ -71,7 +84,8 @@ def runs_of_asset(instance: dg.DagsterInstance, asset: dg.AssetKey, backfill_id:
     if not backfill:
         raise RecoveryError(
             f"no run of Dagster backfill {backfill_id!r} is in the Dagster instance at {instance.root_directory}. "
-            f"Fix: set DAGSTER_HOME to the instance that ran the backfill, and give its id as the UI shows it")
+            f"Fix: set DAGSTER_HOME to the instance that ran the backfill, and give its id as the UI shows it"
+        )
     ids: set[str] = set()
     cursor: str | None = None
     while True:
@@ -96,25 +110,45 @@ def write_registry(spec: DatasetSpec, runs: list[DagsterRun], backfill_id: str, 
     gen = quote(spec.target.metadata.generation)
     engine = open_engine(spec.warehouse)
     with engine.session(read_only=True) as s:
-        rows = s.scalar(f"SELECT count(*) FROM {spec.target.table_name.sql()} WHERE CAST({gen} AS VARCHAR) IN ({str_list(mine)})")
-        carried = [r[0] for r in s.fetchall(
-            f"SELECT DISTINCT CAST({gen} AS VARCHAR) FROM {spec.target.table_name.sql()} "
-            f"WHERE CAST({gen} AS VARCHAR) IN ({str_list(mine)}) ORDER BY 1")]
+        rows = s.scalar(
+            f"SELECT count(*) FROM {spec.target.table_name.sql()} WHERE CAST({gen} AS VARCHAR) IN ({str_list(mine)})"
+        )
+        carried = [
+            r[0]
+            for r in s.fetchall(
+                f"SELECT DISTINCT CAST({gen} AS VARCHAR) FROM {spec.target.table_name.sql()} "
+                f"WHERE CAST({gen} AS VARCHAR) IN ({str_list(mine)}) ORDER BY 1"
+            )
+        ]
     if not rows:
         raise RecoveryError(
             f"no row of {spec.target.table} carries a run id of Dagster backfill {backfill_id!r} in its "
             f"{spec.target.metadata.generation} column ({len(mine)} runs). Fix: a registry from Dagster fits a target whose "
-            f"generation column holds the run id that wrote each row; otherwise name the backfill's generation in the incident")
+            f"generation column holds the run id that wrote each row; otherwise name the backfill's generation in the incident"
+        )
 
     def txn() -> None:
         with engine.transaction() as s:
             s.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(name.schema)}")
-            s.execute(f"CREATE OR REPLACE TABLE {name.sql()} (generation VARCHAR, kind VARCHAR, backfill_id VARCHAR, "
-                      f"status VARCHAR, started_at TIMESTAMP, ended_at TIMESTAMP, source_watermark TIMESTAMP, "
-                      f"watermark_basis VARCHAR)")
+            s.execute(
+                f"CREATE OR REPLACE TABLE {name.sql()} (generation VARCHAR, kind VARCHAR, backfill_id VARCHAR, "
+                f"status VARCHAR, started_at TIMESTAMP, ended_at TIMESTAMP, source_watermark TIMESTAMP, "
+                f"watermark_basis VARCHAR)"
+            )
             for r in runs:
-                s.execute(f"INSERT INTO {name.sql()} VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                          [r.run_id, r.kind, r.backfill_id, r.status, r.started_at, r.ended_at, r.started_at, WATERMARK_BASIS])
+                s.execute(
+                    f"INSERT INTO {name.sql()} VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        r.run_id,
+                        r.kind,
+                        r.backfill_id,
+                        r.status,
+                        r.started_at,
+                        r.ended_at,
+                        r.started_at,
+                        WATERMARK_BASIS,
+                    ],
+                )
 
     retrying(txn)
     return DagsterRegistry(backfill_id, tuple(carried), tuple(runs), str(name), int(rows))
@@ -126,8 +160,14 @@ def asset_key_of(spec: DatasetSpec, asset: str | None) -> dg.AssetKey:
     return dg.AssetKey([p for p in text.split("/") if p])
 
 
-def registry_from_dagster(spec: DatasetSpec, backfill_id: str, *, table: str, asset: str | None = None,
-                          instance: dg.DagsterInstance | None = None) -> DagsterRegistry:
+def registry_from_dagster(
+    spec: DatasetSpec,
+    backfill_id: str,
+    *,
+    table: str,
+    asset: str | None = None,
+    instance: dg.DagsterInstance | None = None,
+) -> DagsterRegistry:
     if instance is None:
         with dg.DagsterInstance.get() as inst:
             return registry_from_dagster(spec, backfill_id, table=table, asset=asset, instance=inst)
@@ -137,7 +177,12 @@ def registry_from_dagster(spec: DatasetSpec, backfill_id: str, *, table: str, as
 
 def draft_incident(reg: DagsterRegistry, spec_file: Path, incident_id: str, requested_by: str) -> dict:
     """The incident file naming the backfill's runs as the failed generations (approvals left to a person)."""
-    return {"incident_id": incident_id, "spec": str(spec_file.resolve()), "failed_generations": list(reg.failed_generations),
-            "requested_by": requested_by, "approved_by": [],
-            "notes": f"failed generations resolved from Dagster backfill {reg.backfill_id} ({len(reg.runs)} runs in "
-                     f"{reg.table})"}
+    return {
+        "incident_id": incident_id,
+        "spec": str(spec_file.resolve()),
+        "failed_generations": list(reg.failed_generations),
+        "requested_by": requested_by,
+        "approved_by": [],
+        "notes": f"failed generations resolved from Dagster backfill {reg.backfill_id} ({len(reg.runs)} runs in "
+        f"{reg.table})",
+    }

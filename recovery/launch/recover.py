@@ -74,10 +74,17 @@ def _vm_hwm_mb() -> float:
     return _peak_rss_mb()
 
 
-def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterInstance, defs: dg.Definitions,
-                 console: Console, wave_size: int = 30,
-                 on_phase: Callable[[PhaseFigures], None] | None = None,
-                 after_canary: Callable[[], str] | None = None) -> RecoveryRun:
+def run_recovery(
+    incident: Incident,
+    spec: DatasetSpec,
+    *,
+    instance: dg.DagsterInstance,
+    defs: dg.Definitions,
+    console: Console,
+    wave_size: int = 30,
+    on_phase: Callable[[PhaseFigures], None] | None = None,
+    after_canary: Callable[[], str] | None = None,
+) -> RecoveryRun:
     """Run every phase; ``after_canary`` (the worked example's ongoing ingestion) runs once the
     canary passed, before the waves, and returns a line to print."""
     launcher = Launcher(incident, spec, instance=instance, definitions=defs)
@@ -88,11 +95,20 @@ def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterI
         engine_before, t0 = duckdb_engine.ENGINE_SECONDS.total, time.perf_counter()
         with console.status(f"{name} …"):
             run_ids, note = fn()
-        figures = PhaseFigures(name, time.perf_counter() - t0, duckdb_engine.ENGINE_SECONDS.total - engine_before,
-                               _vm_hwm_mb(), run_ids, note)
+        figures = PhaseFigures(
+            name,
+            time.perf_counter() - t0,
+            duckdb_engine.ENGINE_SECONDS.total - engine_before,
+            _vm_hwm_mb(),
+            run_ids,
+            note,
+        )
         out.phases.append(figures)
-        console.print(f"[bold]{name:<9}[/] {note}  [dim]({figures.seconds:.1f} s; runs "
-                      f"{', '.join(r[:8] for r in run_ids)})[/]", highlight=False, soft_wrap=True)
+        console.print(
+            f"[bold]{name:<9}[/] {note}  [dim]({figures.seconds:.1f} s; runs {', '.join(r[:8] for r in run_ids)})[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
         if on_phase:
             on_phase(figures)
 
@@ -109,14 +125,19 @@ def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterI
         r = launcher.run(ASSESS)
         recon = r.asset_materializations_for_node("incident__reconciliation")[0].metadata
         out.decision = decision(launcher)[1].choice  # the rule publish follows too
-        return [r.run_id], (f"{recon['damaged_keys'].value:,} damaged keys in {recon['damaged_partitions'].value} "
-                            f"partitions; decision: {out.decision}")
+        return [r.run_id], (
+            f"{recon['damaged_keys'].value:,} damaged keys in {recon['damaged_partitions'].value} "
+            f"partitions; decision: {out.decision}"
+        )
 
     def repair():
         def wave(w, plan) -> None:
             ok = w.gates and all(g["passed"] for g in w.gates.values())
-            console.print(f"      {wave_name(w.wave):>8}: {w.partitions:>4} partitions, run {w.run_id[:8]}, "
-                          + ("gates passed" if ok else "GATES FAILED"), highlight=False)
+            console.print(
+                f"      {wave_name(w.wave):>8}: {w.partitions:>4} partitions, run {w.run_id[:8]}, "
+                + ("gates passed" if ok else "GATES FAILED"),
+                highlight=False,
+            )
             if w.wave == 0 and ok and after_canary:
                 console.print(f"      {after_canary()}", highlight=False)
 
@@ -126,7 +147,8 @@ def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterI
         plan = rep.plan
         return [rep.plan_run_id] + [w.run_id for w in rep.waves], (
             f"generation {plan.generation} in {plan.namespace}: {len(plan.rebuild)} partitions rebuilt from the source "
-            f"as of {plan.source_watermark} in {len(plan.waves)} runs, {len(plan.qualified)} qualified")
+            f"as of {plan.source_watermark} in {len(plan.waves)} runs, {len(plan.qualified)} qualified"
+        )
 
     def publish():
         done, r, _ = publish_or_roll_back(launcher)
@@ -136,9 +158,11 @@ def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterI
             return [r.run_id], "rolled back to the prior generation"
         meta = r.asset_materializations_for_node("repair__publication")[0].metadata
         cand = r.asset_materializations_for_node("repair__candidate")[0].metadata
-        return [r.run_id], (f"{spec.target.table} -> {meta['published_namespace'].value} "
-                            f"(was {meta['previous_namespace'].value}, kept); concurrent ingestion replayed: "
-                            f"{cand['upserts_replayed'].value:,} upserts, {cand['deletes_replayed'].value:,} deletes")
+        return [r.run_id], (
+            f"{spec.target.table} -> {meta['published_namespace'].value} "
+            f"(was {meta['previous_namespace'].value}, kept); concurrent ingestion replayed: "
+            f"{cand['upserts_replayed'].value:,} upserts, {cand['deletes_replayed'].value:,} deletes"
+        )
 
     def restate():
         if not spec.downstream:  # the restatement job exists only for a dataset with consumers
@@ -158,8 +182,16 @@ def run_recovery(incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterI
         out.report_summary = str(r.asset_materializations_for_node("incident__reports")[0].metadata["summary"].value)
         return [t.run_id, r.run_id], f"timeline, reconciliation and recovery reports in {incident.reports_dir(spec)}"
 
-    for name, fn in [("contain", contain), ("evidence", evidence), ("assess", assess), ("repair", repair),
-                     ("publish", publish), ("restate", restate), ("verify", verify), ("reports", reports)]:
+    for name, fn in [
+        ("contain", contain),
+        ("evidence", evidence),
+        ("assess", assess),
+        ("repair", repair),
+        ("publish", publish),
+        ("restate", restate),
+        ("verify", verify),
+        ("reports", reports),
+    ]:
         if name == "repair" and decision(launcher)[1].is_rollback:
             continue
         phase(name, fn)

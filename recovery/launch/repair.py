@@ -47,8 +47,15 @@ def _plan(spec: DatasetSpec, incident_id: str) -> RepairPlan:
         return require_plan(s, incident_id)
 
 
-def run_repair(launcher: Launcher, *, canary: list[str] | None = None, canary_max: int = 5, wave_size: int = 30,
-               through: str = "all", on_wave: Callable[[WaveOutcome, RepairPlan], None] | None = None) -> RepairOutcome:
+def run_repair(
+    launcher: Launcher,
+    *,
+    canary: list[str] | None = None,
+    canary_max: int = 5,
+    wave_size: int = 30,
+    through: str = "all",
+    on_wave: Callable[[WaveOutcome, RepairPlan], None] | None = None,
+) -> RepairOutcome:
     """Plan (idempotent), then build and gate the canary and the waves not built yet."""
     spec, incident_id = launcher.spec, launcher.incident.incident_id
     planned = launcher.run(PLAN, canary_partitions=canary or [], canary_max=canary_max, wave_size=wave_size)

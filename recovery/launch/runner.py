@@ -22,8 +22,14 @@ from recovery.lib.spec import DatasetSpec
 class Launcher:
     """Launches one incident's phases."""
 
-    def __init__(self, incident: Incident, spec: DatasetSpec, *, instance: dg.DagsterInstance | None = None,
-                 definitions: dg.Definitions | None = None):
+    def __init__(
+        self,
+        incident: Incident,
+        spec: DatasetSpec,
+        *,
+        instance: dg.DagsterInstance | None = None,
+        definitions: dg.Definitions | None = None,
+    ):
         self.incident = incident
         self.spec = spec
         self._instance = instance
@@ -62,8 +68,15 @@ class Launcher:
         """Refuse (``OutOfOrderError``, nothing written) when an earlier phase has not run."""
         require(phase.needs, self.state(), self.incident_file, verb or phase.name)
 
-    def run(self, phase: Phase, *, tags: dict[str, str] | None = None, check_order: bool = True,
-            verb: str | None = None, **config) -> dg.ExecuteInProcessResult:
+    def run(
+        self,
+        phase: Phase,
+        *,
+        tags: dict[str, str] | None = None,
+        check_order: bool = True,
+        verb: str | None = None,
+        **config,
+    ) -> dg.ExecuteInProcessResult:
         """Run the phase's job; ``config`` goes to its first node's config next to the incident file."""
         from recovery.defs.reconciliation.partitions import reconciliation_tags
         from recovery.orchestration import run_job
@@ -73,5 +86,10 @@ class Launcher:
         all_tags = dict(tags or {})
         if phase.whole_target:
             all_tags.update(reconciliation_tags(self.instance, self.spec))
-        return run_job(self.definitions, phase.job, self.instance, run_config=phase.run_config(self.incident_file, **config),
-                       tags=all_tags)
+        return run_job(
+            self.definitions,
+            phase.job,
+            self.instance,
+            run_config=phase.run_config(self.incident_file, **config),
+            tags=all_tags,
+        )

@@ -21,11 +21,11 @@ from recovery.lib.spec import DatasetSpec
 
 @dataclass(frozen=True)
 class IncidentState:
-    managed: bool = False       # the target is a view this package manages (adopted or created)
-    contained: bool = False     # every failed generation is fenced
-    assessed: bool = False      # a reconciliation of this incident is recorded in the control plane
-    planned: bool = False       # a repair plan exists
-    built: bool = False         # every wave of the plan is built and gated
+    managed: bool = False  # the target is a view this package manages (adopted or created)
+    contained: bool = False  # every failed generation is fenced
+    assessed: bool = False  # a reconciliation of this incident is recorded in the control plane
+    planned: bool = False  # a repair plan exists
+    built: bool = False  # every wave of the plan is built and gated
 
 
 def read_state(incident: Incident, spec: DatasetSpec) -> IncidentState:
@@ -33,14 +33,22 @@ def read_state(incident: Incident, spec: DatasetSpec) -> IncidentState:
         if not control_plane_exists(s):
             return IncidentState()
         managed = is_managed(s, spec)
-        fenced = s.scalar(f"SELECT count(DISTINCT generation) FROM {SCHEMA}.fences WHERE generation IN "
-                          f"({str_list(incident.failed_generations)})")
+        fenced = s.scalar(
+            f"SELECT count(DISTINCT generation) FROM {SCHEMA}.fences WHERE generation IN "
+            f"({str_list(incident.failed_generations)})"
+        )
         assessed = has_dataset_table(s, "recon_partitions", spec.dataset) and bool(
-            s.scalar(f"SELECT count(*) FROM {partition_table(spec)} WHERE incident_id = ?", [incident.incident_id]))
+            s.scalar(f"SELECT count(*) FROM {partition_table(spec)} WHERE incident_id = ?", [incident.incident_id])
+        )
         plan = load_plan(s, incident.incident_id) if s.object_kind(SCHEMA, "repair_plans") else None
     built = plan is not None and plan.next_wave() is None
-    return IncidentState(managed=managed, contained=fenced == len(incident.failed_generations), assessed=assessed,
-                         planned=plan is not None, built=built)
+    return IncidentState(
+        managed=managed,
+        contained=fenced == len(incident.failed_generations),
+        assessed=assessed,
+        planned=plan is not None,
+        built=built,
+    )
 
 
 FIRST = {

@@ -48,8 +48,10 @@ class Adoption:
         if not self.adopted_now:
             return f"{spec.target.table} is already managed (a view over {self.namespace}); nothing to adopt"
         reg = f"; {self.registry_rows:,} runs of {spec.registry.table} registered" if spec.registry else ""
-        return (f"adopted {spec.target.table}: {self.rows:,} rows, {len(self.columns)} columns moved to {self.namespace} "
-                f"(checksum {self.checksum}); the public name is now a managed view{reg}")
+        return (
+            f"adopted {spec.target.table}: {self.rows:,} rows, {len(self.columns)} columns moved to {self.namespace} "
+            f"(checksum {self.checksum}); the public name is now a managed view{reg}"
+        )
 
 
 def content_checksum(s: Session, relation_sql: str) -> tuple[int, str]:
@@ -67,8 +69,10 @@ def adopt(engine: Engine, spec: DatasetSpec, *, actor: str, incident_id: str | N
             return Adoption(ns, False, 0, [c for c, _ in s.columns(namespace_sql(ns))], None, 0)
         kind = s.object_kind(public.schema, public.name)
     if kind is None:
-        raise RecoveryError(f"target {public} does not exist in {spec.warehouse.path.name}: "
-                            f"nothing to contain; check target.table in the spec")
+        raise RecoveryError(
+            f"target {public} does not exist in {spec.warehouse.path.name}: "
+            f"nothing to contain; check target.table in the spec"
+        )
 
     def txn() -> Adoption:
         with engine.transaction() as s:
@@ -79,13 +83,32 @@ def adopt(engine: Engine, spec: DatasetSpec, *, actor: str, incident_id: str | N
             rows, checksum = content_checksum(s, public.sql()) if kind == "table" else (0, None)
             columns = [c for c, _ in s.columns(public.sql())]
             ns = create_or_adopt(s, spec, actor=actor)
-            registered = int(s.scalar(f"SELECT count(*) FROM {SCHEMA}.generations WHERE dataset = ? AND note LIKE 'from registry %'",
-                                      [spec.dataset]) or 0)
-            record_event(s, kind="target_adopted", dataset=spec.dataset, incident_id=incident_id, actor=actor,
-                         summary=f"{public} taken under management: {rows:,} rows, {len(columns)} columns moved to {ns} "
-                                 f"(checksum {checksum}); foreign writes to the public name now fail",
-                         details=json.dumps({"namespace": ns, "rows": rows, "columns": columns, "checksum": checksum,
-                                             "registry_rows": registered, "was": kind}))
+            registered = int(
+                s.scalar(
+                    f"SELECT count(*) FROM {SCHEMA}.generations WHERE dataset = ? AND note LIKE 'from registry %'",
+                    [spec.dataset],
+                )
+                or 0
+            )
+            record_event(
+                s,
+                kind="target_adopted",
+                dataset=spec.dataset,
+                incident_id=incident_id,
+                actor=actor,
+                summary=f"{public} taken under management: {rows:,} rows, {len(columns)} columns moved to {ns} "
+                f"(checksum {checksum}); foreign writes to the public name now fail",
+                details=json.dumps(
+                    {
+                        "namespace": ns,
+                        "rows": rows,
+                        "columns": columns,
+                        "checksum": checksum,
+                        "registry_rows": registered,
+                        "was": kind,
+                    }
+                ),
+            )
             return Adoption(ns, True, rows, columns, checksum, registered)
 
     return retrying(txn)
@@ -100,11 +123,16 @@ def release(engine: Engine, spec: DatasetSpec, *, actor: str) -> tuple[str, int]
         with engine.transaction() as s:
             if not control_plane_exists(s) or not is_managed(s, spec):
                 raise RecoveryError(f"{public} is not managed by this package: nothing to release")
-            building = s.scalar(f"SELECT string_agg(namespace, ', ') FROM {SCHEMA}.namespaces "
-                                f"WHERE dataset = ? AND status = 'building'", [spec.dataset])
+            building = s.scalar(
+                f"SELECT string_agg(namespace, ', ') FROM {SCHEMA}.namespaces "
+                f"WHERE dataset = ? AND status = 'building'",
+                [spec.dataset],
+            )
             if building:
-                raise RecoveryError(f"a repair generation is still being built ({building}): publish or abandon it "
-                                    f"before handing {public} back")
+                raise RecoveryError(
+                    f"a repair generation is still being built ({building}): publish or abandon it "
+                    f"before handing {public} back"
+                )
             ns = published_namespace(s, spec)
             seq = next_seq(s)
             staging = TableName(public.schema, f"{public.name}__released")
@@ -114,13 +142,23 @@ def release(engine: Engine, spec: DatasetSpec, *, actor: str) -> tuple[str, int]
             s.execute(f"DROP VIEW {public.sql()}")
             s.execute(f"ALTER TABLE {staging.sql()} RENAME TO {quote(public.name)}")
             s.execute(f"DELETE FROM {SCHEMA}.pointers WHERE public_name = ?", [str(public)])
-            s.execute(f"INSERT INTO {SCHEMA}.pointer_history VALUES (?, ?, ?, NULL, ?, ?, ?, 'released')",
-                      [str(public), spec.dataset, ns, seq, utcnow(), actor])
-            s.execute(f"UPDATE {SCHEMA}.namespaces SET status = 'retained' WHERE dataset = ? AND status = 'published'", [spec.dataset])
-            record_event(s, kind="target_released", dataset=spec.dataset, actor=actor,
-                         summary=f"{public} handed back as a plain table: {rows:,} rows of {ns} (checksum {checksum}); "
-                                 f"the package's namespaces are kept as history",
-                         details=json.dumps({"namespace": ns, "rows": rows, "checksum": checksum}))
+            s.execute(
+                f"INSERT INTO {SCHEMA}.pointer_history VALUES (?, ?, ?, NULL, ?, ?, ?, 'released')",
+                [str(public), spec.dataset, ns, seq, utcnow(), actor],
+            )
+            s.execute(
+                f"UPDATE {SCHEMA}.namespaces SET status = 'retained' WHERE dataset = ? AND status = 'published'",
+                [spec.dataset],
+            )
+            record_event(
+                s,
+                kind="target_released",
+                dataset=spec.dataset,
+                actor=actor,
+                summary=f"{public} handed back as a plain table: {rows:,} rows of {ns} (checksum {checksum}); "
+                f"the package's namespaces are kept as history",
+                details=json.dumps({"namespace": ns, "rows": rows, "checksum": checksum}),
+            )
             return ns, rows
 
     return retrying(txn)

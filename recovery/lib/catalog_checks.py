@@ -36,8 +36,13 @@ def _checked_before(s, scanned: tuple) -> bool:
 
     if s.object_kind(SCHEMA, _CHECKED) is None:
         return False
-    return bool(s.scalar(f"SELECT count(*) FROM {SCHEMA}.{_CHECKED} WHERE source = ? AND key = ? AND version = ? "
-                         f"AND op = ? AND ops = ? AND rows = ?", _check_row(scanned)))
+    return bool(
+        s.scalar(
+            f"SELECT count(*) FROM {SCHEMA}.{_CHECKED} WHERE source = ? AND key = ? AND version = ? "
+            f"AND op = ? AND ops = ? AND rows = ?",
+            _check_row(scanned),
+        )
+    )
 
 
 def remember_source_checks(s, spec: DatasetSpec) -> None:
@@ -48,12 +53,16 @@ def remember_source_checks(s, spec: DatasetSpec) -> None:
     mine = [c for c in _SCANNED_SOURCES if c[0] == str(spec.warehouse.path)]
     if not mine:
         return
-    s.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA}.{_CHECKED} (source VARCHAR, key VARCHAR[], version VARCHAR, op VARCHAR, "
-              f"ops VARCHAR[], rows BIGINT, checked_at TIMESTAMP DEFAULT current_timestamp)")
+    s.execute(
+        f"CREATE TABLE IF NOT EXISTS {SCHEMA}.{_CHECKED} (source VARCHAR, key VARCHAR[], version VARCHAR, op VARCHAR, "
+        f"ops VARCHAR[], rows BIGINT, checked_at TIMESTAMP DEFAULT current_timestamp)"
+    )
     for c in mine:
         if not _checked_before(s, c):
-            s.execute(f"INSERT INTO {SCHEMA}.{_CHECKED} (source, key, version, op, ops, rows) VALUES (?, ?, ?, ?, ?, ?)",
-                      _check_row(c))
+            s.execute(
+                f"INSERT INTO {SCHEMA}.{_CHECKED} (source, key, version, op, ops, rows) VALUES (?, ?, ?, ?, ?, ?)",
+                _check_row(c),
+            )
 
 
 def check_against_warehouse(spec: DatasetSpec) -> None:
@@ -63,10 +72,18 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
         raise SpecError(field, problem, fix, source=src)
 
     if spec.warehouse.engine == "duckdb" and not spec.warehouse.path.exists():
-        fail("warehouse.path", f"{spec.warehouse.path} does not exist", "point it at the warehouse file, relative to the spec")
+        fail(
+            "warehouse.path",
+            f"{spec.warehouse.path} does not exist",
+            "point it at the warehouse file, relative to the spec",
+        )
     if spec.warehouse.engine == "duckdb" and not spec.warehouse.path.is_file() and not spec.warehouse.path.is_dir():
         # a FIFO or device would block or be read by DuckDB's open; a directory gets DuckDB's own message below
-        fail("warehouse.path", f"{spec.warehouse.path} is not a regular file", "point it at the warehouse file, relative to the spec")
+        fail(
+            "warehouse.path",
+            f"{spec.warehouse.path} is not a regular file",
+            "point it at the warehouse file, relative to the spec",
+        )
     try:
         engine = open_engine(spec.warehouse)
     except NotImplementedError as e:
@@ -75,14 +92,24 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
         try:
             s = stack.enter_context(engine.session(read_only=True))
         except duckdb.Error as e:  # not a database file, a directory, or a setting DuckDB rejects
-            field = "warehouse.path" if isinstance(e, duckdb.IOException) else (
-                "warehouse.memory_limit" if "memory" in str(e).lower() else "warehouse")
-            fail(field, f"DuckDB cannot open {spec.warehouse.path.name}: {str(e).splitlines()[0]}",
-                 "point warehouse.path at a DuckDB database file and give settings DuckDB accepts (e.g. memory_limit: 4GB)")
+            field = (
+                "warehouse.path"
+                if isinstance(e, duckdb.IOException)
+                else ("warehouse.memory_limit" if "memory" in str(e).lower() else "warehouse")
+            )
+            fail(
+                field,
+                f"DuckDB cannot open {spec.warehouse.path.name}: {str(e).splitlines()[0]}",
+                "point warehouse.path at a DuckDB database file and give settings DuckDB accepts (e.g. memory_limit: 4GB)",
+            )
         s_table = spec.source.table_name
         cols = dict(s.columns(s_table.sql()))
         if not cols:
-            fail("source.table", f"table {s_table} does not exist in {spec.warehouse.path.name}", "name an existing schema.table")
+            fail(
+                "source.table",
+                f"table {s_table} does not exist in {spec.warehouse.path.name}",
+                "name an existing schema.table",
+            )
         n: str | None  # a column name; the optional fields below may name none
         for field, names in [
             ("source.key", spec.source.key),
@@ -93,13 +120,24 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
         ]:
             for n in names:
                 if n not in cols:
-                    fail(field, f"column {n!r} is not in {s_table} (columns: {', '.join(cols)})", "name an existing column")
+                    fail(
+                        field,
+                        f"column {n!r} is not in {s_table} (columns: {', '.join(cols)})",
+                        "name an existing column",
+                    )
         ops = spec.source.upsert_ops + spec.source.delete_ops
         # the two full scans of the change log, once per process and source size: the log is
         # append-only, so the same row count means the same rows (each phase's run loads the spec;
         # at 100M events each scan takes ~12 s)
-        scanned = (str(spec.warehouse.path), str(s_table), tuple(spec.key), spec.source.version, spec.source.op, tuple(ops),
-                   s.scalar(f"SELECT count(*) FROM {s_table.sql()}"))
+        scanned = (
+            str(spec.warehouse.path),
+            str(s_table),
+            tuple(spec.key),
+            spec.source.version,
+            spec.source.op,
+            tuple(ops),
+            s.scalar(f"SELECT count(*) FROM {s_table.sql()}"),
+        )
         if scanned not in _SCANNED_SOURCES and _checked_before(s, scanned):
             _SCANNED_SOURCES.add(scanned)
         if scanned not in _SCANNED_SOURCES:
@@ -118,20 +156,36 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
                 f"WHERE CAST({quote(spec.source.op)} AS VARCHAR) NOT IN ({str_list(ops)}) LIMIT 1"
             )
             if bad_op:
-                fail("source.op", f"value {bad_op[0]!r} is neither an upsert nor a delete op {ops}", "list it under source.upsert_ops or source.delete_ops")
+                fail(
+                    "source.op",
+                    f"value {bad_op[0]!r} is neither an upsert nor a delete op {ops}",
+                    "list it under source.upsert_ops or source.delete_ops",
+                )
             _SCANNED_SOURCES.add(scanned)
         try:
             out = dict(s.relation_columns(expected_rows_sql(spec, None)))
         except duckdb.Error as e:
-            fail("target.transform", f"does not run over the source: {str(e).splitlines()[0]}", "fix the SQL; it reads {{ source }} shaped like the source table")
+            fail(
+                "target.transform",
+                f"does not run over the source: {str(e).splitlines()[0]}",
+                "fix the SQL; it reads {{ source }} shaped like the source table",
+            )
         for field, n in [("source.key", k) for k in spec.key] + [("target.partition", spec.target.partition)]:
             if n not in out:
-                fail(field, f"column {n!r} is not produced by the transform {spec.target.transform.name}", "select it in the transform")
+                fail(
+                    field,
+                    f"column {n!r} is not produced by the transform {spec.target.transform.name}",
+                    "select it in the transform",
+                )
         for field, n in [("target.amount", spec.target.amount), ("target.event_time", spec.target.event_time)] + [
             ("target.sensitive", c) for c in spec.target.sensitive
         ]:
             if n is not None and n not in out:
-                fail(field, f"column {n!r} is not produced by the transform", "name a column the transform returns, or remove the field")
+                fail(
+                    field,
+                    f"column {n!r} is not produced by the transform",
+                    "name a column the transform returns, or remove the field",
+                )
         if spec.source.sensitive or spec.target.sensitive:
             # evidence hashes what lineage derives from a sensitive column; refuse what no hash can
             # cover (before the name checks below, whose messages would quote a pivoted value)
@@ -139,13 +193,20 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
 
             target_cols = {**out, **{m: "VARCHAR" for m in spec.target.metadata.columns}}
             for x in follow_sensitive(spec, cols, target_cols).exposures:
-                fail(x.field, f"exposes sensitive column {x.column}: {x.why}",
-                     "hash or drop the value in the SQL (e.g. sha256(col)), or do not pivot on it")
+                fail(
+                    x.field,
+                    f"exposes sensitive column {x.column}: {x.why}",
+                    "hash or drop the value in the SQL (e.g. sha256(col)), or do not pivot on it",
+                )
         produced = dict(s.relation_columns(transform_sql(spec, source_snapshot_sql(spec, None))))
         _plain_outputs("target.transform", spec.target.transform.name, produced, fail)
         clash = set(spec.target.metadata.columns) & set(produced)
         if clash:
-            fail("target.metadata", f"transform already returns {sorted(clash)}", "rename the metadata columns or the transform's columns")
+            fail(
+                "target.metadata",
+                f"transform already returns {sorted(clash)}",
+                "rename the metadata columns or the transform's columns",
+            )
         if spec.registry is not None:
             _check_registry(s, spec, fail)
         relation = expected_rows_sql(spec, None)
@@ -153,13 +214,25 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
             try:
                 dcols = dict(s.relation_columns(render(spec.downstream_sql[d.name], target=relation)))
             except duckdb.Error as e:
-                fail(f"downstream[{i}].sql", f"does not run over the target: {str(e).splitlines()[0]}", "fix the SQL; it reads {{ target }} shaped like the target")
+                fail(
+                    f"downstream[{i}].sql",
+                    f"does not run over the target: {str(e).splitlines()[0]}",
+                    "fix the SQL; it reads {{ target }} shaped like the target",
+                )
             _plain_outputs(f"downstream[{i}].sql", d.sql.name, dcols, fail)
             for k in d.key:
                 if k not in dcols:
-                    fail(f"downstream[{i}].key", f"column {k!r} is not produced by {d.sql.name}", "name columns the consumer's SQL returns")
+                    fail(
+                        f"downstream[{i}].key",
+                        f"column {k!r} is not produced by {d.sql.name}",
+                        "name columns the consumer's SQL returns",
+                    )
             if d.materiality and d.materiality.column not in dcols:
-                fail(f"downstream[{i}].materiality.column", f"column {d.materiality.column!r} is not produced by {d.sql.name}", "name a numeric column of the consumer")
+                fail(
+                    f"downstream[{i}].materiality.column",
+                    f"column {d.materiality.column!r} is not produced by {d.sql.name}",
+                    "name a numeric column of the consumer",
+                )
 
 
 def _check_registry(s, spec: DatasetSpec, fail) -> None:
@@ -167,17 +240,27 @@ def _check_registry(s, spec: DatasetSpec, fail) -> None:
     assert reg is not None  # called only for a spec with a registry section
     cols = dict(s.columns(reg.table_name.sql()))
     if not cols:
-        fail("registry.table", f"table {reg.table} does not exist in {spec.warehouse.path.name}",
-             "name the schema.table where your runs are recorded, or remove the registry section")
+        fail(
+            "registry.table",
+            f"table {reg.table} does not exist in {spec.warehouse.path.name}",
+            "name the schema.table where your runs are recorded, or remove the registry section",
+        )
     for field in ("generation", "kind", "started_at", "ended_at", "source_watermark"):
         name = getattr(reg, field)
         if name is not None and name not in cols:
-            fail(f"registry.{field}", f"column {name!r} is not in {reg.table} (columns: {', '.join(cols)})",
-                 "name an existing column, or remove the field")
+            fail(
+                f"registry.{field}",
+                f"column {name!r} is not in {reg.table} (columns: {', '.join(cols)})",
+                "name an existing column, or remove the field",
+            )
     for field in ("started_at", "ended_at", "source_watermark"):
         name = getattr(reg, field)
         if name is not None and not cols[name].upper().startswith(("TIMESTAMP", "DATE")):
-            fail(f"registry.{field}", f"column {name!r} is {cols[name]}, not a timestamp", "name a TIMESTAMP column (UTC)")
+            fail(
+                f"registry.{field}",
+                f"column {name!r} is {cols[name]}, not a timestamp",
+                "name a TIMESTAMP column (UTC)",
+            )
 
 
 def load_spec(path: str | Path, *, check_warehouse: bool = True) -> DatasetSpec:
@@ -193,5 +276,8 @@ def _plain_outputs(field: str, file: str, columns: dict, fail) -> None:
     them in SQL (quoted), and a name like ``top sku`` or ``sum(qty)`` would fail there, mid-recovery."""
     for name in columns:
         if not is_plain_identifier(name):
-            fail(field, f"{file} returns a column named {name!r}, not a plain identifier",
-                 "alias it with a plain name (letters, digits, underscores), e.g. AS top_sku")
+            fail(
+                field,
+                f"{file} returns a column named {name!r}, not a plain identifier",
+                "alias it with a plain name (letters, digits, underscores), e.g. AS top_sku",
+            )

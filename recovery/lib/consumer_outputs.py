@@ -88,13 +88,16 @@ def preserved_because(s: Session, ns: str) -> str | None:
     if fenced is not None:
         return f"built while the target exposed rows of generation {fenced}, fenced since"
     incident = s.scalar(
-        f"SELECT min(incident_id) FROM {RESTATEMENTS} WHERE original_namespace = ? OR corrected_namespace = ?", [ns, ns])
+        f"SELECT min(incident_id) FROM {RESTATEMENTS} WHERE original_namespace = ? OR corrected_namespace = ?", [ns, ns]
+    )
     if incident is not None:
         return f"recorded by the restatement of incident {incident}"
     return None
 
 
-def refresh_output(s: Session, spec: DatasetSpec, consumer: str, select_sql: str, *, actor: str = "refresh") -> OutputBuild:
+def refresh_output(
+    s: Session, spec: DatasetSpec, consumer: str, select_sql: str, *, actor: str = "refresh"
+) -> OutputBuild:
     """A normal refresh: rewrite the current namespace, or publish a new one when the current is
     preserved (or none exists). The caller owns the transaction."""
     ensure_tables(s)
@@ -127,8 +130,11 @@ def publish_output(s: Session, spec: DatasetSpec, consumer: str, select_sql: str
 def damaged_output(s: Session, spec: DatasetSpec, consumer: str, generations: list[str] | None) -> str | None:
     """The latest output of ``consumer`` built while the target exposed rows of ``generations``
     (default: of any generation fenced since)."""
-    wanted = (f"[{str_list(generations)}]" if generations
-              else f"(SELECT coalesce(list(generation), []) FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL)")
+    wanted = (
+        f"[{str_list(generations)}]"
+        if generations
+        else f"(SELECT coalesce(list(generation), []) FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL)"
+    )
     gens = f"list_has_any(b.generations, CAST({wanted} AS VARCHAR[]))"
     return s.scalar(
         f"SELECT b.namespace FROM {BUILDS} b JOIN {SCHEMA}.namespaces n USING (namespace) "
@@ -147,17 +153,23 @@ def damaged_target(s: Session, spec: DatasetSpec, generations: list[str] | None)
 
     if not has_dataset_table(s, "delta", spec.dataset):
         return None
-    wanted = (str_list(generations) if generations
-              else f"SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL AND dataset = '{spec.dataset}'")
-    ns = s.scalar(f"SELECT arg_max(_delta_namespace, _delta_seq) FROM {delta_table(spec.dataset)} "
-                  f"WHERE {quote(spec.target.metadata.generation)} IN ({wanted})")
+    wanted = (
+        str_list(generations)
+        if generations
+        else f"SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL AND dataset = '{spec.dataset}'"
+    )
+    ns = s.scalar(
+        f"SELECT arg_max(_delta_namespace, _delta_seq) FROM {delta_table(spec.dataset)} "
+        f"WHERE {quote(spec.target.metadata.generation)} IN ({wanted})"
+    )
     if ns is None or s.scalar(f"SELECT count(*) FROM {SCHEMA}.namespaces WHERE namespace = ?", [ns]) == 0:
         return None
     return ns
 
 
-def build_original(s: Session, spec: DatasetSpec, consumer: str, select_sql: str, damaged_ns: str, *, actor: str,
-                   incident_id: str) -> str:
+def build_original(
+    s: Session, spec: DatasetSpec, consumer: str, select_sql: str, damaged_ns: str, *, actor: str, incident_id: str
+) -> str:
     """The consumer's output as the damage would have produced it (no earlier materialization
     exists): built over the damaged namespace into a kept namespace the public name never points
     at, and recorded as built from that namespace, so the ledger holds original values."""

@@ -26,7 +26,9 @@ def consumer_table(spec: DatasetSpec, consumer: DownstreamSpec) -> TableName:
 
 def consumer_sql(spec: DatasetSpec, consumer: DownstreamSpec, target_relation: str | None = None) -> str:
     """The consumer's SQL over the public target (or any relation shaped like it)."""
-    return render(spec.downstream_sql[consumer.name], target=target_relation or f"SELECT * FROM {spec.target.table_name.sql()}")
+    return render(
+        spec.downstream_sql[consumer.name], target=target_relation or f"SELECT * FROM {spec.target.table_name.sql()}"
+    )
 
 
 def fenced_generations_in_target(s: Session, spec: DatasetSpec) -> list[str]:

@@ -6,8 +6,15 @@ from __future__ import annotations
 
 SCHEMA = "_recovery"
 
-PER_DATASET_TABLES = ("delta", "recon", "recon_partitions", "impact", "repair_snapshot", "restatement_ledger",
-                      "convergence")
+PER_DATASET_TABLES = (
+    "delta",
+    "recon",
+    "recon_partitions",
+    "impact",
+    "repair_snapshot",
+    "restatement_ledger",
+    "convergence",
+)
 """The control plane's per-dataset tables, each named ``_recovery."<kind>__<dataset>"``: every module
 asks here for the name rather than building it."""
 

@@ -36,7 +36,7 @@ class FailedBackfill:
     """A backfill of a managed dataset that needs containment, as the sensor saw it."""
 
     backfill_id: str
-    status: str                 # the backfill's status (COMPLETED_FAILED, CANCELED, ...)
+    status: str  # the backfill's status (COMPLETED_FAILED, CANCELED, ...)
     generation: str
     partition_keys: tuple[str, ...]
     failed_runs: tuple[str, ...]
@@ -77,8 +77,10 @@ def launchpad_url(ui: str, location: str, incident_file: str | Path, job: str = 
     """The containment job's launchpad with its config filled in (Dagster's ``?config=`` parameter);
     ``job`` is ``contain_backfill``, or ``contain_backfill__<dataset>`` for a further dataset."""
     config = yaml.safe_dump(CONTAIN.run_config(str(incident_file)), sort_keys=False)
-    return (f"{ui.rstrip('/')}/locations/__repository__@{location}/jobs/{job}/playground/setup"
-            f"?config={url_quote(config, safe='')}")
+    return (
+        f"{ui.rstrip('/')}/locations/__repository__@{location}/jobs/{job}/playground/setup"
+        f"?config={url_quote(config, safe='')}"
+    )
 
 
 def incident_document(spec_path: Path, path: Path, failed: FailedBackfill, *, requested_by: str) -> dict:
@@ -95,8 +97,15 @@ def incident_document(spec_path: Path, path: Path, failed: FailedBackfill, *, re
     return {k: v for k, v in doc.items() if v is not None}
 
 
-def open_draft(engine: Engine, spec_path: Path, spec: DatasetSpec, failed: FailedBackfill, *,
-               requested_by: str, actor: str = "backfill_incident_sensor") -> Draft:
+def open_draft(
+    engine: Engine,
+    spec_path: Path,
+    spec: DatasetSpec,
+    failed: FailedBackfill,
+    *,
+    requested_by: str,
+    actor: str = "backfill_incident_sensor",
+) -> Draft:
     """Write the draft incident file (unless it exists) and start its timeline, once per backfill."""
     incident_id = draft_incident_id(failed.backfill_id)
     path = draft_path(spec, incident_id)
@@ -105,27 +114,55 @@ def open_draft(engine: Engine, spec_path: Path, spec: DatasetSpec, failed: Faile
     def txn() -> bool:
         with engine.transaction() as s:
             ensure_control_plane(s)
-            if s.scalar(f"SELECT count(*) FROM {SCHEMA}.timeline WHERE kind = ? AND incident_id = ?", [DRAFT_KIND, incident_id]):
+            if s.scalar(
+                f"SELECT count(*) FROM {SCHEMA}.timeline WHERE kind = ? AND incident_id = ?", [DRAFT_KIND, incident_id]
+            ):
                 return False
             if not path.exists():
                 path.parent.mkdir(parents=True, exist_ok=True)
-                text = (f"# Draft incident opened when {failed.reason}.\n"
-                        f"# Review it, add approved_by, then: recovery contain --incident {path}\n"
-                        + yaml.safe_dump(incident_document(spec_path, path, failed, requested_by=requested_by), sort_keys=False))
+                text = (
+                    f"# Draft incident opened when {failed.reason}.\n"
+                    f"# Review it, add approved_by, then: recovery contain --incident {path}\n"
+                    + yaml.safe_dump(
+                        incident_document(spec_path, path, failed, requested_by=requested_by), sort_keys=False
+                    )
+                )
                 tmp = path.with_suffix(".yaml.tmp")
                 tmp.write_text(text)
                 tmp.replace(path)
-            record_event(s, kind=DRAFT_KIND, dataset=spec.dataset, incident_id=incident_id, actor=actor,
-                         summary=f"draft incident {incident_id} opened: {failed.reason}; generation {failed.generation}"
-                                 + (f", partitions {span[0]}..{span[1]}" if span else ""),
-                         details=json.dumps({"backfill_id": failed.backfill_id, "generation": failed.generation,
-                                             "status": failed.status, "failed_runs": list(failed.failed_runs),
-                                             "incident_file": str(path)}, default=str))
+            record_event(
+                s,
+                kind=DRAFT_KIND,
+                dataset=spec.dataset,
+                incident_id=incident_id,
+                actor=actor,
+                summary=f"draft incident {incident_id} opened: {failed.reason}; generation {failed.generation}"
+                + (f", partitions {span[0]}..{span[1]}" if span else ""),
+                details=json.dumps(
+                    {
+                        "backfill_id": failed.backfill_id,
+                        "generation": failed.generation,
+                        "status": failed.status,
+                        "failed_runs": list(failed.failed_runs),
+                        "incident_file": str(path),
+                    },
+                    default=str,
+                ),
+            )
             return True
 
     newly = retrying(txn)
     return Draft(incident_id, path, newly, span)
 
 
-__all__ = ["FailedBackfill", "Draft", "draft_incident_id", "draft_path", "partition_range",
-           "launchpad_url", "incident_document", "open_draft", "DRAFT_KIND"]
+__all__ = [
+    "FailedBackfill",
+    "Draft",
+    "draft_incident_id",
+    "draft_path",
+    "partition_range",
+    "launchpad_url",
+    "incident_document",
+    "open_draft",
+    "DRAFT_KIND",
+]

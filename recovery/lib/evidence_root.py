@@ -13,13 +13,35 @@ from pathlib import Path
 
 from recovery.lib.errors import SpecError
 
-SYSTEM_DIRS = tuple(Path(p) for p in (
-    "/proc", "/sys", "/dev", "/etc", "/boot", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr",
-    "/run", "/var/run", "/var/lib", "/var/log", "/var/spool", "/var/cache", "/snap",
-))
+SYSTEM_DIRS = tuple(
+    Path(p)
+    for p in (
+        "/proc",
+        "/sys",
+        "/dev",
+        "/etc",
+        "/boot",
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/libx32",
+        "/usr",
+        "/run",
+        "/var/run",
+        "/var/lib",
+        "/var/log",
+        "/var/spool",
+        "/var/cache",
+        "/snap",
+    )
+)
 """Trees no evidence may go into (virtual file systems, the OS, package state, logs)."""
 
-_FIX = "set evidence_root to a directory you own outside system directories (or omit it: evidence/ beside the warehouse)"
+_FIX = (
+    "set evidence_root to a directory you own outside system directories (or omit it: evidence/ beside the warehouse)"
+)
 
 
 def check_evidence_root(root: Path | None, *, field: str = "evidence_root", source: str | None = None) -> None:
@@ -42,13 +64,19 @@ def check_evidence_root(root: Path | None, *, field: str = "evidence_root", sour
                 raise SpecError(field, f"{root} exists and is not a directory", _FIX, source=source)
             owner = root.stat().st_uid
             if owner != os.geteuid():
-                raise SpecError(field, f"{root} is owned by uid {owner}, not by the user running the recovery (uid "
-                                       f"{os.geteuid()})", _FIX, source=source)
+                raise SpecError(
+                    field,
+                    f"{root} is owned by uid {owner}, not by the user running the recovery (uid {os.geteuid()})",
+                    _FIX,
+                    source=source,
+                )
             return
         parent = root.parent
         while not parent.exists():
             parent = parent.parent
         if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-            raise SpecError(field, f"{root} does not exist and {parent} is not a directory you may write to", _FIX, source=source)
+            raise SpecError(
+                field, f"{root} does not exist and {parent} is not a directory you may write to", _FIX, source=source
+            )
     except OSError as e:
         raise SpecError(field, f"cannot inspect {root} ({e.strerror or e})", _FIX, source=source) from None

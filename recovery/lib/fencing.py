@@ -94,8 +94,12 @@ def fence_incident(writer: Writer, incident: Incident) -> list[FenceOutcome]:
     for generation in incident.failed_generations:
         if generation in before:
             continue
-        writer.fence(generation, incident_id=incident.incident_id, fenced_by=incident.requested_by,
-                     reason=f"incident {incident.incident_id}, approved by {approved}")
+        writer.fence(
+            generation,
+            incident_id=incident.incident_id,
+            fenced_by=incident.requested_by,
+            reason=f"incident {incident.incident_id}, approved by {approved}",
+        )
     after = {f.generation: f for f in read_fences(writer.engine, incident.failed_generations)}
     return [FenceOutcome(after[g], g not in before) for g in incident.failed_generations]
 
@@ -108,8 +112,16 @@ def record_events(engine: Engine, events: list[TimelineEvent]) -> None:
     def txn() -> None:
         with engine.transaction() as s:
             for e in events:
-                record_event(s, kind=e.kind, summary=e.summary, dataset=e.dataset, incident_id=e.incident_id,
-                             actor=e.actor, run_id=e.run_id, details=json.dumps(e.details, sort_keys=True, default=str))
+                record_event(
+                    s,
+                    kind=e.kind,
+                    summary=e.summary,
+                    dataset=e.dataset,
+                    incident_id=e.incident_id,
+                    actor=e.actor,
+                    run_id=e.run_id,
+                    details=json.dumps(e.details, sort_keys=True, default=str),
+                )
 
     retrying(txn)
 
@@ -117,9 +129,13 @@ def record_events(engine: Engine, events: list[TimelineEvent]) -> None:
 def event_recorded(engine: Engine, kind: str, incident_id: str, generation: str) -> bool:
     """Whether an event of ``kind`` about ``generation`` was recorded for the incident."""
     with engine.session(read_only=True) as s:
-        return bool(s.scalar(
-            f"SELECT count(*) FROM {SCHEMA}.timeline WHERE kind = ? AND incident_id = ? "
-            f"AND json_extract_string(details, '$.generation') = ?", [kind, incident_id, generation]))
+        return bool(
+            s.scalar(
+                f"SELECT count(*) FROM {SCHEMA}.timeline WHERE kind = ? AND incident_id = ? "
+                f"AND json_extract_string(details, '$.generation') = ?",
+                [kind, incident_id, generation],
+            )
+        )
 
 
 def count_run_attempt(engine: Engine, fence: FenceRecord, run_id: str, status: str, detail: str) -> bool:
@@ -128,24 +144,37 @@ def count_run_attempt(engine: Engine, fence: FenceRecord, run_id: str, status: s
 
     def txn() -> bool:
         with engine.transaction() as s:
-            seen = s.scalar(f"SELECT count(*) FROM {SCHEMA}.fence_attempts WHERE generation = ? AND run_id = ? "
-                            f"AND action LIKE 'run:%'", [fence.generation, run_id])
+            seen = s.scalar(
+                f"SELECT count(*) FROM {SCHEMA}.fence_attempts WHERE generation = ? AND run_id = ? "
+                f"AND action LIKE 'run:%'",
+                [fence.generation, run_id],
+            )
             if seen:
                 return False
             action = f"run:{status}"
-            s.execute(f"INSERT INTO {SCHEMA}.fence_attempts VALUES (?, ?, ?, ?, ?, ?)",
-                      [fence.generation, fence.dataset, utcnow(), action, run_id, detail])
-            record_event(s, kind="fence_attempt", dataset=fence.dataset, incident_id=fence.incident_id,
-                         actor="fencing_sensor", run_id=run_id,
-                         summary=f"run {run_id} of fenced generation {fence.generation} was {status} after the fence; stopped",
-                         details=json.dumps({"generation": fence.generation, "action": action, "detail": detail}))
+            s.execute(
+                f"INSERT INTO {SCHEMA}.fence_attempts VALUES (?, ?, ?, ?, ?, ?)",
+                [fence.generation, fence.dataset, utcnow(), action, run_id, detail],
+            )
+            record_event(
+                s,
+                kind="fence_attempt",
+                dataset=fence.dataset,
+                incident_id=fence.incident_id,
+                actor="fencing_sensor",
+                run_id=run_id,
+                summary=f"run {run_id} of fenced generation {fence.generation} was {status} after the fence; stopped",
+                details=json.dumps({"generation": fence.generation, "action": action, "detail": detail}),
+            )
             return True
 
     return retrying(txn)
 
 
-ATTEMPT_KEY_SQL = ("'fence-attempt:' || a.generation || ':' || a.action || ':' || coalesce(a.run_id, '-') || ':' "
-                   "|| strftime(a.attempted_at, '%Y-%m-%dT%H:%M:%S.%f')")
+ATTEMPT_KEY_SQL = (
+    "'fence-attempt:' || a.generation || ':' || a.action || ':' || coalesce(a.run_id, '-') || ':' "
+    "|| strftime(a.attempted_at, '%Y-%m-%dT%H:%M:%S.%f')"
+)
 
 
 def unalerted_attempts(session: Session) -> list[Attempt]:
@@ -162,5 +191,18 @@ def unalerted_attempts(session: Session) -> list[Attempt]:
     return [Attempt(*r) for r in rows if r[0] not in done]
 
 
-__all__ = ["GENERATION_TAG", "FenceRecord", "FenceOutcome", "TimelineEvent", "Attempt", "fences", "read_fences",
-           "fence_incident", "record_events", "event_recorded", "count_run_attempt", "unalerted_attempts", "NOTIFICATIONS"]
+__all__ = [
+    "GENERATION_TAG",
+    "FenceRecord",
+    "FenceOutcome",
+    "TimelineEvent",
+    "Attempt",
+    "fences",
+    "read_fences",
+    "fence_incident",
+    "record_events",
+    "event_recorded",
+    "count_run_attempt",
+    "unalerted_attempts",
+    "NOTIFICATIONS",
+]

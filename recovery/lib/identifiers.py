@@ -75,6 +75,7 @@ class TableName:
 
 # ---- literals: the one place a Python value becomes SQL text ------------------------------------
 
+
 def utc_naive(value: dt.datetime) -> dt.datetime:
     """A datetime as the naive UTC the warehouse stores (an aware one is converted, not truncated)."""
     return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo is not None else value

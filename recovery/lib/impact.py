@@ -52,8 +52,15 @@ def impact_table(spec: DatasetSpec) -> str:
     return dataset_table("impact", spec.dataset)
 
 
-def consumer_impact_sql(spec: DatasetSpec, c: DownstreamSpec, watermark: datetime | None, value_columns: list[str],
-                        *, original_relation: str | None = None, corrected_sql: str | None = None) -> str:
+def consumer_impact_sql(
+    spec: DatasetSpec,
+    c: DownstreamSpec,
+    watermark: datetime | None,
+    value_columns: list[str],
+    *,
+    original_relation: str | None = None,
+    corrected_sql: str | None = None,
+) -> str:
     """Per consumer key: original (published) vs corrected (on E) value, difference, material.
 
     A damaged consumer can hold a key more than once (a duplicated source row reaches an
@@ -68,8 +75,11 @@ def consumer_impact_sql(spec: DatasetSpec, c: DownstreamSpec, watermark: datetim
     key_text = " || '|' || ".join(f"coalesce(CAST({quote(k)} AS VARCHAR), '∅')" for k in c.key)
     m = c.materiality
     col = quote(m.column) if m else None
-    per_key = ", ".join(["count(*) AS __copies"] + [f"any_value({quote(v)}) AS {quote(v)}" for v in value_columns]
-                        + ([f"sum({col}) AS __original"] if m else []))
+    per_key = ", ".join(
+        ["count(*) AS __copies"]
+        + [f"any_value({quote(v)}) AS {quote(v)}" for v in value_columns]
+        + ([f"sum({col}) AS __original"] if m else [])
+    )
     orig = "CAST(o.__original AS DOUBLE)" if m else "NULL"
     corr = f"CAST(n.{col} AS DOUBLE)" if m else "NULL"
     diff = f"coalesce({corr}, 0) - coalesce({orig}, 0)"
@@ -91,7 +101,9 @@ def consumer_impact_sql(spec: DatasetSpec, c: DownstreamSpec, watermark: datetim
     """
 
 
-def assess_impact(s: Session, spec: DatasetSpec, *, incident_id: str, watermark: datetime | None) -> list[ConsumerImpact]:
+def assess_impact(
+    s: Session, spec: DatasetSpec, *, incident_id: str, watermark: datetime | None
+) -> list[ConsumerImpact]:
     """Write per-key differences of every consumer to the control plane; return per-consumer impact."""
     table = impact_table(spec)
     s.execute(
@@ -108,22 +120,38 @@ def assess_impact(s: Session, spec: DatasetSpec, *, incident_id: str, watermark:
             values = [n for n, _ in s.relation_columns(consumer_sql(spec, c)) if n not in c.key]
         else:
             values = [n for n, _ in s.columns(consumer_table(spec, c).sql()) if n not in c.key]
-        s.execute(f"INSERT INTO {table} SELECT ?, * FROM ({consumer_impact_sql(spec, c, watermark, values, original_relation=original)})",
-                  [incident_id])
+        s.execute(
+            f"INSERT INTO {table} SELECT ?, * FROM ({consumer_impact_sql(spec, c, watermark, values, original_relation=original)})",
+            [incident_id],
+        )
     return impact_summary(s, spec, incident_id=incident_id)
 
 
 def impact_summary(s: Session, spec: DatasetSpec, *, incident_id: str) -> list[ConsumerImpact]:
     """Per-consumer impact of an incident, from the control plane."""
-    rows = {r[0]: r for r in s.fetchall(
-        f"SELECT consumer, count(*) FILTER (WHERE change = 'changed'), count(*) FILTER (WHERE change = 'missing'), "
-        f"count(*) FILTER (WHERE change = 'extra'), count(*) FILTER (WHERE material), sum(abs(difference)) "
-        f"FROM {impact_table(spec)} WHERE incident_id = ? GROUP BY 1",
-        [incident_id],
-    )}
+    rows = {
+        r[0]: r
+        for r in s.fetchall(
+            f"SELECT consumer, count(*) FILTER (WHERE change = 'changed'), count(*) FILTER (WHERE change = 'missing'), "
+            f"count(*) FILTER (WHERE change = 'extra'), count(*) FILTER (WHERE material), sum(abs(difference)) "
+            f"FROM {impact_table(spec)} WHERE incident_id = ? GROUP BY 1",
+            [incident_id],
+        )
+    }
     out = []
     for c in spec.downstream:
         r = rows.get(c.name, (c.name, 0, 0, 0, 0, None))
-        out.append(ConsumerImpact(consumer=c.name, kind=c.kind, owner=c.owner, rows_changed=r[1], rows_missing=r[2],
-                                  rows_extra=r[3], material_rows=r[4], magnitude=r[5], decision=DECISIONS[c.kind]))
+        out.append(
+            ConsumerImpact(
+                consumer=c.name,
+                kind=c.kind,
+                owner=c.owner,
+                rows_changed=r[1],
+                rows_missing=r[2],
+                rows_extra=r[3],
+                material_rows=r[4],
+                magnitude=r[5],
+                decision=DECISIONS[c.kind],
+            )
+        )
     return out

@@ -46,7 +46,8 @@ class PartitionRange(BaseModel):
         start, end = self.start, self.end  # strings are ordered in the column's type, by the catalog check
         backwards = type(start) is type(end) and (
             (isinstance(start, int) and isinstance(end, int) and end < start)
-            or (isinstance(start, date) and isinstance(end, date) and end < start))
+            or (isinstance(start, date) and isinstance(end, date) and end < start)
+        )
         if backwards:
             raise ValueError("end is before start")
         return self
@@ -63,7 +64,9 @@ class Incident(BaseModel):
     requested_by: str = Field(min_length=1, description="Who asked for the recovery.")
     approved_by: list[str] = Field(default_factory=list, description="Who approved it.")
     notes: str = ""
-    evidence_root: Path | None = Field(None, description="Where evidence bundles go (default: evidence/ beside the warehouse).")
+    evidence_root: Path | None = Field(
+        None, description="Where evidence bundles go (default: evidence/ beside the warehouse)."
+    )
     incident_path: Path | None = Field(None, exclude=True)
 
     @field_validator("incident_id")
@@ -113,7 +116,9 @@ def incident_from_mapping(raw: dict, *, base_dir: Path) -> Incident:
     except ValidationError as e:
         raise validation_error(e, "run config") from None
     spec = resolve_path(base_dir, inc.spec, "spec", source="run config")
-    evidence = resolve_path(base_dir, inc.evidence_root, "evidence_root", source="run config") if inc.evidence_root else None
+    evidence = (
+        resolve_path(base_dir, inc.evidence_root, "evidence_root", source="run config") if inc.evidence_root else None
+    )
     from recovery.lib.evidence_root import check_evidence_root
 
     check_evidence_root(evidence, source="run config")
@@ -133,21 +138,36 @@ def check_incident(inc: Incident) -> DatasetSpec:
     with engine.session(read_only=True) as s:
         target_cols = dict(s.columns(spec.target.table_name.sql()))
         if not target_cols:
-            fail("spec", f"target {spec.target.table} does not exist yet", "point the incident at a dataset whose target has data")
+            fail(
+                "spec",
+                f"target {spec.target.table} does not exist yet",
+                "point the incident at a dataset whose target has data",
+            )
         registered = registered_generations(s, spec)  # the control plane's and the team's registry
         in_target = set()
         # the target is scanned for its generations only when a failed generation is not registered
         # (a foreign target's run ids): a registered one needs no pass over the target's rows
         if spec.target.metadata.generation in target_cols and not set(inc.failed_generations) <= set(registered):
-            in_target = {r[0] for r in s.fetchall(f"SELECT DISTINCT {gen_col} FROM {spec.target.table_name.sql()} WHERE {gen_col} IS NOT NULL")}
+            in_target = {
+                r[0]
+                for r in s.fetchall(
+                    f"SELECT DISTINCT {gen_col} FROM {spec.target.table_name.sql()} WHERE {gen_col} IS NOT NULL"
+                )
+            }
         for i, g in enumerate(inc.failed_generations):
             if g not in registered and g not in in_target:
                 known = sorted(set(registered) | in_target)
-                fail(f"failed_generations[{i}]", f"generation {g!r} is unknown to dataset {spec.dataset!r} (known: {', '.join(known[:8]) or 'none'})",
-                     "name a generation that wrote the target")
+                fail(
+                    f"failed_generations[{i}]",
+                    f"generation {g!r} is unknown to dataset {spec.dataset!r} (known: {', '.join(known[:8]) or 'none'})",
+                    "name a generation that wrote the target",
+                )
             if registered.get(g) not in (None, "backfill", "unknown"):
-                fail(f"failed_generations[{i}]", f"generation {g!r} is an {registered[g]} generation, not a backfill",
-                     "fence only the failed backfill's generation; normal ingestion must keep running")
+                fail(
+                    f"failed_generations[{i}]",
+                    f"generation {g!r} is an {registered[g]} generation, not a backfill",
+                    "fence only the failed backfill's generation; normal ingestion must keep running",
+                )
         if inc.partitions:
             _check_range(s, spec, inc.partitions, target_cols[spec.target.partition], fail)
     return spec
@@ -166,23 +186,41 @@ def _check_range(s, spec: DatasetSpec, rng: PartitionRange, col_type: str, fail)
     example = lo if lo is not None else "2024-01-01"
     shapes = None
     if col_type.upper().startswith(("VARCHAR", "STRING", "TEXT")):
-        shapes = {r[0] for r in s.fetchall(
-            f"SELECT DISTINCT regexp_replace(regexp_replace({part}, '[0-9]', '9', 'g'), '[A-Za-z]', 'a', 'g') "
-            f"FROM {table} WHERE {part} IS NOT NULL LIMIT 50")}
+        shapes = {
+            r[0]
+            for r in s.fetchall(
+                f"SELECT DISTINCT regexp_replace(regexp_replace({part}, '[0-9]', '9', 'g'), '[A-Za-z]', 'a', 'g') "
+                f"FROM {table} WHERE {part} IS NOT NULL LIMIT 50"
+            )
+        }
     for field in ("start", "end"):
         value = getattr(rng, field)
         text = value.isoformat() if isinstance(value, date) else str(value)
         ok = s.scalar(f"SELECT TRY_CAST(? AS {col_type}) IS NOT NULL", [text])
         if not ok or (shapes and _shape(text) not in shapes):
-            fail(f"partitions.{field}", f"{text!r} is not a partition of {spec.target.partition} ({col_type})",
-                 f"give a value like {str(example)!r}, in the column's own format")
-    start, end = (getattr(rng, f).isoformat() if isinstance(getattr(rng, f), date) else str(getattr(rng, f)) for f in ("start", "end"))
+            fail(
+                f"partitions.{field}",
+                f"{text!r} is not a partition of {spec.target.partition} ({col_type})",
+                f"give a value like {str(example)!r}, in the column's own format",
+            )
+    start, end = (
+        getattr(rng, f).isoformat() if isinstance(getattr(rng, f), date) else str(getattr(rng, f))
+        for f in ("start", "end")
+    )
     before, outside = s.fetchone(
         f"SELECT CAST(? AS {col_type}) < CAST(? AS {col_type}), "
         f"CAST(? AS {col_type}) > max({part}) OR CAST(? AS {col_type}) < min({part}) OR min({part}) IS NULL FROM {table}",
-        [end, start, start, end])
+        [end, start, start, end],
+    )
     if before:
-        fail("partitions", f"end {end!r} is before start {start!r}", "give the first partition as start and the last as end")
+        fail(
+            "partitions",
+            f"end {end!r} is before start {start!r}",
+            "give the first partition as start and the last as end",
+        )
     if outside:
-        fail("partitions", f"range {start}..{end} is outside the data ({lo}..{hi})",
-             "give a range that overlaps the target's partitions, or omit it to infer it from the writes")
+        fail(
+            "partitions",
+            f"range {start}..{end} is outside the data ({lo}..{hi})",
+            "give a range that overlaps the target's partitions, or omit it to infer it from the writes",
+        )

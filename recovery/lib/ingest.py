@@ -63,7 +63,14 @@ def apply_changes(
         f"SELECT {key}, {quote(src.version)} AS {quote(spec.target.metadata.source_version)} "
         f"FROM ({latest}) WHERE {quote(src.op)} IN ({str_list(src.delete_ops)})"
     )
-    up = writer.write(generation, expected_rows_sql(spec, None, source_relation=upserts), mode="upsert_keys", at=at, run_id=run_id, note="ingest upserts")
+    up = writer.write(
+        generation,
+        expected_rows_sql(spec, None, source_relation=upserts),
+        mode="upsert_keys",
+        at=at,
+        run_id=run_id,
+        note="ingest upserts",
+    )
     de = writer.write(generation, deletes, mode="delete_keys", at=at, run_id=run_id, note="ingest tombstones")
 
     def advance() -> None:

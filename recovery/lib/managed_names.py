@@ -83,14 +83,16 @@ def _next_name(s: Session, m: ManagedName) -> str:
 
 
 def register_namespace(s: Session, m: ManagedName, ns: str, *, seq: int, actor: str, status: str, note: str) -> None:
-    s.execute(f"INSERT INTO {SCHEMA}.namespaces VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-              [ns, m.label, str(m.public), seq, utcnow(), actor, status, note])
+    s.execute(
+        f"INSERT INTO {SCHEMA}.namespaces VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [ns, m.label, str(m.public), seq, utcnow(), actor, status, note],
+    )
 
 
 def point_view(s: Session, m: ManagedName, ns: str) -> None:
     """(Re)create the public view over ``ns`` with its explicit column list."""
     cols = ", ".join(quote_any(c) for c, _ in s.columns(namespace_sql(ns)))
-    s.execute(f"CREATE OR REPLACE VIEW {m.public.sql()} AS SELECT {cols} FROM {namespace_sql(ns)}")
+    s.swap_pointer(m.public.sql(), f"SELECT {cols} FROM {namespace_sql(ns)}")
 
 
 def adopt_if_plain(s: Session, m: ManagedName, *, actor: str) -> str | None:
@@ -104,11 +106,14 @@ def adopt_if_plain(s: Session, m: ManagedName, *, actor: str) -> str | None:
         if kind is None:  # the view was dropped: the pointer row says where it points
             point_view(s, m, pointer)
             return pointer
-        raise RecoveryError(f"{m.public} is a table although the control plane points it at {pointer}. "
-                            f"Fix: rename or drop that table; the public name must stay the managed view")
+        raise RecoveryError(
+            f"{m.public} is a table although the control plane points it at {pointer}. "
+            f"Fix: rename or drop that table; the public name must stay the managed view"
+        )
     if kind == "view":
-        raise RecoveryError(f"{m.public} is a view that this package does not manage. "
-                            f"Fix: drop it, or rename the consumer in the spec")
+        raise RecoveryError(
+            f"{m.public} is a view that this package does not manage. Fix: drop it, or rename the consumer in the spec"
+        )
     if kind is None:
         return None
     seq = next_seq(s)
@@ -116,8 +121,13 @@ def adopt_if_plain(s: Session, m: ManagedName, *, actor: str) -> str | None:
     s.execute(f"ALTER TABLE {m.public.sql()} RENAME TO {quote(TableName.parse(ns).name)}")
     register_namespace(s, m, ns, seq=seq, actor=actor, status="published", note=ADOPTED_NOTE)
     move(s, m, ns, actor=actor, reason="adopted", seq=seq)
-    record_event(s, kind="namespace_adopted", dataset=m.dataset, actor=actor,
-                 summary=f"{m.public} now a managed view over {ns} ({ADOPTED_NOTE})")
+    record_event(
+        s,
+        kind="namespace_adopted",
+        dataset=m.dataset,
+        actor=actor,
+        summary=f"{m.public} now a managed view over {ns} ({ADOPTED_NOTE})",
+    )
     return ns
 
 
@@ -136,20 +146,27 @@ def rebuild_in_place(s: Session, m: ManagedName, ns: str, select_sql: str) -> No
     point_view(s, m, ns)
 
 
-def move(s: Session, m: ManagedName, to_namespace: str, *, actor: str, reason: str, seq: int,
-         at: datetime | None = None) -> str | None:
+def move(
+    s: Session, m: ManagedName, to_namespace: str, *, actor: str, reason: str, seq: int, at: datetime | None = None
+) -> str | None:
     """Point the public view and the pointer row at ``to_namespace`` (the first pointer row when
     there is none yet); the prior namespace is retained. Returns it. The caller owns the transaction."""
     before = current(s, m)
     at = at or utcnow()
     point_view(s, m, to_namespace)
     if before is None:
-        s.execute(f"INSERT INTO {SCHEMA}.pointers VALUES (?, ?, ?, ?, ?)", [str(m.public), m.label, to_namespace, seq, at])
+        s.execute(
+            f"INSERT INTO {SCHEMA}.pointers VALUES (?, ?, ?, ?, ?)", [str(m.public), m.label, to_namespace, seq, at]
+        )
     else:
-        s.execute(f"UPDATE {SCHEMA}.pointers SET namespace = ?, seq = ?, updated_at = ? WHERE public_name = ?",
-                  [to_namespace, seq, at, str(m.public)])
-    s.execute(f"INSERT INTO {SCHEMA}.pointer_history VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-              [str(m.public), m.label, before, to_namespace, seq, at, actor, reason])
+        s.execute(
+            f"UPDATE {SCHEMA}.pointers SET namespace = ?, seq = ?, updated_at = ? WHERE public_name = ?",
+            [to_namespace, seq, at, str(m.public)],
+        )
+    s.execute(
+        f"INSERT INTO {SCHEMA}.pointer_history VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [str(m.public), m.label, before, to_namespace, seq, at, actor, reason],
+    )
     s.execute(f"UPDATE {SCHEMA}.namespaces SET status = 'published' WHERE namespace = ?", [to_namespace])
     if before and before != to_namespace:
         s.execute(f"UPDATE {SCHEMA}.namespaces SET status = 'retained' WHERE namespace = ?", [before])

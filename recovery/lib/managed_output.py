@@ -74,18 +74,28 @@ def write_output(
     spec = writer.spec
     mode = mode or ("replace_partitions" if partitions else "upsert_keys")
     if mode not in ("replace_partitions", "upsert_keys", "append"):
-        raise RecoveryError(f"write mode {mode!r} is not one of replace_partitions, upsert_keys, append; "
-                            f"set the asset's recovery/write_mode metadata to one of them")
+        raise RecoveryError(
+            f"write mode {mode!r} is not one of replace_partitions, upsert_keys, append; "
+            f"set the asset's recovery/write_mode metadata to one of them"
+        )
     if mode == "replace_partitions" and not partitions:
-        raise RecoveryError(f"write mode replace_partitions needs a partitioned asset; {spec.target.table} "
-                            f"output has no partition: use upsert_keys or append")
+        raise RecoveryError(
+            f"write mode replace_partitions needs a partitioned asset; {spec.target.table} "
+            f"output has no partition: use upsert_keys or append"
+        )
     writer.ensure()
     _prepare_stage(writer, stage, partitions)
-    writer.register_generation(run.generation, run.kind, run_id=run_id, backfill_id=run.backfill_id,
-                               code_version=code_version)
-    return writer.write(run.generation, f"SELECT * FROM {stage}", mode=mode,
-                        partitions=list(partitions) if mode == "replace_partitions" and partitions else None,
-                        run_id=run_id, note="io manager output")
+    writer.register_generation(
+        run.generation, run.kind, run_id=run_id, backfill_id=run.backfill_id, code_version=code_version
+    )
+    return writer.write(
+        run.generation,
+        f"SELECT * FROM {stage}",
+        mode=mode,
+        partitions=list(partitions) if mode == "replace_partitions" and partitions else None,
+        run_id=run_id,
+        note="io manager output",
+    )
 
 
 def drop_stage(writer: Writer, stage: str) -> None:

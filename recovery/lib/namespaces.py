@@ -89,8 +89,13 @@ def create_or_adopt(s: Session, spec: DatasetSpec, *, actor: str) -> str:
     register_namespace(s, target_name(spec), ns, seq=seq, actor=actor, status="published", note=note)
     move(s, target_name(spec), ns, actor=actor, reason=reason, seq=seq)
     _ensure_delta(s, spec, ns)
-    record_event(s, kind=f"dataset_{reason}", dataset=spec.dataset, actor=actor,
-                 summary=f"{public} now a managed view over {ns} ({note})")
+    record_event(
+        s,
+        kind=f"dataset_{reason}",
+        dataset=spec.dataset,
+        actor=actor,
+        summary=f"{public} now a managed view over {ns} ({note})",
+    )
     return ns
 
 
@@ -136,9 +141,13 @@ def published_namespace(s: Session, spec: DatasetSpec) -> str:
     return ns
 
 
-def move_pointer(s: Session, spec: DatasetSpec, to_namespace: str, *, actor: str, reason: str, at: datetime | None = None) -> int:
+def move_pointer(
+    s: Session, spec: DatasetSpec, to_namespace: str, *, actor: str, reason: str, at: datetime | None = None
+) -> int:
     """Point the public view at ``to_namespace``; the caller owns the transaction."""
-    known = s.scalar(f"SELECT status FROM {SCHEMA}.namespaces WHERE namespace = ? AND dataset = ?", [to_namespace, spec.dataset])
+    known = s.scalar(
+        f"SELECT status FROM {SCHEMA}.namespaces WHERE namespace = ? AND dataset = ?", [to_namespace, spec.dataset]
+    )
     if known is None:
         raise RecoveryError(f"namespace {to_namespace!r} is not a namespace of dataset {spec.dataset!r}")
     seq = next_seq(s)

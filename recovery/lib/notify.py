@@ -104,15 +104,16 @@ class WebhookChannel:
 
     def send(self, alert: Alert) -> None:
         body = json.dumps(alert.payload(), sort_keys=True).encode()
-        req = urllib.request.Request(self.url, data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(self.url, data=body, method="POST", headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                 status = resp.status
         except urllib.error.HTTPError as err:
             raise NotificationError(f"webhook {self.url} answered HTTP {err.code}") from err
         except (urllib.error.URLError, TimeoutError, OSError) as err:
-            raise NotificationError(f"webhook {self.url} did not accept the alert within {self.timeout_s}s ({err})") from err
+            raise NotificationError(
+                f"webhook {self.url} did not accept the alert within {self.timeout_s}s ({err})"
+            ) from err
         if not 200 <= status < 300:
             raise NotificationError(f"webhook {self.url} answered HTTP {status}")
 
@@ -144,11 +145,26 @@ class Notifier:
         with self.engine.session(read_only=True) as s:
             return dedupe_key in delivered_keys(s)
 
-    def notify(self, owner: str, subject: str, body: str, severity: Severity = "warning", dedupe_key: str = "",
-               *, incident_id: str | None = None, dataset: str | None = None) -> bool:
+    def notify(
+        self,
+        owner: str,
+        subject: str,
+        body: str,
+        severity: Severity = "warning",
+        dedupe_key: str = "",
+        *,
+        incident_id: str | None = None,
+        dataset: str | None = None,
+    ) -> bool:
         """Deliver the alert unless its key was delivered before. True when delivered now."""
-        alert = Alert(owner=owner, subject=subject, body=body, severity=severity,
-                      dedupe_key=dedupe_key or f"{owner}:{subject}", incident_id=incident_id)
+        alert = Alert(
+            owner=owner,
+            subject=subject,
+            body=body,
+            severity=severity,
+            dedupe_key=dedupe_key or f"{owner}:{subject}",
+            incident_id=incident_id,
+        )
         if self.already_delivered(alert.dedupe_key):
             return False
         self.channel.send(alert)
@@ -165,11 +181,26 @@ class Notifier:
             with engine.transaction() as s:
                 ensure_control_plane(s)
                 s.execute(NOTIFICATIONS_DDL)
-                s.execute(f"INSERT INTO {NOTIFICATIONS} VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                          [alert.dedupe_key, alert.owner, alert.subject, alert.severity, self.channel.name,
-                           alert.incident_id, utcnow()])
-                record_event(s, kind="alert", dataset=dataset, incident_id=alert.incident_id, actor=self.channel.name,
-                             summary=f"{alert.severity} alert to {alert.owner}: {alert.subject}",
-                             details=json.dumps({"dedupe_key": alert.dedupe_key, "channel": self.channel.name}))
+                s.execute(
+                    f"INSERT INTO {NOTIFICATIONS} VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    [
+                        alert.dedupe_key,
+                        alert.owner,
+                        alert.subject,
+                        alert.severity,
+                        self.channel.name,
+                        alert.incident_id,
+                        utcnow(),
+                    ],
+                )
+                record_event(
+                    s,
+                    kind="alert",
+                    dataset=dataset,
+                    incident_id=alert.incident_id,
+                    actor=self.channel.name,
+                    summary=f"{alert.severity} alert to {alert.owner}: {alert.subject}",
+                    details=json.dumps({"dedupe_key": alert.dedupe_key, "channel": self.channel.name}),
+                )
 
         retrying(txn)

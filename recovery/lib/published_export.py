@@ -70,15 +70,24 @@ def refresh_published_export(engine: Engine, spec: DatasetSpec) -> Path | None:
         d.mkdir(parents=True, exist_ok=True)
         tmp = d / f".{name}.{os.getpid()}.{secrets.token_hex(4)}"
         try:
-            rows = s.fetchrow(f"COPY (SELECT * FROM {namespace_sql(ns)}) TO ? (FORMAT parquet, COMPRESSION zstd)",
-                              [str(tmp)])[0]
+            rows = s.fetchrow(
+                f"COPY (SELECT * FROM {namespace_sql(ns)}) TO ? (FORMAT parquet, COMPRESSION zstd)", [str(tmp)]
+            )[0]
             _fsync(tmp)
             os.replace(tmp, d / name)
         finally:
             tmp.unlink(missing_ok=True)
     _replace_catalog(d, spec.target.table_name.name, d / name)
-    body = {"file": name, "catalog": CATALOG, "view": spec.target.table_name.name, "namespace": ns, "pointer_seq": seq,
-            "rows": int(rows), "exported_at": utcnow().isoformat(), "public_name": str(spec.target.table_name)}
+    body = {
+        "file": name,
+        "catalog": CATALOG,
+        "view": spec.target.table_name.name,
+        "namespace": ns,
+        "pointer_seq": seq,
+        "rows": int(rows),
+        "exported_at": utcnow().isoformat(),
+        "public_name": str(spec.target.table_name),
+    }
     _atomic_write(d / MARKER, (json.dumps(body, indent=2) + "\n").encode())
     _prune(d, keep=name)
     return d / CATALOG
@@ -87,12 +96,13 @@ def refresh_published_export(engine: Engine, spec: DatasetSpec) -> Path | None:
 def _prune(d: Path, *, keep: str) -> None:
     """Drop exports beyond the newest ``KEEP`` (by pointer seq) that are older than ``GRACE_S``: a
     reader that opened an older catalog a moment ago still finds its file."""
+
     def seq(p: Path) -> int:
         m = re.search(r"__(\d+)\.parquet$", p.name)
         return int(m.group(1)) if m else -1
 
     now = time.time()
-    for old in sorted((p for p in d.glob("*.parquet") if p.name != keep), key=seq)[:1 - KEEP]:
+    for old in sorted((p for p in d.glob("*.parquet") if p.name != keep), key=seq)[: 1 - KEEP]:
         try:
             if now - old.stat().st_mtime > GRACE_S:
                 old.unlink()
@@ -104,7 +114,9 @@ def _replace_catalog(d: Path, view: str, parquet: Path) -> None:
     tmp = d / f".{CATALOG}.{os.getpid()}.{secrets.token_hex(4)}"
     con = duckdb.connect(str(tmp))
     try:
-        con.execute(f"CREATE VIEW {quote(view)} AS SELECT * FROM read_parquet({string_literal(str(parquet.resolve()))})")
+        con.execute(
+            f"CREATE VIEW {quote(view)} AS SELECT * FROM read_parquet({string_literal(str(parquet.resolve()))})"
+        )
         con.execute("CHECKPOINT")
     finally:
         con.close()

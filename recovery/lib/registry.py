@@ -26,13 +26,18 @@ def registry_sql(spec: DatasetSpec) -> str | None:
     if reg is None:
         return None
     col = lambda name, cast: f"CAST({quote(name)} AS {cast})" if name else f"CAST(NULL AS {cast})"  # noqa: E731
-    kind = (f"CASE WHEN CAST({quote(reg.kind)} AS VARCHAR) IN ({str_list(reg.backfill_kinds)}) THEN 'backfill' ELSE 'ingest' END"
-            if reg.kind else "'unknown'")
+    kind = (
+        f"CASE WHEN CAST({quote(reg.kind)} AS VARCHAR) IN ({str_list(reg.backfill_kinds)}) THEN 'backfill' ELSE 'ingest' END"
+        if reg.kind
+        else "'unknown'"
+    )
     basis = string_literal(f"registry {reg.table}")
-    return (f"SELECT CAST({quote(reg.generation)} AS VARCHAR) AS generation, {kind} AS kind, "
-            f"{col(reg.started_at, 'TIMESTAMP')} AS started_at, {col(reg.ended_at, 'TIMESTAMP')} AS ended_at, "
-            f"{col(reg.source_watermark, 'TIMESTAMP')} AS source_watermark, {basis} AS basis "
-            f"FROM {reg.table_name.sql()} WHERE {quote(reg.generation)} IS NOT NULL")
+    return (
+        f"SELECT CAST({quote(reg.generation)} AS VARCHAR) AS generation, {kind} AS kind, "
+        f"{col(reg.started_at, 'TIMESTAMP')} AS started_at, {col(reg.ended_at, 'TIMESTAMP')} AS ended_at, "
+        f"{col(reg.source_watermark, 'TIMESTAMP')} AS source_watermark, {basis} AS basis "
+        f"FROM {reg.table_name.sql()} WHERE {quote(reg.generation)} IS NOT NULL"
+    )
 
 
 def generations_sql(s: Session, spec: DatasetSpec) -> str:
@@ -41,19 +46,25 @@ def generations_sql(s: Session, spec: DatasetSpec) -> str:
     parts = []
     if control_plane_exists(s):
         # rows copied from the team's registry at adoption keep saying so
-        parts.append(f"SELECT generation, kind, started_at, ended_at, source_watermark, CASE WHEN note LIKE 'from registry %' "
-                     f"THEN substr(note, 6) || ' (copied at adoption)' ELSE 'control_plane' END AS basis, "
-                     f"inferred FROM {SCHEMA}.generations WHERE dataset = '{spec.dataset}'")
+        parts.append(
+            f"SELECT generation, kind, started_at, ended_at, source_watermark, CASE WHEN note LIKE 'from registry %' "
+            f"THEN substr(note, 6) || ' (copied at adoption)' ELSE 'control_plane' END AS basis, "
+            f"inferred FROM {SCHEMA}.generations WHERE dataset = '{spec.dataset}'"
+        )
     reg = registry_sql(spec)
     if reg:
         parts.append(f"SELECT *, false AS inferred FROM ({reg})")
     if not parts:
-        return ("SELECT CAST(NULL AS VARCHAR) AS generation, CAST(NULL AS VARCHAR) AS kind, CAST(NULL AS TIMESTAMP) AS started_at, "
-                "CAST(NULL AS TIMESTAMP) AS ended_at, CAST(NULL AS TIMESTAMP) AS source_watermark, "
-                "CAST(NULL AS VARCHAR) AS basis WHERE false")
+        return (
+            "SELECT CAST(NULL AS VARCHAR) AS generation, CAST(NULL AS VARCHAR) AS kind, CAST(NULL AS TIMESTAMP) AS started_at, "
+            "CAST(NULL AS TIMESTAMP) AS ended_at, CAST(NULL AS TIMESTAMP) AS source_watermark, "
+            "CAST(NULL AS VARCHAR) AS basis WHERE false"
+        )
     # a registry row beats a control-plane row the fence or the adoption only inferred
-    return (f"SELECT {COLUMNS} FROM ({' UNION ALL '.join(parts)}) "
-            f"QUALIFY row_number() OVER (PARTITION BY generation ORDER BY inferred, basis LIKE 'registry %' DESC) = 1")
+    return (
+        f"SELECT {COLUMNS} FROM ({' UNION ALL '.join(parts)}) "
+        f"QUALIFY row_number() OVER (PARTITION BY generation ORDER BY inferred, basis LIKE 'registry %' DESC) = 1"
+    )
 
 
 def registered_generations(s: Session, spec: DatasetSpec) -> dict[str, str]:

@@ -21,9 +21,9 @@ from recovery.lib.engine.base import Session
 class RunEvent:
     """One event of a run's log worth a line in the timeline (run and step lifecycle, retries)."""
 
-    at: datetime            # naive UTC, the orchestrator's wall clock
+    at: datetime  # naive UTC, the orchestrator's wall clock
     run_id: str
-    event_type: str         # e.g. RUN_START, RUN_FAILURE, STEP_UP_FOR_RETRY
+    event_type: str  # e.g. RUN_START, RUN_FAILURE, STEP_UP_FOR_RETRY
     step_key: str | None
     message: str
 
@@ -38,14 +38,17 @@ class RunInfo:
     ended_at: datetime | None
     tags: dict[str, str]
     run_config: dict
-    generation: str | None          # which failed generation the run belongs to
+    generation: str | None  # which failed generation the run belongs to
     parent_run_id: str | None = None  # set when the run is a retry of another run
     events: tuple[RunEvent, ...] = ()
     event_log_lines: tuple[str, ...] = ()  # the whole raw log, one JSON document per line
 
     @property
     def partition_range(self) -> str | None:
-        lo, hi = self.tags.get("dagster/asset_partition_range_start"), self.tags.get("dagster/asset_partition_range_end")
+        lo, hi = (
+            self.tags.get("dagster/asset_partition_range_start"),
+            self.tags.get("dagster/asset_partition_range_end"),
+        )
         if lo and hi:
             return f"{lo}..{hi}"
         return self.tags.get("dagster/partition")
@@ -88,10 +91,15 @@ class GenerationRefs:
 
 def generation_refs(session: Session, generations: list[str]) -> list[GenerationRefs]:
     """Backfill ids and run ids the control plane recorded for each generation (registry and writes)."""
-    found = {g: (tuple(sorted(b or [])), tuple(sorted(r or []))) for g, b, r in session.fetchall(
-        f"SELECT g.generation, list(DISTINCT g.backfill_id) FILTER (WHERE g.backfill_id IS NOT NULL), "
-        f"list(DISTINCT x.run_id) FILTER (WHERE x.run_id IS NOT NULL) "
-        f"FROM {SCHEMA}.generations g LEFT JOIN (SELECT generation, run_id FROM {SCHEMA}.writes "
-        f"UNION SELECT generation, run_id FROM {SCHEMA}.generations) x USING (generation) "
-        f"WHERE g.generation IN (SELECT unnest(CAST(? AS VARCHAR[]))) GROUP BY 1", [list(generations)])}
+    found = {
+        g: (tuple(sorted(b or [])), tuple(sorted(r or [])))
+        for g, b, r in session.fetchall(
+            f"SELECT g.generation, list(DISTINCT g.backfill_id) FILTER (WHERE g.backfill_id IS NOT NULL), "
+            f"list(DISTINCT x.run_id) FILTER (WHERE x.run_id IS NOT NULL) "
+            f"FROM {SCHEMA}.generations g LEFT JOIN (SELECT generation, run_id FROM {SCHEMA}.writes "
+            f"UNION SELECT generation, run_id FROM {SCHEMA}.generations) x USING (generation) "
+            f"WHERE g.generation IN (SELECT unnest(CAST(? AS VARCHAR[]))) GROUP BY 1",
+            [list(generations)],
+        )
+    }
     return [GenerationRefs(g, *found.get(g, ((), ()))) for g in generations]

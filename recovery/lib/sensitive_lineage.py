@@ -31,15 +31,15 @@ _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 class Exposure:
     """A place where a sensitive value would leave in a form no column hash can cover."""
 
-    field: str     # the spec field, e.g. downstream[2].sql
-    column: str    # the sensitive column involved
+    field: str  # the spec field, e.g. downstream[2].sql
+    column: str  # the sensitive column involved
     why: str
 
 
 @dataclass(frozen=True)
 class SensitiveLineage:
-    target: frozenset[str]                                 # target columns holding or derived from a sensitive value
-    consumers: dict[str, frozenset[str]] = field(default_factory=dict)   # consumer name -> derived output columns
+    target: frozenset[str]  # target columns holding or derived from a sensitive value
+    consumers: dict[str, frozenset[str]] = field(default_factory=dict)  # consumer name -> derived output columns
     exposures: tuple[Exposure, ...] = ()
 
     def all_columns(self) -> set[str]:
@@ -84,8 +84,13 @@ def _pivot_exposures(sql: str, placeholder: str, sensitive: set[str], fld: str) 
         for f in on:
             for c in f.find_all(exp.Column):
                 if c.name.lower() in sensitive:
-                    found.append(Exposure(fld, c.name, "a PIVOT on it turns its values into column names, which no "
-                                                       "column hash can hide"))
+                    found.append(
+                        Exposure(
+                            fld,
+                            c.name,
+                            "a PIVOT on it turns its values into column names, which no column hash can hide",
+                        )
+                    )
     return found
 
 
@@ -104,8 +109,13 @@ def follow_sensitive(spec, source_columns: dict[str, str], target_columns: dict[
             target |= {c.lower() for c in derived_outputs(spec.transform_sql, "source", source_columns, src_sensitive)}
         except ValueError as e:
             if _mentions(spec.transform_sql, src_sensitive) and not pivots:
-                exposures.append(Exposure("target.transform", ", ".join(sorted(src_sensitive & _words(spec.transform_sql))),
-                                          f"its lineage cannot be followed ({e}), so derived columns cannot be hashed"))
+                exposures.append(
+                    Exposure(
+                        "target.transform",
+                        ", ".join(sorted(src_sensitive & _words(spec.transform_sql))),
+                        f"its lineage cannot be followed ({e}), so derived columns cannot be hashed",
+                    )
+                )
     consumers: dict[str, frozenset[str]] = {}
     for i, d in enumerate(spec.downstream):
         sql = spec.downstream_sql.get(d.name, "")
@@ -113,15 +123,20 @@ def follow_sensitive(spec, source_columns: dict[str, str], target_columns: dict[
         if not target or not sql:
             consumers[d.name] = frozenset()
             continue
-        pivots = _pivot_exposures(sql, "target", target, fld)   # the precise reason first
+        pivots = _pivot_exposures(sql, "target", target, fld)  # the precise reason first
         exposures += pivots
         try:
             derived = derived_outputs(sql, "target", target_columns, target)
         except ValueError as e:
             derived = {}
             if _mentions(sql, target) and not pivots:
-                exposures.append(Exposure(fld, ", ".join(sorted(target & _words(sql))),
-                                          f"its lineage cannot be followed ({e}), so derived columns cannot be hashed"))
+                exposures.append(
+                    Exposure(
+                        fld,
+                        ", ".join(sorted(target & _words(sql))),
+                        f"its lineage cannot be followed ({e}), so derived columns cannot be hashed",
+                    )
+                )
         consumers[d.name] = frozenset(c.lower() for c in derived)
     return SensitiveLineage(frozenset(target), consumers, tuple(exposures))
 

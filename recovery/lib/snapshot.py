@@ -16,8 +16,9 @@ from recovery.lib.spec import DatasetSpec
 from recovery.lib.sql_files import render
 
 
-def latest_versions_sql(spec: DatasetSpec, watermark: datetime | None, *, include_deleted: bool,
-                        keys: str | None = None) -> str:
+def latest_versions_sql(
+    spec: DatasetSpec, watermark: datetime | None, *, include_deleted: bool, keys: str | None = None
+) -> str:
     """Latest change per key as of ``watermark`` (all keys, or only those of the relation ``keys``;
     tombstones included if asked)."""
     s = spec.source

@@ -52,29 +52,39 @@ def _idents(v: list[str]) -> list[str]:
 class SparkSpec(_Strict):
     """Where the Spark data plane lives and how to reach the cluster."""
 
-    data_path: Path = Field(description="Directory (local, or a cluster file system path) holding the "
-                                        "Parquet directories of every data relation, relative to the spec file.")
-    master: str = Field("local[2]", description="Spark master URL: local[N] for one machine, "
-                                                "spark://host:7077, yarn or k8s://... on a cluster.")
+    data_path: Path = Field(
+        description="Directory (local, or a cluster file system path) holding the "
+        "Parquet directories of every data relation, relative to the spec file."
+    )
+    master: str = Field(
+        "local[2]",
+        description="Spark master URL: local[N] for one machine, spark://host:7077, yarn or k8s://... on a cluster.",
+    )
     conf: dict[str, str] = Field({}, description="Extra Spark settings (spark.executor.memory, ...).")
 
     @field_validator("data_path")
     @classmethod
     def _local_path(cls, v: Path) -> Path:
         if "://" in str(v) or str(v).startswith(("s3:", "s3a:", "gs:", "abfss:", "hdfs:")):
-            raise ValueError("object-store and HDFS URLs are not supported yet; give a directory that the driver and "
-                             "every executor see at the same path (a shared mount)")
+            raise ValueError(
+                "object-store and HDFS URLs are not supported yet; give a directory that the driver and "
+                "every executor see at the same path (a shared mount)"
+            )
         return v
 
 
 class WarehouseSpec(_Strict):
     engine: Literal["duckdb", "spark"] = Field("duckdb", description="Warehouse engine.")
-    path: Path = Field(description="DuckDB database file, relative to the spec file; with engine spark it "
-                                   "holds only the control plane (generations, fences, pointers, catalog).")
+    path: Path = Field(
+        description="DuckDB database file, relative to the spec file; with engine spark it "
+        "holds only the control plane (generations, fences, pointers, catalog)."
+    )
     spark: SparkSpec | None = Field(None, description="Required when engine is spark.")
     memory_limit: str | None = Field(None, description="DuckDB memory_limit, e.g. '4GB' or '50%'; spills past it.")
     threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="DuckDB worker threads.")
-    busy_timeout_s: float = Field(300.0, gt=0, le=MAX_BUSY_TIMEOUT_S, description="How long to retry a locked warehouse file.")
+    busy_timeout_s: float = Field(
+        300.0, gt=0, le=MAX_BUSY_TIMEOUT_S, description="How long to retry a locked warehouse file."
+    )
 
     @field_validator("memory_limit")
     @classmethod
@@ -90,8 +100,10 @@ class WarehouseSpec(_Strict):
     @model_validator(mode="after")
     def _spark_section(self) -> WarehouseSpec:
         if self.engine == "spark" and self.spark is None:
-            raise ValueError("engine is 'spark' but the spark section is missing; add "
-                             "spark: {data_path: <dir for Parquet data>, master: local[2]}")
+            raise ValueError(
+                "engine is 'spark' but the spark section is missing; add "
+                "spark: {data_path: <dir for Parquet data>, master: local[2]}"
+            )
         if self.engine == "duckdb" and self.spark is not None:
             raise ValueError("a spark section is given but engine is 'duckdb'; set engine: spark or remove it")
         return self
@@ -104,8 +116,9 @@ class SourceSpec(_Strict):
     op: str = Field(description="Column holding the change kind.")
     ingested_at: str = Field(description="Column holding when the change entered the source.")
     upsert_ops: list[str] = Field(["upsert"], min_length=1, description="Values of `op` meaning insert or update.")
-    delete_ops: list[str] = Field(["delete"], min_length=1, description="Values of `op` meaning a tombstone (list one "
-                                                                        "even if the log has none).")
+    delete_ops: list[str] = Field(
+        ["delete"], min_length=1, description="Values of `op` meaning a tombstone (list one even if the log has none)."
+    )
     sensitive: list[str] = Field([], description="Columns held only as keyed hashes in evidence.")
     available_from: date | None = Field(
         None, description="Earliest partition for which the source holds authoritative rows."
@@ -265,6 +278,7 @@ class Materiality(_Strict):
 class ConsumerDecision(_Strict):
     """A decision a consumer's output fed (statements sent, features served, an extract filed):
     what the reconciliation lists per consumer and the recovery report shows original vs corrected for."""
+
     name: str = Field(min_length=1, description="What was decided from the output, e.g. 'June statements sent'.")
     remediation: str = Field(min_length=1, description="What correcting it takes, e.g. 're-issue the statements'.")
 
@@ -290,8 +304,12 @@ class DownstreamSpec(_Strict):
 
 
 class ExpectationSpec(_Strict):
-    type: str = Field(description="A Great Expectations expectation, snake_case, e.g. expect_column_values_to_be_between.")
-    kwargs: dict[str, Any] = Field(default_factory=dict, description="Its arguments, e.g. {column: amount_usd, min_value: 0}.")
+    type: str = Field(
+        description="A Great Expectations expectation, snake_case, e.g. expect_column_values_to_be_between."
+    )
+    kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Its arguments, e.g. {column: amount_usd, min_value: 0}."
+    )
 
     @field_validator("type")
     @classmethod
@@ -316,9 +334,11 @@ _INVARIANT_PLACEHOLDERS = ("rows", "generation", "source_latest")
 
 class InvariantSpec(_Strict):
     name: str = Field(description="Invariant name; reported in the backfill's invariants gate.")
-    sql: str = Field(description="One SELECT returning the violating rows of {{ rows }} (the backfilled partitions of the "
-                                 "new generation); it may also read {{ generation }} (all its rows) and {{ source_latest }} "
-                                 "(each key's latest source change as of the backfill's watermark, tombstones included).")
+    sql: str = Field(
+        description="One SELECT returning the violating rows of {{ rows }} (the backfilled partitions of the "
+        "new generation); it may also read {{ generation }} (all its rows) and {{ source_latest }} "
+        "(each key's latest source change as of the backfill's watermark, tombstones included)."
+    )
     description: str = Field("", description="What the invariant promises, for the gate's report.")
 
     @field_validator("name")
@@ -338,13 +358,17 @@ class ApprovalRule(_Strict):
     required: int = Field(ge=1, description="Approvals this rule requires when it applies.")
     rows_over: int | None = Field(None, ge=0, description="Applies when the scope's estimated rows exceed this.")
     partitions_over: int | None = Field(None, ge=0, description="Applies when the scope has more partitions than this.")
-    consumer_kinds: list[ConsumerKind] = Field([], description="Applies when a consumer of one of these kinds reads the scope.")
+    consumer_kinds: list[ConsumerKind] = Field(
+        [], description="Applies when a consumer of one of these kinds reads the scope."
+    )
 
 
 class ApprovalPolicy(_Strict):
     approvers: list[str] = Field([], description="Who may approve a backfill of this dataset; empty: anyone named.")
-    rules: list[ApprovalRule] = Field(default_factory=lambda: [ApprovalRule(required=1)],
-                                      description="The required approvals are the largest `required` of the rules that apply.")
+    rules: list[ApprovalRule] = Field(
+        default_factory=lambda: [ApprovalRule(required=1)],
+        description="The required approvals are the largest `required` of the rules that apply.",
+    )
 
 
 class CapacityLimits(_Strict):
@@ -352,36 +376,69 @@ class CapacityLimits(_Strict):
     max_bytes: int | None = Field(None, ge=1, description="Refuse a backfill whose new generation is estimated larger.")
     max_partitions: int | None = Field(None, ge=1, description="Refuse a backfill over more partitions than this.")
     free_disk_factor: float = Field(2.0, ge=1, description="Free disk must hold this many times the estimated bytes.")
-    rows_per_second: float = Field(200_000, gt=0, description="Throughput assumed for the run-time estimate without history.")
+    rows_per_second: float = Field(
+        200_000, gt=0, description="Throughput assumed for the run-time estimate without history."
+    )
 
 
 class ColumnThresholds(_Strict):
     """Per-column overrides of the value gate's defaults (``recurrence.anomaly.columns.<column>``)."""
 
-    max_changed_share: float | None = Field(None, ge=0, le=1, description="Share of keys whose value may change undeclared.")
-    max_mean_shift: float | None = Field(None, ge=0, description="Largest shift of a partition's mean, in published std devs.")
-    max_quantile_shift: float | None = Field(None, ge=0, description="Largest shift of p10/p50/p90, in published std devs.")
+    max_changed_share: float | None = Field(
+        None, ge=0, le=1, description="Share of keys whose value may change undeclared."
+    )
+    max_mean_shift: float | None = Field(
+        None, ge=0, description="Largest shift of a partition's mean, in published std devs."
+    )
+    max_quantile_shift: float | None = Field(
+        None, ge=0, description="Largest shift of p10/p50/p90, in published std devs."
+    )
     max_null_share_change: float | None = Field(None, ge=0, le=1, description="Largest change of the null share.")
     max_distinct_change: float | None = Field(None, ge=0, description="Largest relative change of the distinct count.")
     ignore: bool = Field(False, description="Leave the column out of the value gate (e.g. a load timestamp).")
 
 
 class AnomalyThresholds(_Strict):
-    max_row_change: float = Field(0.05, ge=0, description="Largest relative change of a partition's row count vs published.")
-    max_total_change: float = Field(0.05, ge=0, description="Largest relative change of a partition's amount total vs published.")
-    history_factor: float = Field(3.0, gt=1, description="A partition's rows or total beyond this factor of the median of "
-                                                         "the published partitions (history) is an anomaly.")
+    max_row_change: float = Field(
+        0.05, ge=0, description="Largest relative change of a partition's row count vs published."
+    )
+    max_total_change: float = Field(
+        0.05, ge=0, description="Largest relative change of a partition's amount total vs published."
+    )
+    history_factor: float = Field(
+        3.0,
+        gt=1,
+        description="A partition's rows or total beyond this factor of the median of "
+        "the published partitions (history) is an anomaly.",
+    )
     # the value gate: key by key and column by column against the published rows (no per-column setup needed)
-    max_changed_share: float = Field(0.2, ge=0, le=1, description="Largest share of the range's keys whose value of one "
-                                                                  "column may change without being declared (expect_change).")
-    max_missing_keys_share: float = Field(0.05, ge=0, le=1, description="Largest share of published keys the backfill may drop.")
+    max_changed_share: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="Largest share of the range's keys whose value of one "
+        "column may change without being declared (expect_change).",
+    )
+    max_missing_keys_share: float = Field(
+        0.05, ge=0, le=1, description="Largest share of published keys the backfill may drop."
+    )
     max_new_keys_share: float = Field(0.05, ge=0, le=1, description="Largest share of keys the backfill may add.")
-    max_mean_shift: float = Field(0.5, ge=0, description="Largest shift of a partition's column mean, in published std devs.")
-    max_quantile_shift: float = Field(0.5, ge=0, description="Largest shift of a partition's p10/p50/p90, in published std devs.")
+    max_mean_shift: float = Field(
+        0.5, ge=0, description="Largest shift of a partition's column mean, in published std devs."
+    )
+    max_quantile_shift: float = Field(
+        0.5, ge=0, description="Largest shift of a partition's p10/p50/p90, in published std devs."
+    )
     max_null_share_change: float = Field(0.05, ge=0, le=1, description="Largest change of a partition's null share.")
-    max_distinct_change: float = Field(0.25, ge=0, description="Largest relative change of a partition's distinct count.")
-    min_baseline_rows: int = Field(20, ge=1, description="A partition with fewer published rows is profiled against the "
-                                                         "published history (the partitions outside the range) instead.")
+    max_distinct_change: float = Field(
+        0.25, ge=0, description="Largest relative change of a partition's distinct count."
+    )
+    min_baseline_rows: int = Field(
+        20,
+        ge=1,
+        description="A partition with fewer published rows is profiled against the "
+        "published history (the partitions outside the range) instead.",
+    )
     columns: dict[str, ColumnThresholds] = Field({}, description="Per-column overrides of the value gate's thresholds.")
 
     @field_validator("columns")
@@ -399,8 +456,12 @@ class RecurrenceSpec(_Strict):
     capacity: CapacityLimits = Field(default_factory=CapacityLimits)
     anomaly: AnomalyThresholds = Field(default_factory=AnomalyThresholds)
     invariants: list[InvariantSpec] = Field([], description="SQL assertions every backfilled partition must satisfy.")
-    current_partitions: int = Field(2, ge=1, description="The latest partitions normal ingestion writes count as current: "
-                                                         "a backfill reaching them is flagged and refused unless acknowledged.")
+    current_partitions: int = Field(
+        2,
+        ge=1,
+        description="The latest partitions normal ingestion writes count as current: "
+        "a backfill reaching them is flagged and refused unless acknowledged.",
+    )
 
     @model_validator(mode="after")
     def _unique(self):
@@ -418,11 +479,19 @@ class DatasetSpec(_Strict):
     source: SourceSpec
     target: TargetSpec
     downstream: list[DownstreamSpec] = []
-    suites: list[SuiteSpec] = Field(default_factory=list, description="Great Expectations suites every repair must pass.")
-    registry: RegistrySpec | None = Field(None, description="The team's own run registry, for targets this package "
-                                                            "did not write (see README, generation registry).")
-    recurrence: RecurrenceSpec | None = Field(None, description="Guarded-backfill policy: approvals, capacity, anomaly "
-                                                                "thresholds, invariants (defaults apply when absent).")
+    suites: list[SuiteSpec] = Field(
+        default_factory=list, description="Great Expectations suites every repair must pass."
+    )
+    registry: RegistrySpec | None = Field(
+        None,
+        description="The team's own run registry, for targets this package "
+        "did not write (see README, generation registry).",
+    )
+    recurrence: RecurrenceSpec | None = Field(
+        None,
+        description="Guarded-backfill policy: approvals, capacity, anomaly "
+        "thresholds, invariants (defaults apply when absent).",
+    )
     spec_path: Path | None = Field(None, exclude=True)
     transform_sql: str = Field("", exclude=True)
     downstream_sql: dict[str, str] = Field(default_factory=dict, exclude=True)
@@ -457,7 +526,9 @@ class DatasetSpec(_Strict):
     @property
     def fingerprint(self) -> str:
         """Hash of the spec and its SQL: recorded as a generation's config hash."""
-        exclude = {"spec_path"} | {k for k in ("recurrence", "registry") if getattr(self, k) is None}  # unchanged for older specs
+        exclude = {"spec_path"} | {
+            k for k in ("recurrence", "registry") if getattr(self, k) is None
+        }  # unchanged for older specs
         h = hashlib.sha256(self.model_dump_json(exclude=exclude).encode())
         h.update(self.transform_sql.encode())
         for name in sorted(self.downstream_sql):
@@ -522,8 +593,9 @@ MAX_NODES = 20_000
 MAX_PATH_CHARS = 4096
 
 
-def read_text_file(path: str | Path, field: str, *, what: str, fix: str, source: str | None = None,
-                   limit: int = MAX_FILE_BYTES) -> str:
+def read_text_file(
+    path: str | Path, field: str, *, what: str, fix: str, source: str | None = None, limit: int = MAX_FILE_BYTES
+) -> str:
     """The UTF-8 text of a regular file of at most ``limit`` bytes, or one ``SpecError`` naming
     ``field``: a NUL byte in the path, a directory, device or FIFO, an over-long path, a file too
     large, or bytes that are not UTF-8. Reads at most ``limit + 1`` bytes whatever the file claims."""
@@ -561,17 +633,26 @@ def read_text_file(path: str | Path, field: str, *, what: str, fix: str, source:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise SpecError(field, f"{name} is not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})",
-                        "save the file as UTF-8", source=source) from None
+        raise SpecError(
+            field,
+            f"{name} is not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})",
+            "save the file as UTF-8",
+            source=source,
+        ) from None
     if "\x00" in text:
-        raise SpecError(field, f"{name} holds a NUL character (offset {text.index(chr(0))})",
-                        "save it as plain UTF-8 text", source=source)
+        raise SpecError(
+            field,
+            f"{name} holds a NUL character (offset {text.index(chr(0))})",
+            "save it as plain UTF-8 text",
+            source=source,
+        )
     return text
 
 
 def _yaml_document(text: str, what: str, source: str) -> Any:
     """Parse YAML without recursion surprises: the event stream (a state machine, no recursion)
     is checked for depth first, so the recursive composer only sees shallow documents."""
+
     def bad(problem: str, fix: str = "fix the YAML syntax") -> SpecError:
         return SpecError(what, problem, fix, source=source)
 
@@ -582,14 +663,19 @@ def _yaml_document(text: str, what: str, source: str) -> Any:
                 depth += 1
                 if depth > MAX_DEPTH:
                     line = event.start_mark.line + 1 if event.start_mark else "?"
-                    raise bad(f"nested more than {MAX_DEPTH} levels deep (line {line})", f"flatten it; start from a sample {what}")
+                    raise bad(
+                        f"nested more than {MAX_DEPTH} levels deep (line {line})",
+                        f"flatten it; start from a sample {what}",
+                    )
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise bad(f"not valid YAML ({' '.join(str(e).split())[:300]})") from None
     except (ValueError, OverflowError, TypeError, RecursionError) as e:  # a date like 2024-02-30, a huge timestamp
-        raise bad(f"not valid YAML ({type(e).__name__}: {' '.join(str(e).split())[:200]})", "fix the value it names") from None
+        raise bad(
+            f"not valid YAML ({type(e).__name__}: {' '.join(str(e).split())[:200]})", "fix the value it names"
+        ) from None
 
 
 def _check_values(raw: Any, what: str, source: str) -> None:
@@ -601,15 +687,21 @@ def _check_values(raw: Any, what: str, source: str) -> None:
         node, loc = stack.pop()
         seen += 1
         if seen > MAX_NODES:
-            raise SpecError(what, f"holds more than {MAX_NODES:,} values (anchors and aliases expanded)",
-                            "write the values out; a spec or incident is small", source=source)
+            raise SpecError(
+                what,
+                f"holds more than {MAX_NODES:,} values (anchors and aliases expanded)",
+                "write the values out; a spec or incident is small",
+                source=source,
+            )
         if isinstance(node, str):
             if "\x00" in node:
                 raise SpecError(_loc(loc) if loc else what, "contains a NUL character", "remove it", source=source)
         elif isinstance(node, dict):
             for k, v in node.items():
                 if isinstance(k, str) and "\x00" in k:
-                    raise SpecError(_loc(loc) if loc else what, "a field name contains a NUL character", "remove it", source=source)
+                    raise SpecError(
+                        _loc(loc) if loc else what, "a field name contains a NUL character", "remove it", source=source
+                    )
                 stack.append((v, loc + (k,)))
         elif isinstance(node, list):
             stack.extend((v, loc + (i,)) for i, v in enumerate(node))
@@ -650,7 +742,9 @@ def resolve_path(base: Path, value: str | Path, field: str, *, source: str | Non
             raise OSError("a path component is longer than 255 bytes")
         return p
     except (OSError, RuntimeError, ValueError) as e:
-        raise SpecError(field, f"cannot resolve {str(value)[:200]!r} ({e})", "give a plain path relative to the file", source=source) from None
+        raise SpecError(
+            field, f"cannot resolve {str(value)[:200]!r} ({e})", "give a plain path relative to the file", source=source
+        ) from None
 
 
 def parse_spec(path: str | Path) -> DatasetSpec:
@@ -659,10 +753,21 @@ def parse_spec(path: str | Path) -> DatasetSpec:
     source = str(path)
     spec = load_yaml_model(path, DatasetSpec, what="spec", example="sample_data/transactions/spec.yaml")
     base = resolve_path(Path.cwd(), path, "spec", source=source).parent
-    warehouse = spec.warehouse.model_copy(update={"path": resolve_path(base, spec.warehouse.path, "warehouse.path", source=source)})
+    warehouse = spec.warehouse.model_copy(
+        update={"path": resolve_path(base, spec.warehouse.path, "warehouse.path", source=source)}
+    )
     if warehouse.spark is not None:
-        warehouse = warehouse.model_copy(update={"spark": warehouse.spark.model_copy(
-            update={"data_path": resolve_path(base, warehouse.spark.data_path, "warehouse.spark.data_path", source=source)})})
+        warehouse = warehouse.model_copy(
+            update={
+                "spark": warehouse.spark.model_copy(
+                    update={
+                        "data_path": resolve_path(
+                            base, warehouse.spark.data_path, "warehouse.spark.data_path", source=source
+                        )
+                    }
+                )
+            }
+        )
     transform = resolve_path(base, spec.target.transform, "target.transform", source=source)
     transform_sql = _read_sql(transform, "target.transform", "source", source)
     downstream, downstream_sql = [], {}
@@ -684,9 +789,13 @@ def parse_spec(path: str | Path) -> DatasetSpec:
 
 
 def _read_sql(path: Path, field: str, placeholder: str, source: str) -> str:
-    sql = read_text_file(path, field, what="SQL file", fix="point it at a readable .sql file, relative to the spec", source=source)
+    sql = read_text_file(
+        path, field, what="SQL file", fix="point it at a readable .sql file, relative to the spec", source=source
+    )
     try:
         check_single_select(sql, placeholder)
     except ValueError as e:
-        raise SpecError(field, f"{path.name}: {e}", f"write one SELECT statement that reads {{{{ {placeholder} }}}}", source=source)
+        raise SpecError(
+            field, f"{path.name}: {e}", f"write one SELECT statement that reads {{{{ {placeholder} }}}}", source=source
+        )
     return sql

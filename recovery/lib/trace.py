@@ -19,4 +19,7 @@ def trace(kind: str, seconds: float, what: str) -> None:
     if not path or seconds < float(os.environ.get("RECOVERY_TRACE_MIN_S", "0.5")):
         return
     with open(path, "a") as f:
-        f.write(json.dumps({"kind": kind, "s": round(seconds, 3), "pid": os.getpid(), "what": " ".join(what.split())[:600]}) + "\n")
+        f.write(
+            json.dumps({"kind": kind, "s": round(seconds, 3), "pid": os.getpid(), "what": " ".join(what.split())[:600]})
+            + "\n"
+        )

@@ -126,13 +126,32 @@ class Writer:
                     ns = _new_namespace(s, self.spec, created_by=generation, seq=seq)
                 s.execute(
                     f"INSERT INTO {SCHEMA}.generations VALUES (?, ?, ?, 'running', ?, ?, NULL, ?, ?, ?, ?, 1, NULL, 0, NULL, ?, false, ?, ?, ?)",
-                    [generation, self.spec.dataset, kind, ns, started_at or utcnow(), source_watermark,
-                     code_version, self.spec.fingerprint, parent, seq, run_id, backfill_id, note],
+                    [
+                        generation,
+                        self.spec.dataset,
+                        kind,
+                        ns,
+                        started_at or utcnow(),
+                        source_watermark,
+                        code_version,
+                        self.spec.fingerprint,
+                        parent,
+                        seq,
+                        run_id,
+                        backfill_id,
+                        note,
+                    ],
                 )
-                record_event(s, kind="generation_registered", dataset=self.spec.dataset, actor=self.actor,
-                             run_id=run_id, at=started_at,
-                             summary=f"{kind} generation {generation} registered"
-                             + (f" writing namespace {ns}" if ns else " writing the published namespace"))
+                record_event(
+                    s,
+                    kind="generation_registered",
+                    dataset=self.spec.dataset,
+                    actor=self.actor,
+                    run_id=run_id,
+                    at=started_at,
+                    summary=f"{kind} generation {generation} registered"
+                    + (f" writing namespace {ns}" if ns else " writing the published namespace"),
+                )
                 return ns
 
         try:
@@ -194,10 +213,20 @@ class Writer:
 
         def txn() -> WriteResult:
             with self.engine.transaction() as s:
-                return self.write_in(s, generation, rows_sql, mode=mode, partitions=partitions, token=token, at=written_at,
-                                     run_id=run_id, params=params, keep_stamps=keep_stamps,
-                                     note=f"{note + '; ' if note else ''}duplicate keys allowed" if lifted else note,
-                                     existing_keys=not allow_duplicate_keys)
+                return self.write_in(
+                    s,
+                    generation,
+                    rows_sql,
+                    mode=mode,
+                    partitions=partitions,
+                    token=token,
+                    at=written_at,
+                    run_id=run_id,
+                    params=params,
+                    keep_stamps=keep_stamps,
+                    note=f"{note + '; ' if note else ''}duplicate keys allowed" if lifted else note,
+                    existing_keys=not allow_duplicate_keys,
+                )
 
         try:
             return retrying(txn)
@@ -205,10 +234,23 @@ class Writer:
             self.record_fence_attempt(generation, f"write:{mode}", run_id=run_id, detail=str(err))
             raise
 
-    def write_in(self, s: Session, generation: str, rows_sql: str, *, mode: WriteMode, partitions: list[Any] | None = None,
-                 token: int | None = None, at: datetime | None = None, run_id: str | None = None, note: str | None = None,
-                 params: list[Any] | None = None, keep_stamps: bool = False, log_delta: bool = True,
-                 existing_keys: bool = True) -> WriteResult:
+    def write_in(
+        self,
+        s: Session,
+        generation: str,
+        rows_sql: str,
+        *,
+        mode: WriteMode,
+        partitions: list[Any] | None = None,
+        token: int | None = None,
+        at: datetime | None = None,
+        run_id: str | None = None,
+        note: str | None = None,
+        params: list[Any] | None = None,
+        keep_stamps: bool = False,
+        log_delta: bool = True,
+        existing_keys: bool = True,
+    ) -> WriteResult:
         """:meth:`write` inside the caller's transaction ``s`` (no retry: the caller owns it), for a
         step whose write must commit with its own bookkeeping (a repair plan's carry-over, the delta
         replay, a guarded backfill's seed). ``log_delta=False`` keeps the write out of the delta log
@@ -256,16 +298,24 @@ class Writer:
             raise DuplicateKeyError(
                 f"write {mode} as {generation!r} to {self.public} refused: key {self.spec.key} = {tuple(dup[:-1])} "
                 f"occurs {dup[-1]} times in one batch ({n_keys} such keys); nothing was written. Fix: make the rows "
-                f"one per key (e.g. the transform must not fan out rows, or keep each key's latest version)")
+                f"one per key (e.g. the transform must not fan out rows, or keep each key's latest version)"
+            )
         part = quote(self.spec.target.partition)
         delta = delta_table(self.spec.dataset)
         all_cols = quote_all(cols)
         stamped = ", ".join(
-            "?" if c == self.meta.generation else "CAST(? AS TIMESTAMP)" if c == self.meta.written_at else f"i.{quote(c)}"
+            "?"
+            if c == self.meta.generation
+            else "CAST(? AS TIMESTAMP)"
+            if c == self.meta.written_at
+            else f"i.{quote(c)}"
             for c in cols
         )
-        stamp_params = [generation if c == self.meta.generation else written_at for c in cols
-                        if c in (self.meta.generation, self.meta.written_at)]
+        stamp_params = [
+            generation if c == self.meta.generation else written_at
+            for c in cols
+            if c in (self.meta.generation, self.meta.written_at)
+        ]
         removal_params = stamp_params
         if keep_stamps:
             stamped, stamp_params = ", ".join(f"i.{quote(c)}" for c in cols), []
@@ -284,72 +334,120 @@ class Writer:
             in_scope = f"({key}) IN (SELECT ({key}) FROM __incoming)"
         else:
             in_scope = "false"
+        if existing_keys and mode in ("replace_partitions", "append"):
+            # before anything is written: a key the namespace keeps outside the removed rows
+            self._refuse_held_keys(
+                s,
+                ns_sql,
+                generation,
+                mode,
+                replaced=f"t.{part} IN (SELECT p FROM __scope)" if mode == "replace_partitions" else None,
+            )
 
         # delta log: rows removed and not re-inserted by this write (stamped with this write's
         # generation and time; a tombstone carries its own version), then rows inserted
         def removed(version_from: str, key_from: str = "t") -> str:
             return ", ".join(
-                "?" if c == self.meta.generation else "CAST(? AS TIMESTAMP)" if c == self.meta.written_at
-                else f"{version_from}.{quote(c)}" if c == self.meta.source_version
-                else f"{key_from}.{quote(c)}" if c in self.spec.key else f"t.{quote(c)}"
+                "?"
+                if c == self.meta.generation
+                else "CAST(? AS TIMESTAMP)"
+                if c == self.meta.written_at
+                else f"{version_from}.{quote(c)}"
+                if c == self.meta.source_version
+                else f"{key_from}.{quote(c)}"
+                if c in self.spec.key
+                else f"t.{quote(c)}"
                 for c in cols
             )
 
+        # the changes themselves are engine primitives (Session.replace_rows), not DML text
+        log_cols = cols + ["_delta_seq", "_delta_op", "_delta_namespace"]
         if not log_delta:
             pass
         elif mode == "delete_keys":
             # every tombstone is logged, held here or not: a repair generation may hold the key
             # even where this namespace lost it, and the replay must still delete it there
             join = " AND ".join(f"t.{quote(k)} = i.{quote(k)}" for k in self.spec.key)
-            s.execute(
-                f"INSERT INTO {delta} ({all_cols}, _delta_seq, _delta_op, _delta_namespace) "
-                f"SELECT {removed('i', key_from='i')}, ?, 'delete', ? FROM __incoming AS i LEFT JOIN {ns_sql} AS t ON {join}",
-                removal_params + [seq, ns],
+            s.replace_rows(
+                delta,
+                log_cols,
+                params=removal_params + [seq, ns],
+                insert=(
+                    f"SELECT {removed('i', key_from='i')}, ?, 'delete', ? FROM __incoming AS i LEFT JOIN {ns_sql} AS t ON {join}"
+                ),
             )
         elif mode != "append":
-            s.execute(
-                f"INSERT INTO {delta} ({all_cols}, _delta_seq, _delta_op, _delta_namespace) "
-                f"SELECT {removed('t')}, ?, 'delete', ? FROM {ns_sql} AS t WHERE {in_scope} "
-                f"AND ({key}) NOT IN (SELECT ({key}) FROM __incoming)",
-                removal_params + [seq, ns],
+            s.replace_rows(
+                delta,
+                log_cols,
+                params=removal_params + [seq, ns],
+                insert=(
+                    f"SELECT {removed('t')}, ?, 'delete', ? FROM {ns_sql} AS t WHERE {in_scope} "
+                    f"AND ({key}) NOT IN (SELECT ({key}) FROM __incoming)"
+                ),
             )
-        deleted = int(s.scalar(f"SELECT count(*) FROM {ns_sql} WHERE {in_scope}") or 0)
-        if mode != "append":
-            s.execute(f"DELETE FROM {ns_sql} WHERE {in_scope}")
-        if existing_keys and mode in ("replace_partitions", "append"):
-            self._refuse_held_keys(s, ns_sql, generation, mode)
-        inserted = 0
-        if mode != "delete_keys":
-            s.execute(f"INSERT INTO {ns_sql} ({all_cols}) SELECT {stamped} FROM __incoming AS i", stamp_params)
-            inserted = int(s.scalar("SELECT count(*) FROM __incoming") or 0)
+        deleted = int(s.scalar(f"SELECT count(*) FROM {ns_sql} WHERE {in_scope}") or 0) if mode != "append" else 0
+        s.replace_rows(
+            ns_sql,
+            cols,
+            params=stamp_params,
+            remove=in_scope if mode != "append" else None,
+            insert=f"SELECT {stamped} FROM __incoming AS i" if mode != "delete_keys" else None,
+        )
+        inserted = int(s.scalar("SELECT count(*) FROM __incoming") or 0) if mode != "delete_keys" else 0
         if mode != "delete_keys" and log_delta:
-            s.execute(
-                f"INSERT INTO {delta} ({all_cols}, _delta_seq, _delta_op, _delta_namespace) "
-                f"SELECT {stamped}, ?, 'upsert', ? FROM __incoming AS i",
-                stamp_params + [seq, ns],
+            s.replace_rows(
+                delta,
+                log_cols,
+                params=stamp_params + [seq, ns],
+                insert=f"SELECT {stamped}, ?, 'upsert', ? FROM __incoming AS i",
             )
-        touched = [r[0] for r in s.fetchall(
-            f"SELECT DISTINCT CAST(p AS VARCHAR) FROM (SELECT {part} AS p FROM __incoming "
-            + ("UNION SELECT p FROM __scope" if mode == "replace_partitions" else "")
-            + ") WHERE p IS NOT NULL ORDER BY 1"
-        )] if mode != "delete_keys" else []
+        touched = (
+            [
+                r[0]
+                for r in s.fetchall(
+                    f"SELECT DISTINCT CAST(p AS VARCHAR) FROM (SELECT {part} AS p FROM __incoming "
+                    + ("UNION SELECT p FROM __scope" if mode == "replace_partitions" else "")
+                    + ") WHERE p IS NOT NULL ORDER BY 1"
+                )
+            ]
+            if mode != "delete_keys"
+            else []
+        )
         s.execute(
             f"INSERT INTO {SCHEMA}.writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [seq, self.spec.dataset, generation, ns, mode, touched, inserted, deleted, written_at, utcnow(), run_id, note],
+            [
+                seq,
+                self.spec.dataset,
+                generation,
+                ns,
+                mode,
+                touched,
+                inserted,
+                deleted,
+                written_at,
+                utcnow(),
+                run_id,
+                note,
+            ],
         )
         s.execute("DROP TABLE IF EXISTS __incoming")
         s.execute("DROP TABLE IF EXISTS __scope")
         return WriteResult(seq, generation, ns, mode, inserted, deleted, tuple(touched))
 
-    def _refuse_held_keys(self, s: Session, ns_sql: str, generation: str, mode: str) -> None:
-        """Refuse (inside the write's transaction) incoming keys the namespace still holds once
-        the replaced partitions are gone: inserting them would leave two rows for one key."""
+    def _refuse_held_keys(self, s: Session, ns_sql: str, generation: str, mode: str, *, replaced: str | None) -> None:
+        """Refuse (inside the write's transaction, before it changes anything) incoming keys the
+        namespace keeps once the replaced partitions (``replaced``: the predicate on its rows ``t`` that
+        the write removes; None for an append) are gone: inserting them would leave two rows for one key."""
         key = quote_all(self.spec.key)
         # an inner join, so the engine builds its hash table on the smaller side (the batch, not the table);
         # rows of a fenced generation are known damage the repair removes: normal ingestion keeps running
         gen = quote(self.meta.generation)
-        held = (f"SELECT DISTINCT {key} FROM __incoming JOIN {ns_sql} AS t USING ({key}) WHERE t.{gen} IS NULL OR t.{gen} "
-                f"NOT IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL)")
+        outside = f"NOT coalesce({replaced}, false) AND " if replaced else ""
+        held = (
+            f"SELECT DISTINCT {key} FROM __incoming JOIN {ns_sql} AS t USING ({key}) WHERE {outside}(t.{gen} IS NULL OR t.{gen} "
+            f"NOT IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL))"
+        )
         clash = s.fetchone(f"{held} LIMIT 1")
         if clash is None:
             return
@@ -358,10 +456,13 @@ class Writer:
         raise DuplicateKeyError(
             f"write {mode} as {generation!r} to {self.public} refused: key {self.spec.key} = {tuple(clash)} is {where} "
             f"in the table ({n_keys} such keys); nothing was written. Fix: write those keys with mode upsert_keys (a key "
-            f"that moved partition), or replace the partitions that hold them")
+            f"that moved partition), or replace the partitions that hold them"
+        )
 
     # ---- fencing ------------------------------------------------------------------------
-    def fence(self, generation: str, *, incident_id: str, fenced_by: str, reason: str = "", at: datetime | None = None) -> int:
+    def fence(
+        self, generation: str, *, incident_id: str, fenced_by: str, reason: str = "", at: datetime | None = None
+    ) -> int:
         """Fence ``generation``: from this commit on, its writes are refused. Returns the new
         token. A generation unknown to the registry (written by another tool) is registered
         as inferred and fenced in the same transaction."""
@@ -370,7 +471,9 @@ class Writer:
         def txn() -> int:
             with self.engine.transaction() as s:
                 seq = next_seq(s)
-                exists = s.fetchone(f"SELECT token, fenced_at FROM {SCHEMA}.generations WHERE generation = ?", [generation])
+                exists = s.fetchone(
+                    f"SELECT token, fenced_at FROM {SCHEMA}.generations WHERE generation = ?", [generation]
+                )
                 if exists is None:
                     s.execute(
                         f"INSERT INTO {SCHEMA}.generations VALUES (?, ?, 'unknown', 'fenced', NULL, NULL, NULL, NULL, NULL, NULL, NULL, 2, ?, 0, NULL, ?, true, NULL, NULL, ?)",
@@ -380,34 +483,62 @@ class Writer:
                 elif exists[1] is not None:
                     return int(exists[0])
                 else:
-                    token = int(s.scalar(
-                        f"UPDATE {SCHEMA}.generations SET token = token + 1, fenced_at = ?, status = 'fenced' "
-                        f"WHERE generation = ? RETURNING token",
-                        [fenced_at, generation],
-                    ))
-                s.execute(f"INSERT INTO {SCHEMA}.fences VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                          [generation, self.spec.dataset, incident_id, token, fenced_at, fenced_by, reason, seq])
-                record_event(s, kind="fence", dataset=self.spec.dataset, incident_id=incident_id, actor=fenced_by,
-                             at=fenced_at, summary=f"generation {generation} fenced (token {token})",
-                             details=json.dumps({"generation": generation, "token": token, "seq": seq, "reason": reason}))
+                    token = int(
+                        s.scalar(
+                            f"UPDATE {SCHEMA}.generations SET token = token + 1, fenced_at = ?, status = 'fenced' "
+                            f"WHERE generation = ? RETURNING token",
+                            [fenced_at, generation],
+                        )
+                    )
+                s.execute(
+                    f"INSERT INTO {SCHEMA}.fences VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [generation, self.spec.dataset, incident_id, token, fenced_at, fenced_by, reason, seq],
+                )
+                record_event(
+                    s,
+                    kind="fence",
+                    dataset=self.spec.dataset,
+                    incident_id=incident_id,
+                    actor=fenced_by,
+                    at=fenced_at,
+                    summary=f"generation {generation} fenced (token {token})",
+                    details=json.dumps({"generation": generation, "token": token, "seq": seq, "reason": reason}),
+                )
                 return token
 
         return retrying(txn)
 
     def is_fenced(self, generation: str) -> bool:
         with self.engine.session() as s:
-            return s.scalar(f"SELECT fenced_at IS NOT NULL FROM {SCHEMA}.generations WHERE generation = ?", [generation]) is True
+            return (
+                s.scalar(f"SELECT fenced_at IS NOT NULL FROM {SCHEMA}.generations WHERE generation = ?", [generation])
+                is True
+            )
 
-    def record_fence_attempt(self, generation: str, action: str, *, run_id: str | None = None, detail: str = "") -> None:
+    def record_fence_attempt(
+        self, generation: str, action: str, *, run_id: str | None = None, detail: str = ""
+    ) -> None:
         """Count a refused action and put it on the incident's timeline (the fencing sensor alerts on it)."""
+
         def txn() -> None:
             with self.engine.transaction() as s:
-                s.execute(f"INSERT INTO {SCHEMA}.fence_attempts VALUES (?, ?, ?, ?, ?, ?)",
-                          [generation, self.spec.dataset, utcnow(), action, run_id, detail])
-                incident = s.scalar(f"SELECT arg_min(incident_id, seq) FROM {SCHEMA}.fences WHERE generation = ?", [generation])
-                record_event(s, kind="fence_attempt", dataset=self.spec.dataset, incident_id=incident, actor=self.actor,
-                             run_id=run_id, summary=f"{action} by fenced generation {generation} refused",
-                             details=json.dumps({"generation": generation, "action": action, "detail": detail}))
+                s.execute(
+                    f"INSERT INTO {SCHEMA}.fence_attempts VALUES (?, ?, ?, ?, ?, ?)",
+                    [generation, self.spec.dataset, utcnow(), action, run_id, detail],
+                )
+                incident = s.scalar(
+                    f"SELECT arg_min(incident_id, seq) FROM {SCHEMA}.fences WHERE generation = ?", [generation]
+                )
+                record_event(
+                    s,
+                    kind="fence_attempt",
+                    dataset=self.spec.dataset,
+                    incident_id=incident,
+                    actor=self.actor,
+                    run_id=run_id,
+                    summary=f"{action} by fenced generation {generation} refused",
+                    details=json.dumps({"generation": generation, "action": action, "detail": detail}),
+                )
 
         retrying(txn)
 

@@ -24,10 +24,20 @@ SPEC = {
     "dataset": "parcels",
     "warehouse": {"engine": "duckdb", "path": "w.duckdb"},
     "source": {"table": "raw.events", "key": ["id"], "version": "v", "op": "op", "ingested_at": "arrived"},
-    "target": {"table": "mart.parcels", "partition": "month", "transform": "t.sql",
-               "metadata": {"generation": "run", "source_version": "sv", "written_at": "wat"}},
-    "registry": {"table": "ops.runs", "generation": "run", "kind": "kind", "started_at": "started",
-                 "ended_at": "ended", "source_watermark": "wm"},
+    "target": {
+        "table": "mart.parcels",
+        "partition": "month",
+        "transform": "t.sql",
+        "metadata": {"generation": "run", "source_version": "sv", "written_at": "wat"},
+    },
+    "registry": {
+        "table": "ops.runs",
+        "generation": "run",
+        "kind": "kind",
+        "started_at": "started",
+        "ended_at": "ended",
+        "source_watermark": "wm",
+    },
 }
 
 
@@ -75,10 +85,10 @@ def _labels(root: Path) -> dict[int, tuple[str, str]]:
 
 def test_the_registry_tells_deleted_from_missing_and_overwritten_from_stale(warehouse):
     assert _labels(warehouse) == {
-        2: ("overwritten", "registry ops.runs"),   # i2 read its v2 and committed before b1's write
-        3: ("deleted", "registry ops.runs"),       # live as of i1, the last load before b1 started
-        4: ("stale", "registry ops.runs"),         # its v2 arrived before b1 started
-        5: ("missing", "registry ops.runs"),       # first arrived after i1's watermark
+        2: ("overwritten", "registry ops.runs"),  # i2 read its v2 and committed before b1's write
+        3: ("deleted", "registry ops.runs"),  # live as of i1, the last load before b1 started
+        4: ("stale", "registry ops.runs"),  # its v2 arrived before b1 started
+        5: ("missing", "registry ops.runs"),  # first arrived after i1's watermark
     }
 
 
@@ -94,7 +104,9 @@ def test_adoption_is_one_transaction_idempotent_and_fences_foreign_writes_until_
     spec = load_spec(warehouse / "spec.yaml")
     engine = open_engine(spec.warehouse)
     first = adopt(engine, spec, actor="oncall")
-    assert first.adopted_now and first.rows == 3 and first.registry_rows == 3 and first.namespace == "mart.parcels__g0001"
+    assert (
+        first.adopted_now and first.rows == 3 and first.registry_rows == 3 and first.namespace == "mart.parcels__g0001"
+    )
     assert not adopt(engine, spec, actor="oncall").adopted_now
     con = duckdb.connect(str(warehouse / "w.duckdb"))
     try:
@@ -114,16 +126,20 @@ def test_adoption_is_one_transaction_idempotent_and_fences_foreign_writes_until_
         con.close()
 
 
-@pytest.mark.parametrize(("start", "end", "error"), [
-    ("'2013-01'", "'2013-01'", None),
-    ("'2013-1'", "'2013-01'", "partitions.start: '2013-1' is not a partition of month"),
-    ("'2013-02'", "'2013-01'", "end '2013-01' is before start '2013-02'"),
-    ("'2014-01'", "'2014-02'", "outside the data"),
-])
+@pytest.mark.parametrize(
+    ("start", "end", "error"),
+    [
+        ("'2013-01'", "'2013-01'", None),
+        ("'2013-1'", "'2013-01'", "partitions.start: '2013-1' is not a partition of month"),
+        ("'2013-02'", "'2013-01'", "end '2013-01' is before start '2013-02'"),
+        ("'2014-01'", "'2014-02'", "outside the data"),
+    ],
+)
 def test_a_partition_range_is_checked_in_the_columns_own_type_and_format(warehouse, start, end, error):
     (warehouse / "incident.yaml").write_text(
         f"incident_id: INC-1\nspec: spec.yaml\nfailed_generations: [b1]\npartitions: {{start: {start}, end: {end}}}\n"
-        f"requested_by: oncall\n")
+        f"requested_by: oncall\n"
+    )
     incident = parse_incident(warehouse / "incident.yaml")
     if error is None:
         check_incident(incident)
@@ -134,13 +150,18 @@ def test_a_partition_range_is_checked_in_the_columns_own_type_and_format(warehou
 
 def test_an_integer_partition_takes_integers_and_refuses_text(warehouse):
     con = duckdb.connect(str(warehouse / "w.duckdb"))
-    con.execute("CREATE OR REPLACE TABLE mart.parcels AS SELECT id, 201301 AS month, amount, run, sv, wat FROM mart.parcels")
+    con.execute(
+        "CREATE OR REPLACE TABLE mart.parcels AS SELECT id, 201301 AS month, amount, run, sv, wat FROM mart.parcels"
+    )
     con.close()
-    (warehouse / "t.sql").write_text("SELECT id, CAST(replace(month, '-', '') AS INTEGER) AS month, amount FROM {{ source }}")
+    (warehouse / "t.sql").write_text(
+        "SELECT id, CAST(replace(month, '-', '') AS INTEGER) AS month, amount FROM {{ source }}"
+    )
     for value, ok in [("201301", True), ("'Jan 2013'", False)]:
         (warehouse / "incident.yaml").write_text(
             f"incident_id: INC-1\nspec: spec.yaml\nfailed_generations: [b1]\npartitions: {{start: {value}, end: {value}}}\n"
-            f"requested_by: oncall\n")
+            f"requested_by: oncall\n"
+        )
         incident = parse_incident(warehouse / "incident.yaml")
         if ok:
             check_incident(incident)

@@ -15,9 +15,13 @@ BUILT_BY_HAND = re.compile(rf"[\"'.](?:{KINDS})__\{{")  # "delta__{ds}" or _reco
 
 
 def test_no_module_builds_a_per_dataset_table_name_itself():
-    offenders = [f"{p.relative_to(PROJECT_ROOT)}:{n}" for p in sorted((PROJECT_ROOT / "recovery").rglob("*.py"))
-                 if p.name != "control_names.py"
-                 for n, line in enumerate(p.read_text().splitlines(), 1) if BUILT_BY_HAND.search(line)]
+    offenders = [
+        f"{p.relative_to(PROJECT_ROOT)}:{n}"
+        for p in sorted((PROJECT_ROOT / "recovery").rglob("*.py"))
+        if p.name != "control_names.py"
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if BUILT_BY_HAND.search(line)
+    ]
     assert offenders == []
 
 
@@ -30,6 +34,6 @@ def test_the_registry_names_and_refuses_unknown_kinds():
 
 def test_an_engine_tells_a_per_dataset_log_from_a_control_table_by_the_registry():
     assert is_dataset_table_name("delta__orders") and is_dataset_table_name("recon_partitions__a__b")
-    assert not is_dataset_table_name("generations")          # the transactional control plane
-    assert not is_dataset_table_name("deltas__orders")       # not a registered kind
-    assert not is_dataset_table_name("recon__")              # no dataset
+    assert not is_dataset_table_name("generations")  # the transactional control plane
+    assert not is_dataset_table_name("deltas__orders")  # not a registered kind
+    assert not is_dataset_table_name("recon__")  # no dataset

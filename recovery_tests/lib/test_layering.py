@@ -12,9 +12,18 @@ from pathlib import Path
 from recovery.config import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "recovery"
-LAYERS = ["recovery.cli", "recovery.commands", "recovery.launch", "recovery.definitions",
-          "recovery.example", "recovery.defs", "recovery.orchestration", "recovery.dagster_history",
-          "recovery.lib", "recovery.config"]
+LAYERS = [
+    "recovery.cli",
+    "recovery.commands",
+    "recovery.launch",
+    "recovery.definitions",
+    "recovery.example",
+    "recovery.defs",
+    "recovery.orchestration",
+    "recovery.dagster_history",
+    "recovery.lib",
+    "recovery.config",
+]
 """From the top down: a module may import its own layer's modules or any layer below, never one above."""
 
 
@@ -97,13 +106,15 @@ def layer_of(module: str) -> int:
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    return sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
-                  if layer_of(d) < layer_of(m) and d != "recovery")
+    return sorted(
+        f"{m} -> {d}" for m, deps in graph.items() for d in deps if layer_of(d) < layer_of(m) and d != "recovery"
+    )
 
 
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """The same graph between the units under recovery/: ``recovery.lib.<x>`` and ``recovery.defs.<x>`` (a
     subpackage, or a module of its own), ``recovery.launch``, ``recovery.commands``, and so on."""
+
     def pkg(m: str) -> str:
         parts = m.split(".")
         if len(parts) < 2:

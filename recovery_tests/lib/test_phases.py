@@ -20,6 +20,12 @@ def test_each_phase_launches_a_job_of_the_code_location_with_config_it_accepts(c
     job = code_location.resolve_job_def(phase.job)
     nodes = {n.name for n in job.nodes}
     assert set(phase.nodes) <= nodes, (phase.job, sorted(nodes))
-    extra = {"recent_partitions": 5} if name == "verify" else {"out_dir": "/tmp/out"} if name in ("reconcile", "report") else {}
+    extra = (
+        {"recent_partitions": 5}
+        if name == "verify"
+        else {"out_dir": "/tmp/out"}
+        if name in ("reconcile", "report")
+        else {}
+    )
     result = dg.validate_run_config(job, phase.run_config("incident.yaml", **extra))
     assert result["ops"][phase.nodes[0]]["config"]["incident_file"] == "incident.yaml"

@@ -53,13 +53,18 @@ class FailedCheck:
     def alert(self, base: str | None = None) -> tuple[str, str, Severity]:
         """(subject, body, notifier severity)."""
         kind = "blocking " if self.blocking else ""
-        subject = f"{kind}{self.severity} check failed: {self.name}" + (f" [{self.partition}]" if self.partition else "")
-        body = "\n".join([
-            f"Asset check {self.key.name} on {self.key.asset_key.to_user_string()} did not pass"
-            + (f" for partition {self.partition}" if self.partition else "") + ".",
-            self.description or "(no description)",
-            f"Run: {self.run_url(base)}",
-        ])
+        subject = f"{kind}{self.severity} check failed: {self.name}" + (
+            f" [{self.partition}]" if self.partition else ""
+        )
+        body = "\n".join(
+            [
+                f"Asset check {self.key.name} on {self.key.asset_key.to_user_string()} did not pass"
+                + (f" for partition {self.partition}" if self.partition else "")
+                + ".",
+                self.description or "(no description)",
+                f"Run: {self.run_url(base)}",
+            ]
+        )
         return subject, body, ("critical" if self.severity == "ERROR" else "warning")
 
 
@@ -76,7 +81,8 @@ def failed_checks(instance: dg.DagsterInstance, graph: BaseAssetGraph, after_id:
     storage = instance.event_log_storage
     for key in sorted(graph.asset_check_keys, key=lambda k: (k.asset_key.to_user_string(), k.name)):
         records = storage.get_asset_check_execution_history(
-            key, limit=HISTORY_PER_CHECK, status={AssetCheckExecutionRecordStatus.FAILED})
+            key, limit=HISTORY_PER_CHECK, status={AssetCheckExecutionRecordStatus.FAILED}
+        )
         for rec in records:
             evaluation = rec.event.asset_check_evaluation if rec.event else None
             if rec.id <= after_id or evaluation is None or evaluation.passed:
@@ -84,7 +90,16 @@ def failed_checks(instance: dg.DagsterInstance, graph: BaseAssetGraph, after_id:
             blocking = bool(evaluation.blocking)
             if evaluation.severity != dg.AssetCheckSeverity.ERROR and not blocking:
                 continue
-            found.append(FailedCheck(key=key, record_id=rec.id, run_id=rec.run_id, severity=evaluation.severity.value,
-                                     blocking=blocking, description=evaluation.description,
-                                     partition=evaluation.partition, owner=_owner(graph, key.asset_key)))
+            found.append(
+                FailedCheck(
+                    key=key,
+                    record_id=rec.id,
+                    run_id=rec.run_id,
+                    severity=evaluation.severity.value,
+                    blocking=blocking,
+                    description=evaluation.description,
+                    partition=evaluation.partition,
+                    owner=_owner(graph, key.asset_key),
+                )
+            )
     return sorted(found, key=lambda f: f.record_id)

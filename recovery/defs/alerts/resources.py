@@ -24,10 +24,16 @@ ALERTS_FILE = "recovery-alerts.jsonl"
 class NotifierResource(dg.ConfigurableResource):
     """Where alerts go. Delivered keys are kept in the warehouse's control plane."""
 
-    kind: Literal["log", "file", "webhook"] = Field(default="log", description="Channel: log records, a JSON-lines file, or an HTTP POST of JSON.")
-    path: str | None = Field(default=None, description="File the 'file' channel appends to (created readable by its owner only).")
+    kind: Literal["log", "file", "webhook"] = Field(
+        default="log", description="Channel: log records, a JSON-lines file, or an HTTP POST of JSON."
+    )
+    path: str | None = Field(
+        default=None, description="File the 'file' channel appends to (created readable by its owner only)."
+    )
     url: str | None = Field(default=None, description="URL the 'webhook' channel POSTs each alert to.")
-    timeout_s: float = Field(default=5.0, description="Webhook timeout in seconds: a slow endpoint must not stall the sensor.")
+    timeout_s: float = Field(
+        default=5.0, description="Webhook timeout in seconds: a slow endpoint must not stall the sensor."
+    )
 
     def channel(self) -> Channel:
         if self.kind == "file":

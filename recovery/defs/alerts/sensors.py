@@ -38,10 +38,11 @@ def _asset_graph(context: dg.SensorEvaluationContext, spec_path: str):
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Notifies the owner of every failed ERROR or blocking asset check (repair gates, restatement, "
-                "convergence), once per evaluation, with a link to the run.",
+    "convergence), once per evaluation, with a link to the run.",
 )
-def asset_check_alert_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource,
-                             notifier: NotifierResource) -> dg.SensorResult:
+def asset_check_alert_sensor(
+    context: dg.SensorEvaluationContext, warehouse: WarehouseResource, notifier: NotifierResource
+) -> dg.SensorResult:
     after = int(context.cursor or 0)
     failures = failed_checks(context.instance, _asset_graph(context, warehouse.spec_path), after)
     if not failures:
@@ -64,8 +65,10 @@ def asset_check_alert_sensor(context: dg.SensorEvaluationContext, warehouse: War
         return dg.SensorResult(skip_reason=f"warehouse busy, trying again next tick: {err}")
     if errors:
         raise dg.Failure(description="alerts not delivered (retried next tick): " + "; ".join(errors))
-    return dg.SensorResult(cursor=str(max(f.record_id for f in failures)),
-                           skip_reason=f"{sent} alert(s) sent for {len(failures)} failed check evaluation(s)")
+    return dg.SensorResult(
+        cursor=str(max(f.record_id for f in failures)),
+        skip_reason=f"{sent} alert(s) sent for {len(failures)} failed check evaluation(s)",
+    )
 
 
 @dg.definitions

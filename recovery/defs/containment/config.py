@@ -21,8 +21,10 @@ from recovery.lib.spec import DatasetSpec
 
 
 class PartitionRangeConfig(dg.Config):
-    start: str = Field(description="First partition of the failed range, in the partition column's format "
-                                   "(2024-01-01, 2013-02, 201302).")
+    start: str = Field(
+        description="First partition of the failed range, in the partition column's format "
+        "(2024-01-01, 2013-02, 201302)."
+    )
     end: str = Field(description="Last partition of the failed range, inclusive, in the same format.")
 
 
@@ -30,21 +32,37 @@ class IncidentConfig(dg.Config):
     """Which failed generations to contain, for which incident, asked for and approved by whom."""
 
     incident_file: str | None = Field(
-        None, description="Path of an incident YAML (relative to the project root). When set, leave the other fields empty.")
-    incident_id: str | None = Field(None, description="Incident id, e.g. INC-2024-031 (letters, digits, '-', '_', '.').")
+        None,
+        description="Path of an incident YAML (relative to the project root). When set, leave the other fields empty.",
+    )
+    incident_id: str | None = Field(
+        None, description="Incident id, e.g. INC-2024-031 (letters, digits, '-', '_', '.')."
+    )
     spec: str | None = Field(
-        None, description="Dataset spec the incident concerns (default: the spec this code location serves, RECOVERY_SPEC).")
+        None,
+        description="Dataset spec the incident concerns (default: the spec this code location serves, RECOVERY_SPEC).",
+    )
     failed_generations: list[str] = Field(
-        default_factory=list, description="Generations to fence, e.g. [backfill-0042]; each must be a backfill of the dataset.")
+        default_factory=list,
+        description="Generations to fence, e.g. [backfill-0042]; each must be a backfill of the dataset.",
+    )
     partitions: PartitionRangeConfig | None = Field(
-        None, description="Nominal failed range; omit to infer it from the generation's writes.")
+        None, description="Nominal failed range; omit to infer it from the generation's writes."
+    )
     requested_by: str | None = Field(None, description="Who asks for containment; recorded as the fence's author.")
     approved_by: list[str] = Field(default_factory=list, description="Who approved the recovery.")
     notes: str = Field("", description="Free text kept with the incident.")
 
     def has_fields(self) -> bool:
-        return bool(self.incident_id or self.spec or self.failed_generations or self.partitions
-                    or self.requested_by or self.approved_by or self.notes)
+        return bool(
+            self.incident_id
+            or self.spec
+            or self.failed_generations
+            or self.partitions
+            or self.requested_by
+            or self.approved_by
+            or self.notes
+        )
 
 
 def resolve_incident(config: IncidentConfig, served_spec: str | Path) -> tuple[Incident, DatasetSpec]:
@@ -52,8 +70,11 @@ def resolve_incident(config: IncidentConfig, served_spec: str | Path) -> tuple[I
     that it concerns the dataset this code location serves. Raises ``SpecError``."""
     if config.incident_file:
         if config.has_fields():
-            raise SpecError("incident_file", "both an incident file and incident fields were given",
-                            "name the file only, or leave incident_file empty and fill in the fields")
+            raise SpecError(
+                "incident_file",
+                "both an incident file and incident fields were given",
+                "name the file only, or leave incident_file empty and fill in the fields",
+            )
         path = Path(config.incident_file)
         incident = parse_incident(path if path.is_absolute() else PROJECT_ROOT / path)
     else:
@@ -67,6 +88,9 @@ def resolve_incident(config: IncidentConfig, served_spec: str | Path) -> tuple[I
 
         other = parse_spec(served)
         if (other.dataset, other.warehouse.path) != (spec.dataset, spec.warehouse.path):
-            raise SpecError("spec", f"the incident concerns {incident.spec} but this code location serves {served}",
-                            "launch from the code location that serves that dataset (RECOVERY_SPEC), or fix the incident's spec")
+            raise SpecError(
+                "spec",
+                f"the incident concerns {incident.spec} but this code location serves {served}",
+                "launch from the code location that serves that dataset (RECOVERY_SPEC), or fix the incident's spec",
+            )
     return incident, spec

@@ -30,8 +30,12 @@ from dagster._core.storage.tags import (
 
 from recovery.lib.fencing import GENERATION_TAG
 
-STOPPABLE = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-             dg.DagsterRunStatus.STARTED]
+STOPPABLE = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
 NO_RETRY_TAGS = {MAX_RETRIES_TAG: "0", RETRY_ON_ASSET_OR_OP_FAILURE_TAG: "false", WILL_RETRY_TAG: "false"}
 
 
@@ -39,7 +43,7 @@ NO_RETRY_TAGS = {MAX_RETRIES_TAG: "0", RETRY_ON_ASSET_OR_OP_FAILURE_TAG: "false"
 class StoppedRun:
     run_id: str
     status_before: str
-    action: str   # "canceled from the queue" | "terminated" | "termination requested, not confirmed: ..."
+    action: str  # "canceled from the queue" | "terminated" | "termination requested, not confirmed: ..."
     backfill_id: str | None
 
 
@@ -54,8 +58,12 @@ def backfills_of(instance: dg.DagsterInstance, generation: str, known_backfill_i
     return sorted(i for i in ids if instance.get_backfill(i) is not None)
 
 
-def runs_of(instance: dg.DagsterInstance, generation: str, backfill_ids: list[str],
-            statuses: list[dg.DagsterRunStatus] | None = None) -> list[dg.RunRecord]:
+def runs_of(
+    instance: dg.DagsterInstance,
+    generation: str,
+    backfill_ids: list[str],
+    statuses: list[dg.DagsterRunStatus] | None = None,
+) -> list[dg.RunRecord]:
     """Runs tagged with the generation or belonging to one of its backfills, oldest first."""
     found: dict[str, dg.RunRecord] = {}
     filters = [dg.RunsFilter(tags={GENERATION_TAG: generation}, statuses=statuses or [])]
@@ -70,8 +78,10 @@ def cancel_backfill(instance: dg.DagsterInstance, backfill_id: str) -> str | Non
     """Move a live backfill to CANCELING, as the UI's cancel does. Returns the status it had,
     or None when it was already cancelling or finished (nothing changed)."""
     backfill = instance.get_backfill(backfill_id)
-    if backfill is None or backfill.status in BULK_ACTION_TERMINAL_STATUSES or backfill.status in (
-        BulkActionStatus.CANCELING, BulkActionStatus.FAILING
+    if (
+        backfill is None
+        or backfill.status in BULK_ACTION_TERMINAL_STATUSES
+        or backfill.status in (BulkActionStatus.CANCELING, BulkActionStatus.FAILING)
     ):
         return None
     instance.update_backfill(backfill.with_status(BulkActionStatus.CANCELING))
@@ -92,8 +102,11 @@ def stop_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> StoppedRun:
     """Cancel a queued run or terminate a launched one (the coordinator picks which)."""
     try:
         confirmed = instance.run_coordinator.cancel_run(run.run_id)
-        action = ("canceled from the queue" if run.status == dg.DagsterRunStatus.QUEUED else "terminated") if confirmed \
+        action = (
+            ("canceled from the queue" if run.status == dg.DagsterRunStatus.QUEUED else "terminated")
+            if confirmed
             else "termination requested, not confirmed by the run worker"
+        )
     except Exception as err:  # the code server may be gone; run monitoring finishes the job
         action = f"termination requested, not confirmed: {type(err).__name__}: {err}"
     return StoppedRun(run.run_id, run.status.value, action, run.tags.get(BACKFILL_ID_TAG))

@@ -18,8 +18,8 @@ CONTAIN_JOB = "contain_backfill"
     executor_def=dg.in_process_executor,
     tags={"recovery/phase": "containment", "dagster/max_retries": "0"},
     description="Contain a failed backfill: validate the incident, take a foreign target under management, "
-                "fence its generations in the warehouse, "
-                "cancel the Dagster backfill and stop its runs. Idempotent per incident.",
+    "fence its generations in the warehouse, "
+    "cancel the Dagster backfill and stop its runs. Idempotent per incident.",
 )
 def contain_backfill():
     incident = validate_incident()

@@ -6,7 +6,6 @@ Every action that changed something is a timeline event with the real run ids; a
 re-run for the same incident finds everything done and records nothing.
 """
 
-
 import dagster as dg
 
 from recovery.defs.containment import dagster_runs
@@ -23,60 +22,97 @@ ACTOR = "contain_backfill"
 @dg.op(description="Validate the incident (shape, then meaning against the warehouse, read-only) before any write.")
 def validate_incident(context: dg.OpExecutionContext, config: IncidentConfig, warehouse: WarehouseResource) -> Incident:
     incident, spec = resolve_incident(config, warehouse.spec_path)
-    context.log.info(f"incident {incident.incident_id}: contain {', '.join(incident.failed_generations)} of {spec.dataset}, "
-                     f"requested by {incident.requested_by}")
+    context.log.info(
+        f"incident {incident.incident_id}: contain {', '.join(incident.failed_generations)} of {spec.dataset}, "
+        f"requested by {incident.requested_by}"
+    )
     return incident
 
 
-@dg.op(description="Take a target another tool wrote under management in one transaction (the control plane, the "
-                   "table into its first versioned namespace, the public name a managed view, the team's registry "
-                   "copied); from that commit on foreign writes to the public name fail. Nothing to do when managed.")
-def adopt_target(context: dg.OpExecutionContext, incident: Incident, warehouse: WarehouseResource) -> dg.Output[Adoption]:
-    adoption = adopt(warehouse.engine(), warehouse.spec(), actor=incident.requested_by, incident_id=incident.incident_id)
+@dg.op(
+    description="Take a target another tool wrote under management in one transaction (the control plane, the "
+    "table into its first versioned namespace, the public name a managed view, the team's registry "
+    "copied); from that commit on foreign writes to the public name fail. Nothing to do when managed."
+)
+def adopt_target(
+    context: dg.OpExecutionContext, incident: Incident, warehouse: WarehouseResource
+) -> dg.Output[Adoption]:
+    adoption = adopt(
+        warehouse.engine(), warehouse.spec(), actor=incident.requested_by, incident_id=incident.incident_id
+    )
     context.log.info(adoption.line(warehouse.spec()))
-    return dg.Output(adoption, metadata={"adopted_now": adoption.adopted_now, "namespace": adoption.namespace,
-                                         "rows": adoption.rows, "checksum": adoption.checksum or "",
-                                         "summary": adoption.line(warehouse.spec())})
+    return dg.Output(
+        adoption,
+        metadata={
+            "adopted_now": adoption.adopted_now,
+            "namespace": adoption.namespace,
+            "rows": adoption.rows,
+            "checksum": adoption.checksum or "",
+            "summary": adoption.line(warehouse.spec()),
+        },
+    )
 
 
 @dg.op(description="Fence each failed generation: from this commit on, the writer refuses its writes.")
-def fence_generations(context: dg.OpExecutionContext, incident: Incident, adoption: Adoption,
-                      warehouse: WarehouseResource) -> list[FenceOutcome]:
+def fence_generations(
+    context: dg.OpExecutionContext, incident: Incident, adoption: Adoption, warehouse: WarehouseResource
+) -> list[FenceOutcome]:
     outcomes = fence_incident(warehouse.writer(actor=incident.requested_by), incident)
     for o in outcomes:
         f = o.record
-        context.log.info(f"{f.generation}: {'fenced' if o.newly_fenced else 'already fenced'} "
-                         f"(token {f.token}, commit seq {f.seq}, by {f.fenced_by})")
+        context.log.info(
+            f"{f.generation}: {'fenced' if o.newly_fenced else 'already fenced'} "
+            f"(token {f.token}, commit seq {f.seq}, by {f.fenced_by})"
+        )
     return outcomes
 
 
-@dg.op(description="Cancel the backfills that produced the fenced generations, stop their queued and "
-                   "in-flight runs and disable their retries, through Dagster's instance APIs.")
-def stop_dagster_work(context: dg.OpExecutionContext, incident: Incident, fences: list[FenceOutcome],
-                      warehouse: WarehouseResource) -> dg.Output[ContainmentReport]:
+@dg.op(
+    description="Cancel the backfills that produced the fenced generations, stop their queued and "
+    "in-flight runs and disable their retries, through Dagster's instance APIs."
+)
+def stop_dagster_work(
+    context: dg.OpExecutionContext, incident: Incident, fences: list[FenceOutcome], warehouse: WarehouseResource
+) -> dg.Output[ContainmentReport]:
     engine = warehouse.engine()
     results = []
     for outcome in fences:
         events: list[TimelineEvent] = []
         result = _contain_generation(context, incident, outcome, events)
-        if not result.backfills and not result.runs_seen and not event_recorded(
-                engine, "containment_no_runs", incident.incident_id, outcome.record.generation):
-            events.append(_event(context, incident, outcome, "containment_no_runs", None,
-                                 f"no Dagster backfill or run of {outcome.record.generation} in this instance: nothing to cancel"))
+        if (
+            not result.backfills
+            and not result.runs_seen
+            and not event_recorded(engine, "containment_no_runs", incident.incident_id, outcome.record.generation)
+        ):
+            events.append(
+                _event(
+                    context,
+                    incident,
+                    outcome,
+                    "containment_no_runs",
+                    None,
+                    f"no Dagster backfill or run of {outcome.record.generation} in this instance: nothing to cancel",
+                )
+            )
         record_events(engine, events)
         results.append(result)
     report = ContainmentReport(incident.incident_id, context.run.run_id, tuple(results))
     for line in report.lines():
         context.log.info(line)
-    return dg.Output(report, metadata={
-        "report": dg.MetadataValue.md(report.markdown()),
-        "runs_stopped": sum(len(g.stopped_runs) for g in report.generations),
-        "backfills_cancelled": sum(len(g.cancelled_backfills) for g in report.generations),
-        "changed_anything": report.changed_anything,
-    })
+    return dg.Output(
+        report,
+        metadata={
+            "report": dg.MetadataValue.md(report.markdown()),
+            "runs_stopped": sum(len(g.stopped_runs) for g in report.generations),
+            "backfills_cancelled": sum(len(g.cancelled_backfills) for g in report.generations),
+            "changed_anything": report.changed_anything,
+        },
+    )
 
 
-def _contain_generation(context, incident: Incident, outcome: FenceOutcome, events: list[TimelineEvent]) -> GenerationContainment:
+def _contain_generation(
+    context, incident: Incident, outcome: FenceOutcome, events: list[TimelineEvent]
+) -> GenerationContainment:
     instance, gen = context.instance, outcome.record.generation
     backfills = dagster_runs.backfills_of(instance, gen, outcome.record.backfill_id)
     cancelled = []
@@ -84,25 +120,62 @@ def _contain_generation(context, incident: Incident, outcome: FenceOutcome, even
         before = dagster_runs.cancel_backfill(instance, b)
         if before is not None:
             cancelled.append(b)
-            events.append(_event(context, incident, outcome, "containment_cancel_backfill", None,
-                                 f"backfill {b} of {gen} cancelled (was {before})", backfill_id=b, status_before=before))
+            events.append(
+                _event(
+                    context,
+                    incident,
+                    outcome,
+                    "containment_cancel_backfill",
+                    None,
+                    f"backfill {b} of {gen} cancelled (was {before})",
+                    backfill_id=b,
+                    status_before=before,
+                )
+            )
     runs = [r.dagster_run for r in dagster_runs.runs_of(instance, gen, backfills)]
     stripped = dagster_runs.strip_retries(instance, runs)
     stopped = [dagster_runs.stop_run(instance, r) for r in runs if r.status in dagster_runs.STOPPABLE]
     for s in stopped:
-        events.append(_event(context, incident, outcome, "containment_terminate_run", s.run_id,
-                             f"run {s.run_id} of {gen} ({s.status_before}): {s.action}",
-                             backfill_id=s.backfill_id, status_before=s.status_before, action=s.action))
+        events.append(
+            _event(
+                context,
+                incident,
+                outcome,
+                "containment_terminate_run",
+                s.run_id,
+                f"run {s.run_id} of {gen} ({s.status_before}): {s.action}",
+                backfill_id=s.backfill_id,
+                status_before=s.status_before,
+                action=s.action,
+            )
+        )
     stopped_ids = {s.run_id for s in stopped}
     for run_id in stripped:
         if run_id not in stopped_ids:
-            events.append(_event(context, incident, outcome, "containment_strip_retries", run_id,
-                                 f"run {run_id} of {gen} will not be retried"))
-    return GenerationContainment(outcome, tuple(backfills), tuple(cancelled), tuple(stopped), tuple(stripped), len(runs))
+            events.append(
+                _event(
+                    context,
+                    incident,
+                    outcome,
+                    "containment_strip_retries",
+                    run_id,
+                    f"run {run_id} of {gen} will not be retried",
+                )
+            )
+    return GenerationContainment(
+        outcome, tuple(backfills), tuple(cancelled), tuple(stopped), tuple(stripped), len(runs)
+    )
 
 
-def _event(context, incident: Incident, outcome: FenceOutcome, kind: str, run_id: str | None, summary: str,
-           **details) -> TimelineEvent:
-    return TimelineEvent(kind=kind, summary=summary, incident_id=incident.incident_id, dataset=outcome.record.dataset,
-                         actor=ACTOR, run_id=run_id,
-                         details={"generation": outcome.record.generation, "containment_run_id": context.run.run_id, **details})
+def _event(
+    context, incident: Incident, outcome: FenceOutcome, kind: str, run_id: str | None, summary: str, **details
+) -> TimelineEvent:
+    return TimelineEvent(
+        kind=kind,
+        summary=summary,
+        incident_id=incident.incident_id,
+        dataset=outcome.record.dataset,
+        actor=ACTOR,
+        run_id=run_id,
+        details={"generation": outcome.record.generation, "containment_run_id": context.run.run_id, **details},
+    )

@@ -45,9 +45,11 @@ class PatrolReport:
     def summary(self) -> str:
         if not self.fences and not self.alerts_delivered:
             return "no fenced generation"
-        return (f"{self.fences} fenced generation(s); stopped {len(self.runs_stopped)} run(s), "
-                f"counted {self.attempts_counted} new attempt(s), delivered {self.alerts_delivered} alert(s)"
-                + (f", {len(self.alert_failures)} alert(s) undelivered" if self.alert_failures else ""))
+        return (
+            f"{self.fences} fenced generation(s); stopped {len(self.runs_stopped)} run(s), "
+            f"counted {self.attempts_counted} new attempt(s), delivered {self.alerts_delivered} alert(s)"
+            + (f", {len(self.alert_failures)} alert(s) undelivered" if self.alert_failures else "")
+        )
 
 
 def patrol(instance: dg.DagsterInstance, engine: Engine, notifier: Notifier) -> PatrolReport:
@@ -63,14 +65,26 @@ def patrol(instance: dg.DagsterInstance, engine: Engine, notifier: Notifier) -> 
         pending = unalerted_attempts(s)
     delivered, failures = 0, []
     for a in pending:
-        subject = (f"run {a.run_id} of fenced generation {a.generation} stopped" if a.action.startswith("run:")
-                   else f"{a.action} by fenced generation {a.generation} refused")
-        body = (f"{subject} at {a.attempted_at:%Y-%m-%d %H:%M:%S} UTC (incident {a.incident_id or 'none'}). "
-                f"{a.detail}\nThe fence held: nothing of {a.generation} landed. Find out who or what is still "
-                f"launching it, and stop it at the source.")
+        subject = (
+            f"run {a.run_id} of fenced generation {a.generation} stopped"
+            if a.action.startswith("run:")
+            else f"{a.action} by fenced generation {a.generation} refused"
+        )
+        body = (
+            f"{subject} at {a.attempted_at:%Y-%m-%d %H:%M:%S} UTC (incident {a.incident_id or 'none'}). "
+            f"{a.detail}\nThe fence held: nothing of {a.generation} landed. Find out who or what is still "
+            f"launching it, and stop it at the source."
+        )
         try:
-            delivered += notifier.notify(owners.get(a.generation, DEFAULT_OWNER), subject, body, "critical", a.dedupe_key,
-                                         incident_id=a.incident_id, dataset=a.dataset)
+            delivered += notifier.notify(
+                owners.get(a.generation, DEFAULT_OWNER),
+                subject,
+                body,
+                "critical",
+                a.dedupe_key,
+                incident_id=a.incident_id,
+                dataset=a.dataset,
+            )
         except NotificationError as err:
             failures.append(str(err))
     return PatrolReport(len(fences), tuple(stopped), counted, delivered, tuple(failures))
@@ -82,9 +96,16 @@ def _stop_fenced_runs(instance: dg.DagsterInstance, engine: Engine, fence: Fence
     for b in backfills:
         before = dagster_runs.cancel_backfill(instance, b)
         if before is not None:  # someone resumed or relaunched it after containment
-            events.append(TimelineEvent("fence_cancel_backfill", f"backfill {b} of fenced {fence.generation} was {before}; cancelled",
-                                        fence.incident_id, fence.dataset, "fencing_sensor",
-                                        details={"generation": fence.generation, "backfill_id": b, "status_before": before}))
+            events.append(
+                TimelineEvent(
+                    "fence_cancel_backfill",
+                    f"backfill {b} of fenced {fence.generation} was {before}; cancelled",
+                    fence.incident_id,
+                    fence.dataset,
+                    "fencing_sensor",
+                    details={"generation": fence.generation, "backfill_id": b, "status_before": before},
+                )
+            )
     record_events(engine, events)
     records = dagster_runs.runs_of(instance, fence.generation, backfills)
     dagster_runs.strip_retries(instance, [r.dagster_run for r in records])
@@ -95,8 +116,13 @@ def _stop_fenced_runs(instance: dg.DagsterInstance, engine: Engine, fence: Fence
             continue
         result = dagster_runs.stop_run(instance, run)
         when = "after" if naive_utc(record.create_timestamp) > fence.fenced_at else "before"
-        counted += count_run_attempt(engine, fence, run.run_id, run.status.value,
-                                     f"run created {when} the fence (parent {run.parent_run_id or 'none'}): {result.action}")
+        counted += count_run_attempt(
+            engine,
+            fence,
+            run.run_id,
+            run.status.value,
+            f"run created {when} the fence (parent {run.parent_run_id or 'none'}): {result.action}",
+        )
         stopped.append(run.run_id)
     return stopped, counted
 

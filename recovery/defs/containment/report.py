@@ -11,11 +11,11 @@ from recovery.lib.fencing import FenceOutcome
 @dataclass(frozen=True)
 class GenerationContainment:
     fence: FenceOutcome
-    backfills: tuple[str, ...] = ()            # backfills that produced the generation
+    backfills: tuple[str, ...] = ()  # backfills that produced the generation
     cancelled_backfills: tuple[str, ...] = ()  # moved to CANCELING by this run
     stopped_runs: tuple[StoppedRun, ...] = ()
-    retries_stripped: tuple[str, ...] = ()     # runs newly tagged never to be retried
-    runs_seen: int = 0                         # every run of the generation, finished or not
+    retries_stripped: tuple[str, ...] = ()  # runs newly tagged never to be retried
+    runs_seen: int = 0  # every run of the generation, finished or not
 
     @property
     def changed_anything(self) -> bool:
@@ -37,14 +37,22 @@ class ContainmentReport:
         for g in self.generations:
             f = g.fence.record
             state = "fenced" if g.fence.newly_fenced else "already fenced"
-            out.append(f"{f.generation}: {state} at {f.fenced_at:%Y-%m-%d %H:%M:%S} UTC by {f.fenced_by} "
-                       f"(incident {f.incident_id}, token {f.token}, commit seq {f.seq})")
+            out.append(
+                f"{f.generation}: {state} at {f.fenced_at:%Y-%m-%d %H:%M:%S} UTC by {f.fenced_by} "
+                f"(incident {f.incident_id}, token {f.token}, commit seq {f.seq})"
+            )
             if not g.runs_seen and not g.backfills:
                 out.append(f"  no runs to cancel: no Dagster backfill or run of {f.generation} in this instance")
                 continue
             for b in g.backfills:
-                out.append(f"  backfill {b}: " + ("cancelled (CANCELING; the daemon finishes it)" if b in g.cancelled_backfills
-                                                   else "already cancelled or finished"))
+                out.append(
+                    f"  backfill {b}: "
+                    + (
+                        "cancelled (CANCELING; the daemon finishes it)"
+                        if b in g.cancelled_backfills
+                        else "already cancelled or finished"
+                    )
+                )
             for r in g.stopped_runs:
                 out.append(f"  run {r.run_id} ({r.status_before}): {r.action}")
             if not g.stopped_runs:

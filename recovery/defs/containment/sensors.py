@@ -10,7 +10,6 @@ sensor daemon. A tick whose alert could not be delivered fails, visibly, and the
 alert is retried on the next tick.
 """
 
-
 from pathlib import Path
 
 import dagster as dg
@@ -28,10 +27,11 @@ BUSY_TIMEOUT_S = 20.0
     minimum_interval_seconds=15,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Stops any run or retry of a fenced generation, counts it as a fence attempt, and alerts on "
-                "every refused attempt through the notifier.",
+    "every refused attempt through the notifier.",
 )
-def fencing_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource,
-                   notifier: NotifierResource) -> dg.SkipReason:
+def fencing_sensor(
+    context: dg.SensorEvaluationContext, warehouse: WarehouseResource, notifier: NotifierResource
+) -> dg.SkipReason:
     spec = warehouse.spec()
     if not Path(spec.warehouse.path).exists():
         return dg.SkipReason(f"warehouse {spec.warehouse.path} does not exist yet")

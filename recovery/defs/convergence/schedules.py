@@ -16,7 +16,7 @@ verify_convergence_hourly = dg.ScheduleDefinition(
     job=verify_convergence_job,
     default_status=dg.DefaultScheduleStatus.STOPPED,
     description="Hourly: reconcile the most recent and the repaired partitions against the source; "
-                "a drifting partition fails an ERROR check and alerts.",
+    "a drifting partition fails an ERROR check and alerts.",
 )
 
 

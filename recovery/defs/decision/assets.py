@@ -16,20 +16,34 @@ from recovery.lib.writer import retrying
     group_name="recovery",
     description="Rollback only where a complete prior generation exists and no valid write would be lost; otherwise repair.",
 )
-def decision(context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+def decision(
+    context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
     incident, spec = resolve_incident(config, warehouse.spec_path)
     engine = open_engine(spec.warehouse)
 
     def txn():
         with engine.transaction() as s:
             d = decide(s, spec, incident.failed_generations)
-            record_event(s, kind="decision", dataset=spec.dataset, incident_id=incident.incident_id, run_id=context.run.run_id,
-                         actor="decision", summary=f"{d.choice}: " + "; ".join(d.reasons))
+            record_event(
+                s,
+                kind="decision",
+                dataset=spec.dataset,
+                incident_id=incident.incident_id,
+                run_id=context.run.run_id,
+                actor="decision",
+                summary=f"{d.choice}: " + "; ".join(d.reasons),
+            )
             return d
 
     d = retrying(txn)
-    return dg.MaterializeResult(metadata={"choice": d.choice, "rollback_to": d.rollback_to or "",
-                                          "reasons": dg.MetadataValue.md("\n".join(f"- {r}" for r in d.reasons))})
+    return dg.MaterializeResult(
+        metadata={
+            "choice": d.choice,
+            "rollback_to": d.rollback_to or "",
+            "reasons": dg.MetadataValue.md("\n".join(f"- {r}" for r in d.reasons)),
+        }
+    )
 
 
 assess_incident = dg.define_asset_job(

@@ -18,8 +18,10 @@ EVIDENCE_KEY = dg.AssetKey(["incident", "evidence_bundle"])
 
 
 def _files_table(manifest: dict) -> str:
-    rows = [f"| {f['path']} | {f['rows'] if f['rows'] is not None else ''} | {f['bytes']:,} | {f['sha256'][:12]} |"
-            for f in manifest["files"]]
+    rows = [
+        f"| {f['path']} | {f['rows'] if f['rows'] is not None else ''} | {f['bytes']:,} | {f['sha256'][:12]} |"
+        for f in manifest["files"]
+    ]
     return "\n".join(["| file | rows | bytes | sha256 |", "| --- | ---: | ---: | --- |", *rows])
 
 
@@ -28,9 +30,11 @@ def _files_table(manifest: dict) -> str:
     kinds={"duckdb", "parquet"},
     group_name="recovery",
     description="Immutable, owner-only evidence bundle of the incident: source, target generations, control plane, "
-                "spec, runs and event logs, with a checksummed manifest; sensitive columns as keyed hashes.",
+    "spec, runs and event logs, with a checksummed manifest; sensitive columns as keyed hashes.",
 )
-def evidence_bundle(context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+def evidence_bundle(
+    context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
     incident, spec = resolve_incident(config, warehouse.spec_path)
     engine = warehouse.engine()
     history = run_history_for(context.instance, engine, incident.failed_generations, with_logs=True)
@@ -38,22 +42,25 @@ def evidence_bundle(context: dg.AssetExecutionContext, config: IncidentConfig, w
     if not result.created:
         context.log.info(f"{result.bundle} already holds this incident's bundle; left untouched")
     notes = result.manifest["notes"] + result.manifest["orchestrator"]["notes"]
-    return dg.MaterializeResult(metadata={
-        "dagster/row_count": result.table_rows,
-        "bundle": dg.MetadataValue.path(str(result.bundle)),
-        "created": result.created,
-        "files": len(result.manifest["files"]),
-        "bytes": result.total_bytes,
-        "seconds": round(result.seconds, 2),
-        "manifest_sha256": result.manifest_sha256,
-        "dagster_runs": result.manifest["orchestrator"]["runs"],
-        "sensitive_columns": ", ".join(result.manifest["sensitive_columns"]["columns"]) or "none",
-        "notes": dg.MetadataValue.md("\n".join(f"- {n}" for n in notes) or "none"),
-        "manifest": dg.MetadataValue.md(_files_table(result.manifest)),
-    })
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": result.table_rows,
+            "bundle": dg.MetadataValue.path(str(result.bundle)),
+            "created": result.created,
+            "files": len(result.manifest["files"]),
+            "bytes": result.total_bytes,
+            "seconds": round(result.seconds, 2),
+            "manifest_sha256": result.manifest_sha256,
+            "dagster_runs": result.manifest["orchestrator"]["runs"],
+            "sensitive_columns": ", ".join(result.manifest["sensitive_columns"]["columns"]) or "none",
+            "notes": dg.MetadataValue.md("\n".join(f"- {n}" for n in notes) or "none"),
+            "manifest": dg.MetadataValue.md(_files_table(result.manifest)),
+        }
+    )
 
 
 preserve_evidence = dg.define_asset_job(
-    "preserve_evidence", selection=dg.AssetSelection.assets(EVIDENCE_KEY),
+    "preserve_evidence",
+    selection=dg.AssetSelection.assets(EVIDENCE_KEY),
     description="Freeze an incident's evidence bundle (refuses to overwrite an existing one).",
 )

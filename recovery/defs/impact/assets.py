@@ -32,7 +32,9 @@ def downstream_of_target(context: dg.AssetExecutionContext, target_table: str, s
     group_name="recovery",
     description="Downstream impact: rows changed, magnitude and materiality per consumer, and the decisions affected.",
 )
-def impact(context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+def impact(
+    context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
     incident, spec = resolve_incident(config, warehouse.spec_path)
     engine = open_engine(spec.warehouse)
     lineage = downstream_of_target(context, str(spec.target.table_name), warehouse.spec_path)
@@ -41,17 +43,32 @@ def impact(context: dg.AssetExecutionContext, config: IncidentConfig, warehouse:
         with engine.transaction() as s:
             impacts = assess_impact(s, spec, incident_id=incident.incident_id, watermark=None)
             affected = [i for i in impacts if i.affected]
-            record_event(s, kind="impact", dataset=spec.dataset, incident_id=incident.incident_id, run_id=context.run.run_id,
-                         actor="impact", summary=f"{len(affected)} of {len(impacts)} consumers affected: "
-                         + "; ".join(f"{i.consumer} {i.material_rows:,} material" for i in affected))
+            record_event(
+                s,
+                kind="impact",
+                dataset=spec.dataset,
+                incident_id=incident.incident_id,
+                run_id=context.run.run_id,
+                actor="impact",
+                summary=f"{len(affected)} of {len(impacts)} consumers affected: "
+                + "; ".join(f"{i.consumer} {i.material_rows:,} material" for i in affected),
+            )
             return impacts
 
     impacts = retrying(txn)
-    rows = ["| consumer | kind | owner | changed | missing | extra | material | decision |", "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
-    rows += [f"| {i.consumer} | {i.kind} | {i.owner} | {i.rows_changed:,} | {i.rows_missing:,} | {i.rows_extra:,} | {i.material_rows:,} | {i.decision} |" for i in impacts]
-    return dg.MaterializeResult(metadata={
-        "consumers_affected": sum(i.affected for i in impacts),
-        "material_rows": sum(i.material_rows for i in impacts),
-        "impact": dg.MetadataValue.md("\n".join(rows)),
-        "lineage_downstream_of_target": dg.MetadataValue.json(lineage),
-    })
+    rows = [
+        "| consumer | kind | owner | changed | missing | extra | material | decision |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    rows += [
+        f"| {i.consumer} | {i.kind} | {i.owner} | {i.rows_changed:,} | {i.rows_missing:,} | {i.rows_extra:,} | {i.material_rows:,} | {i.decision} |"
+        for i in impacts
+    ]
+    return dg.MaterializeResult(
+        metadata={
+            "consumers_affected": sum(i.affected for i in impacts),
+            "material_rows": sum(i.material_rows for i in impacts),
+            "impact": dg.MetadataValue.md("\n".join(rows)),
+            "lineage_downstream_of_target": dg.MetadataValue.json(lineage),
+        }
+    )

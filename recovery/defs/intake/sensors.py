@@ -26,8 +26,13 @@ from recovery.lib.notify import NotificationError
 LOCATION = "backfill_recovery"  # workspace.yaml's location_name
 BUSY_TIMEOUT_S = 20.0
 RECENT_BACKFILLS = 50
-NEEDS_CONTAINMENT = {BulkActionStatus.FAILED, BulkActionStatus.FAILING, BulkActionStatus.CANCELING,
-                     BulkActionStatus.CANCELED, BulkActionStatus.COMPLETED_FAILED}
+NEEDS_CONTAINMENT = {
+    BulkActionStatus.FAILED,
+    BulkActionStatus.FAILING,
+    BulkActionStatus.CANCELING,
+    BulkActionStatus.CANCELED,
+    BulkActionStatus.COMPLETED_FAILED,
+}
 
 
 def failed_backfills(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> list[FailedBackfill]:
@@ -36,12 +41,23 @@ def failed_backfills(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> li
     for b in instance.get_backfills(limit=RECENT_BACKFILLS):
         if not b.is_asset_backfill or asset_key not in (b.asset_selection or []):
             continue
-        failed_runs = tuple(r.run_id for r in instance.get_runs(
-            dg.RunsFilter(tags={"dagster/backfill": b.backfill_id}, statuses=[dg.DagsterRunStatus.FAILURE])))
+        failed_runs = tuple(
+            r.run_id
+            for r in instance.get_runs(
+                dg.RunsFilter(tags={"dagster/backfill": b.backfill_id}, statuses=[dg.DagsterRunStatus.FAILURE])
+            )
+        )
         if b.status not in NEEDS_CONTAINMENT and not failed_runs:
             continue
-        found.append(FailedBackfill(b.backfill_id, b.status.value, generation_for_run(b.tags, "").generation,
-                                    _partition_keys(b, asset_key), failed_runs))
+        found.append(
+            FailedBackfill(
+                b.backfill_id,
+                b.status.value,
+                generation_for_run(b.tags, "").generation,
+                _partition_keys(b, asset_key),
+                failed_runs,
+            )
+        )
     return found
 
 
@@ -52,22 +68,33 @@ def _partition_keys(backfill: PartitionBackfill, asset_key: dg.AssetKey) -> tupl
     return tuple(sorted(data.target_subset.get_partitions_subset(asset_key).get_partition_keys()))
 
 
-def draft_alert(failed: FailedBackfill, incident_file: Path, incident_id: str, base: str,
-                contain_job: str = CONTAIN_JOB) -> tuple[str, str]:
-    subject = f"draft incident {incident_id} opened: backfill {failed.backfill_id} of {failed.generation} needs containment"
-    body = "\n".join([
-        f"{failed.reason}; its generation {failed.generation} may have damaged the dataset.",
-        f"Draft incident: {incident_file} (add approved_by, check the range).",
-        f"Contain in one click: {launchpad_url(base, LOCATION, incident_file, contain_job)}",
-        f"or: recovery contain --incident {incident_file}",
-        f"Backfill: {base}/runs/b/{failed.backfill_id}",
-    ])
+def draft_alert(
+    failed: FailedBackfill, incident_file: Path, incident_id: str, base: str, contain_job: str = CONTAIN_JOB
+) -> tuple[str, str]:
+    subject = (
+        f"draft incident {incident_id} opened: backfill {failed.backfill_id} of {failed.generation} needs containment"
+    )
+    body = "\n".join(
+        [
+            f"{failed.reason}; its generation {failed.generation} may have damaged the dataset.",
+            f"Draft incident: {incident_file} (add approved_by, check the range).",
+            f"Contain in one click: {launchpad_url(base, LOCATION, incident_file, contain_job)}",
+            f"or: recovery contain --incident {incident_file}",
+            f"Backfill: {base}/runs/b/{failed.backfill_id}",
+        ]
+    )
     return subject, body
 
 
-def open_drafts(instance: dg.DagsterInstance, warehouse: WarehouseResource, notifier: NotifierResource,
-                log=None, *, asset_key: dg.AssetKey | None = None,
-                contain_job: str = CONTAIN_JOB) -> tuple[list[Draft], list[str]]:
+def open_drafts(
+    instance: dg.DagsterInstance,
+    warehouse: WarehouseResource,
+    notifier: NotifierResource,
+    log=None,
+    *,
+    asset_key: dg.AssetKey | None = None,
+    contain_job: str = CONTAIN_JOB,
+) -> tuple[list[Draft], list[str]]:
     """One pass of the sensor: a draft (file, timeline, alert) for every failed backfill of the dataset.
     ``asset_key`` is the dataset's target asset (default: the target table as a key, the served
     dataset's form; a further dataset's sits under its prefix) and ``contain_job`` the job its
@@ -87,8 +114,15 @@ def open_drafts(instance: dg.DagsterInstance, warehouse: WarehouseResource, noti
         drafts.append(draft)
         subject, body = draft_alert(f, draft.path, draft.incident_id, ui_url(), contain_job)
         try:
-            n.notify(DEFAULT_OWNER, subject, body, "critical", f"draft-incident:{f.backfill_id}",
-                     incident_id=draft.incident_id, dataset=spec.dataset)
+            n.notify(
+                DEFAULT_OWNER,
+                subject,
+                body,
+                "critical",
+                f"draft-incident:{f.backfill_id}",
+                incident_id=draft.incident_id,
+                dataset=spec.dataset,
+            )
         except NotificationError as err:
             errors.append(f"{draft.incident_id}: {err}")
         if draft.newly_opened and log is not None:
@@ -101,10 +135,11 @@ def open_drafts(instance: dg.DagsterInstance, warehouse: WarehouseResource, noti
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Opens a draft incident (file, timeline, prefilled contain_backfill launchpad, alert) for every "
-                "failed or canceled backfill of the managed dataset, or one whose runs failed.",
+    "failed or canceled backfill of the managed dataset, or one whose runs failed.",
 )
-def backfill_incident_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource,
-                             notifier: NotifierResource) -> dg.SkipReason:
+def backfill_incident_sensor(
+    context: dg.SensorEvaluationContext, warehouse: WarehouseResource, notifier: NotifierResource
+) -> dg.SkipReason:
     try:
         drafts, errors = open_drafts(context.instance, warehouse, notifier, context.log)
     except WarehouseBusyError as err:

@@ -53,14 +53,20 @@ class ManagedDbIOManager(DbIOManager):
         problem = None
         engine_kind = parse_spec(spec_path).warehouse.engine
         if obj is None:
-            problem = "returned None; a managed dataset's asset must return a frame (pandas, pyarrow or a DuckDB relation)"
+            problem = (
+                "returned None; a managed dataset's asset must return a frame (pandas, pyarrow or a DuckDB relation)"
+            )
         elif context.has_asset_partitions and isinstance(context.asset_partitions_def, dg.MultiPartitionsDefinition):
             problem = "has multi-dimensional partitions; partition a managed dataset's asset by the spec's target.partition only"
         elif engine_kind != "duckdb":
-            problem = (f"is a {engine_kind} dataset and ManagedDuckDBIOManager writes DuckDB warehouses only; "
-                       f"write it with recovery.lib.writer.Writer (see README, Running on Spark)")
+            problem = (
+                f"is a {engine_kind} dataset and ManagedDuckDBIOManager writes DuckDB warehouses only; "
+                f"write it with recovery.lib.writer.Writer (see README, Running on Spark)"
+            )
         if problem:
-            raise dg.Failure(description=f"{table}: asset {context.asset_key.to_user_string()} {problem}", allow_retries=False)
+            raise dg.Failure(
+                description=f"{table}: asset {context.asset_key.to_user_string()} {problem}", allow_retries=False
+            )
         self._check_supported_type(type(obj))
         partitions = list(context.asset_partition_keys) if context.has_asset_partitions else None
         run_tags = context.step_context.dagster_run.tags
@@ -72,27 +78,38 @@ class ManagedDbIOManager(DbIOManager):
             with writer.engine.transaction() as s:
                 s.execute(f"CREATE SCHEMA IF NOT EXISTS {STAGE_SCHEMA}")
                 handler_metadata = self._resolve_handler(type(obj)).handle_output(
-                    context, TableSlice(table=name, schema=schema), obj, s.conn)
-            result = write_output(writer, stage, run=run, run_id=context.run_id, partitions=partitions,
-                                  mode=(context.definition_metadata or {}).get(WRITE_MODE_KEY),
-                                  code_version=_code_version(context))
+                    context, TableSlice(table=name, schema=schema), obj, s.conn
+                )
+            result = write_output(
+                writer,
+                stage,
+                run=run,
+                run_id=context.run_id,
+                partitions=partitions,
+                mode=(context.definition_metadata or {}).get(WRITE_MODE_KEY),
+                code_version=_code_version(context),
+            )
         except FencedGenerationError as err:
             # contained: a retry would only be refused again
-            raise dg.Failure(description=f"{table}: {err}; contained by the incident that fenced it, "
-                                         f"nothing was written", allow_retries=False) from err
+            raise dg.Failure(
+                description=f"{table}: {err}; contained by the incident that fenced it, nothing was written",
+                allow_retries=False,
+            ) from err
         except RecoveryError as err:  # rows the dataset refuses: the same rows would be refused again
             raise dg.Failure(description=f"{table}: {err}; nothing was written", allow_retries=False) from err
         finally:
             drop_stage(writer, stage)
-        context.add_output_metadata({
-            **(handler_metadata or {}),
-            "dagster/table_name": table,
-            "recovery/generation": run.generation,
-            "recovery/write_seq": result.seq,
-            "recovery/rows_inserted": result.rows_inserted,
-            "recovery/rows_deleted": result.rows_deleted,
-            "recovery/namespace": result.namespace,
-        })
+        context.add_output_metadata(
+            {
+                **(handler_metadata or {}),
+                "dagster/table_name": table,
+                "recovery/generation": run.generation,
+                "recovery/write_seq": result.seq,
+                "recovery/rows_inserted": result.rows_inserted,
+                "recovery/rows_deleted": result.rows_deleted,
+                "recovery/namespace": result.namespace,
+            }
+        )
 
     def load_input(self, context: dg.InputContext) -> object:
         upstream = cast(dg.OutputContext, context.upstream_output)
@@ -105,10 +122,17 @@ class ManagedDbIOManager(DbIOManager):
         if load_type is Any:
             load_type = self._default_load_type
         self._check_supported_type(load_type)
-        dims = ([TablePartitionDimension(spec.target.partition, list(context.asset_partition_keys))]
-                if context.has_asset_partitions else [])
-        slice_ = TableSlice(table=spec.target.table_name.name, schema=spec.target.table_name.schema,
-                            partition_dimensions=dims, columns=(context.definition_metadata or {}).get("columns"))
+        dims = (
+            [TablePartitionDimension(spec.target.partition, list(context.asset_partition_keys))]
+            if context.has_asset_partitions
+            else []
+        )
+        slice_ = TableSlice(
+            table=spec.target.table_name.name,
+            schema=spec.target.table_name.schema,
+            partition_dimensions=dims,
+            columns=(context.definition_metadata or {}).get("columns"),
+        )
         engine = warehouse_resource(spec_path).engine()
         with engine.session(read_only=True) as s:
             return self._resolve_handler(load_type).load_input(context, slice_, s.conn)
@@ -126,8 +150,10 @@ class ManagedDuckDBIOManager(DuckDBIOManager):
 
     ``database`` is the DuckDB file for unmanaged assets (usually the specs' warehouse)."""
 
-    specs: list[str] = Field(default_factory=list,
-                             description="Dataset spec YAML files whose target tables this IO manager writes through the writer.")
+    specs: list[str] = Field(
+        default_factory=list,
+        description="Dataset spec YAML files whose target tables this IO manager writes through the writer.",
+    )
 
     @staticmethod
     def type_handlers() -> Sequence[DbTypeHandler]:

@@ -17,10 +17,16 @@ from recovery.lib.reconcile.run import run_reconciliation
 
 
 class ReconcileConfig(IncidentConfig):
-    out_dir: str | None = Field(None, description="Where to write reconciliation.parquet and summary.json (default: reports/<incident> beside the warehouse).")
-    footprint: bool = Field(False, description="Reconcile only the failed generations' footprint: the keys they wrote and the keys "
-                            "held or expected in their partition range (the incident's, widened to what they wrote). Default: the "
-                            "whole target, with the damage outside the footprint counted as drift.")
+    out_dir: str | None = Field(
+        None,
+        description="Where to write reconciliation.parquet and summary.json (default: reports/<incident> beside the warehouse).",
+    )
+    footprint: bool = Field(
+        False,
+        description="Reconcile only the failed generations' footprint: the keys they wrote and the keys "
+        "held or expected in their partition range (the incident's, widened to what they wrote). Default: the "
+        "whole target, with the damage outside the footprint counted as drift.",
+    )
 
 
 @dg.asset(
@@ -31,39 +37,56 @@ class ReconcileConfig(IncidentConfig):
     group_name="recovery",
     description="Source-to-output reconciliation: one damage label per key, findings per partition.",
 )
-def reconciliation(context: dg.AssetExecutionContext, config: ReconcileConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+def reconciliation(
+    context: dg.AssetExecutionContext, config: ReconcileConfig, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
     incident, spec = resolve_incident(config, warehouse.spec_path)
     out = Path(config.out_dir) if config.out_dir else incident.reports_dir(spec)
     rng = (incident.partitions.start, incident.partitions.end) if incident.partitions else None
-    summary, files = run_reconciliation(spec, incident.failed_generations, incident_id=incident.incident_id,
-                                        out_dir=out, actor="reconciliation", run_id=context.run.run_id,
-                                        full=not config.footprint, partitions=rng)
+    summary, files = run_reconciliation(
+        spec,
+        incident.failed_generations,
+        incident_id=incident.incident_id,
+        out_dir=out,
+        actor="reconciliation",
+        run_id=context.run.run_id,
+        full=not config.footprint,
+        partitions=rng,
+    )
     # partitions that appeared since Dagster last learnt the target's (the run covers those it knew):
     # registered from the classification's own findings and materialized here, with the same metadata
     found = register_found(context.instance, [p.partition for p in summary.partitions])
     for key in found:
-        context.log_event(dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata={
-            "damaged_keys": sum(p.damaged_keys for p in summary.partitions if p.partition == key)}))
+        context.log_event(
+            dg.AssetMaterialization(
+                asset_key=context.asset_key,
+                partition=key,
+                metadata={"damaged_keys": sum(p.damaged_keys for p in summary.partitions if p.partition == key)},
+            )
+        )
     _observe_partitions(context, files["summary"], list(context.partition_keys) + found)
     table = "\n".join(["| label | keys |", "| --- | ---: |"] + [f"| {k} | {v:,} |" for k, v in summary.labels.items()])
     findings = ", ".join(f"{k}: {v}" for k, v in summary.partition_findings.items())
-    return dg.MaterializeResult(metadata={
-        "dagster/row_count": summary.damaged_keys,
-        "damaged_keys": summary.damaged_keys,
-        "unexplained": summary.unexplained,
-        "damaged_partitions": len(summary.damaged_partitions),
-        "labels": dg.MetadataValue.md(table),
-        "partition_findings": findings,
-        "watermark": str(summary.watermark),
-        "scope": summary.scope,
-        "footprint_range": " .. ".join(summary.footprint_range or []) or "none",
-        "drift_outside_footprint": sum((summary.drift_outside_footprint or {}).values()),
-        "summary": dg.MetadataValue.path(str(files["summary"])),
-    })
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": summary.damaged_keys,
+            "damaged_keys": summary.damaged_keys,
+            "unexplained": summary.unexplained,
+            "damaged_partitions": len(summary.damaged_partitions),
+            "labels": dg.MetadataValue.md(table),
+            "partition_findings": findings,
+            "watermark": str(summary.watermark),
+            "scope": summary.scope,
+            "footprint_range": " .. ".join(summary.footprint_range or []) or "none",
+            "drift_outside_footprint": sum((summary.drift_outside_footprint or {}).values()),
+            "summary": dg.MetadataValue.path(str(files["summary"])),
+        }
+    )
 
 
 reconcile_incident = dg.define_asset_job(
-    "reconcile_incident", selection=dg.AssetSelection.keys(["incident", "reconciliation"]),
+    "reconcile_incident",
+    selection=dg.AssetSelection.keys(["incident", "reconciliation"]),
     description="Classify every damaged key of an incident and write reconciliation.parquet + summary.json.",
 )
 
@@ -75,8 +98,14 @@ def _observe_partitions(context: dg.AssetExecutionContext, summary_path: Path, k
     findings = {p["partition"]: p["findings"] for p in doc["partitions"]}
     for key in keys:
         labels = by_partition.get(key, {})
-        context.log_event(dg.AssetObservation(
-            asset_key=context.asset_key, partition=key,
-            metadata={"damaged_keys": sum(labels.values()), "labels": dg.MetadataValue.json(labels),
-                      "findings": ", ".join(findings.get(key, [])) or "none"},
-        ))
+        context.log_event(
+            dg.AssetObservation(
+                asset_key=context.asset_key,
+                partition=key,
+                metadata={
+                    "damaged_keys": sum(labels.values()),
+                    "labels": dg.MetadataValue.json(labels),
+                    "findings": ", ".join(findings.get(key, [])) or "none",
+                },
+            )
+        )

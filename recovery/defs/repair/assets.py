@@ -47,8 +47,10 @@ def _plan_or_fail(spec, incident_id: str):
     with open_engine(spec.warehouse).session(read_only=True) as s:
         plan = load_plan(s, incident_id)
     if plan is None:
-        raise dg.Failure(description=f"incident {incident_id} has no repair plan; materialize repair/plan (job plan_repair) first",
-                         allow_retries=False)
+        raise dg.Failure(
+            description=f"incident {incident_id} has no repair plan; materialize repair/plan (job plan_repair) first",
+            allow_retries=False,
+        )
     return plan
 
 
@@ -58,20 +60,35 @@ def _plan_or_fail(spec, incident_id: str):
     group_name="repair",
     kinds={"duckdb"},
     description="Repair plan: affected partitions (beyond the nominal range if the damage is), qualified partitions, "
-                "canary and waves; starts the repair generation at the low watermark.",
+    "canary and waves; starts the repair generation at the low watermark.",
 )
-def repair_plan(context: dg.AssetExecutionContext, config: RepairPlanConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+def repair_plan(
+    context: dg.AssetExecutionContext, config: RepairPlanConfig, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
     incident, spec = resolve_incident(config, warehouse.spec_path)
-    plan = start_repair(_writer(spec, "repair_plan"), incident, canary=config.canary_partitions or None,
-                        canary_max=config.canary_max, wave_size=config.wave_size, run_id=context.run.run_id)
+    plan = start_repair(
+        _writer(spec, "repair_plan"),
+        incident,
+        canary=config.canary_partitions or None,
+        canary_max=config.canary_max,
+        wave_size=config.wave_size,
+        run_id=context.run.run_id,
+    )
     register_repair_partitions(context.instance, plan)
     qualified = "\n".join(f"- {p}: {why}" for p, why in plan.qualified.items()) or "none"
-    return dg.MaterializeResult(metadata={
-        "generation": plan.generation, "namespace": plan.namespace, "from_namespace": plan.from_namespace,
-        "low_watermark_seq": plan.low_seq, "source_watermark": str(plan.source_watermark),
-        "partitions_to_rebuild": len(plan.rebuild), "qualified_partitions": len(plan.qualified),
-        "waves": dg.MetadataValue.md(wave_ranges_md(plan)), "qualified": dg.MetadataValue.md(qualified),
-    })
+    return dg.MaterializeResult(
+        metadata={
+            "generation": plan.generation,
+            "namespace": plan.namespace,
+            "from_namespace": plan.from_namespace,
+            "low_watermark_seq": plan.low_seq,
+            "source_watermark": str(plan.source_watermark),
+            "partitions_to_rebuild": len(plan.rebuild),
+            "qualified_partitions": len(plan.qualified),
+            "waves": dg.MetadataValue.md(wave_ranges_md(plan)),
+            "qualified": dg.MetadataValue.md(qualified),
+        }
+    )
 
 
 @dg.asset(
@@ -82,20 +99,30 @@ def repair_plan(context: dg.AssetExecutionContext, config: RepairPlanConfig, war
     group_name="repair",
     kinds={"duckdb"},
     description="The repair generation, rebuilt from the fixed source snapshot one wave (a partition range) per run; "
-                "re-running a wave replaces exactly its partitions.",
+    "re-running a wave replaces exactly its partitions.",
 )
-def repair_generation(context: dg.AssetExecutionContext, config: IncidentConfig,
-                      warehouse: WarehouseResource) -> dg.MaterializeResult:
+def repair_generation(
+    context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
     incident, spec = resolve_incident(config, warehouse.spec_path)
     plan = _plan_or_fail(spec, incident.incident_id)
     wave = plan.wave_of(list(context.partition_keys))
     if context.job_def.name == "repair_canary" and wave != 0:
-        raise dg.Failure(description=f"repair_canary builds the canary only; these partitions are {wave_name(wave)} "
-                                     f"(launch repair_waves)", allow_retries=False)
+        raise dg.Failure(
+            description=f"repair_canary builds the canary only; these partitions are {wave_name(wave)} "
+            f"(launch repair_waves)",
+            allow_retries=False,
+        )
     rows = build_wave(_writer(spec, "repair_generation"), plan, wave, run_id=context.run.run_id)
     context.log.info(f"{wave_name(wave)}: {len(context.partition_keys)} partitions, {rows:,} rows from the snapshot")
-    return dg.MaterializeResult(metadata={"wave": wave_name(wave), "partitions": len(context.partition_keys),
-                                          "dagster/row_count": rows, "generation": plan.generation})
+    return dg.MaterializeResult(
+        metadata={
+            "wave": wave_name(wave),
+            "partitions": len(context.partition_keys),
+            "dagster/row_count": rows,
+            "generation": plan.generation,
+        }
+    )
 
 
 @dg.asset(
@@ -104,16 +131,22 @@ def repair_generation(context: dg.AssetExecutionContext, config: IncidentConfig,
     group_name="repair",
     kinds={"duckdb"},
     description="Publish candidate: the delta of normal ingestion since the low watermark replayed by key and version "
-                "(newer wins, tombstones delete) up to the high watermark.",
+    "(newer wins, tombstones delete) up to the high watermark.",
 )
-def repair_candidate(context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+def repair_candidate(
+    context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
     incident, spec = resolve_incident(config, warehouse.spec_path)
     plan = _plan_or_fail(spec, incident.incident_id)
     replayed = replay_to_now(_writer(spec, "repair_candidate"), plan, stage="candidate", run_id=context.run.run_id)
-    return dg.MaterializeResult(metadata={
-        "upserts_replayed": replayed.upserted, "deletes_replayed": replayed.deleted,
-        "older_than_repair": replayed.skipped_older, "window": f"({replayed.after_seq}, {replayed.through_seq}]",
-    })
+    return dg.MaterializeResult(
+        metadata={
+            "upserts_replayed": replayed.upserted,
+            "deletes_replayed": replayed.deleted,
+            "older_than_repair": replayed.skipped_older,
+            "window": f"({replayed.after_seq}, {replayed.through_seq}]",
+        }
+    )
 
 
 @dg.asset(
@@ -123,24 +156,34 @@ def repair_candidate(context: dg.AssetExecutionContext, config: IncidentConfig, 
     kinds={"duckdb"},
     description="Atomic publish: every gate confirmed, late writes replayed and the public view moved, in one transaction.",
 )
-def repair_publication(context: dg.AssetExecutionContext, config: IncidentConfig,
-                       warehouse: WarehouseResource) -> dg.MaterializeResult:
+def repair_publication(
+    context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
     incident, spec = resolve_incident(config, warehouse.spec_path)
     result = publish(_writer(spec, "repair_publication"), incident.incident_id, run_id=context.run.run_id)
     with open_engine(spec.warehouse).session(read_only=True) as s:
         diffs = label_diffs(s, incident.incident_id)
-    table = "\n".join(["| label | keys before | keys after |", "| --- | ---: | ---: |"]
-                      + [f"| {k} | {b:,} | {a:,} |" for k, (b, a) in diffs.items()])
-    return dg.MaterializeResult(metadata={
-        "published_namespace": result["namespace"], "already_published": result["already"],
-        "previous_namespace": result.get("from_namespace") or "", "pointer_seq": result["seq"] or 0,
-        "before_after": dg.MetadataValue.md(table),
-    })
+    table = "\n".join(
+        ["| label | keys before | keys after |", "| --- | ---: | ---: |"]
+        + [f"| {k} | {b:,} | {a:,} |" for k, (b, a) in diffs.items()]
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "published_namespace": result["namespace"],
+            "already_published": result["already"],
+            "previous_namespace": result.get("from_namespace") or "",
+            "pointer_seq": result["seq"] or 0,
+            "before_after": dg.MetadataValue.md(table),
+        }
+    )
 
 
 def gate_checks(spec) -> list[dg.AssetChecksDefinition]:
-    @dg.multi_asset_check(specs=check_specs(spec, GENERATION_KEY), name="wave_gates",
-                          description="Gates of the wave this run built (GE suites on its partitions; reconciliation of all built).")
+    @dg.multi_asset_check(
+        specs=check_specs(spec, GENERATION_KEY),
+        name="wave_gates",
+        description="Gates of the wave this run built (GE suites on its partitions; reconciliation of all built).",
+    )
     def wave_gates(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource):
         found = wave_built_by(warehouse, context.run.run_id)
         if found is None:
@@ -149,8 +192,11 @@ def gate_checks(spec) -> list[dg.AssetChecksDefinition]:
         results = gate_wave(warehouse.writer("wave_gates"), incident_id, wave, run_id=context.run.run_id)
         yield from check_results(results, GENERATION_KEY, warehouse.spec(), f"{incident_id} {wave_name(wave)}")
 
-    @dg.multi_asset_check(specs=check_specs(spec, CANDIDATE_KEY), name="candidate_gates",
-                          description="Every gate over the whole candidate, in the transaction that fixes the high watermark.")
+    @dg.multi_asset_check(
+        specs=check_specs(spec, CANDIDATE_KEY),
+        name="candidate_gates",
+        description="Every gate over the whole candidate, in the transaction that fixes the high watermark.",
+    )
     def candidate_gates(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource):
         incident_id = candidate_of(warehouse, context.run.run_id)
         if incident_id is None:
@@ -164,17 +210,26 @@ def gate_checks(spec) -> list[dg.AssetChecksDefinition]:
     return [wave_gates, candidate_gates]
 
 
-plan_repair = dg.define_asset_job("plan_repair", selection=dg.AssetSelection.assets(PLAN_KEY),
-                                  description="Plan the repair of an incident and start its generation (low watermark).")
+plan_repair = dg.define_asset_job(
+    "plan_repair",
+    selection=dg.AssetSelection.assets(PLAN_KEY),
+    description="Plan the repair of an incident and start its generation (low watermark).",
+)
 repair_canary = dg.define_asset_job(
-    "repair_canary", selection=dg.AssetSelection.assets(GENERATION_KEY),
-    description="Rebuild the canary partitions (select the canary range shown on repair/plan) and gate them.")
+    "repair_canary",
+    selection=dg.AssetSelection.assets(GENERATION_KEY),
+    description="Rebuild the canary partitions (select the canary range shown on repair/plan) and gate them.",
+)
 repair_waves = dg.define_asset_job(
-    "repair_waves", selection=dg.AssetSelection.assets(GENERATION_KEY),
-    description="Rebuild one wave (select its range shown on repair/plan) and gate it; a failed gate stops the expansion.")
+    "repair_waves",
+    selection=dg.AssetSelection.assets(GENERATION_KEY),
+    description="Rebuild one wave (select its range shown on repair/plan) and gate it; a failed gate stops the expansion.",
+)
 publish_repair = dg.define_asset_job(
-    "publish_repair", selection=dg.AssetSelection.assets(CANDIDATE_KEY, PUBLICATION_KEY),
-    description="Replay the delta, run every gate over the candidate, and publish by one pointer move if all pass.")
+    "publish_repair",
+    selection=dg.AssetSelection.assets(CANDIDATE_KEY, PUBLICATION_KEY),
+    description="Replay the delta, run every gate over the candidate, and publish by one pointer move if all pass.",
+)
 
 
 @dg.definitions

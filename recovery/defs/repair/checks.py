@@ -23,7 +23,10 @@ def gate_names(spec: DatasetSpec) -> list[str]:
 
 
 def check_specs(spec: DatasetSpec, asset: dg.AssetKey) -> list[dg.AssetCheckSpec]:
-    described = {**DESCRIPTIONS, **{s.name: f"Great Expectations suite {s.name!r} declared in the spec." for s in spec.suites}}
+    described = {
+        **DESCRIPTIONS,
+        **{s.name: f"Great Expectations suite {s.name!r} declared in the spec." for s in spec.suites},
+    }
     return [dg.AssetCheckSpec(name=g, asset=asset, blocking=True, description=described[g]) for g in gate_names(spec)]
 
 
@@ -32,18 +35,28 @@ def check_results(results: list[GateResult], asset: dg.AssetKey, spec: DatasetSp
     for g in gate_names(spec):
         r = by_gate.get(g)
         if r is None:
-            yield dg.AssetCheckResult(asset_key=asset, check_name=g, passed=False, severity=dg.AssetCheckSeverity.ERROR,
-                                      metadata={"details": "not evaluated"})
+            yield dg.AssetCheckResult(
+                asset_key=asset,
+                check_name=g,
+                passed=False,
+                severity=dg.AssetCheckSeverity.ERROR,
+                metadata={"details": "not evaluated"},
+            )
             continue
         yield dg.AssetCheckResult(
-            asset_key=asset, check_name=g, passed=r.passed, severity=dg.AssetCheckSeverity.ERROR,
+            asset_key=asset,
+            check_name=g,
+            passed=r.passed,
+            severity=dg.AssetCheckSeverity.ERROR,
             metadata={"unexpected": r.observed, "details": r.details[:2000], "scope": context_note},
         )
 
 
 def wave_built_by(warehouse: WarehouseResource, run_id: str) -> tuple[str, int] | None:
     with warehouse.engine().session(read_only=True) as s:
-        return s.fetchone(f"SELECT incident_id, max(wave) FROM {PARTITIONS} WHERE built_run_id = ? GROUP BY 1", [run_id])
+        return s.fetchone(
+            f"SELECT incident_id, max(wave) FROM {PARTITIONS} WHERE built_run_id = ? GROUP BY 1", [run_id]
+        )
 
 
 def candidate_of(warehouse: WarehouseResource, run_id: str) -> str | None:

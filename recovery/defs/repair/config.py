@@ -7,6 +7,7 @@ from recovery.defs.containment.config import IncidentConfig
 
 class RepairPlanConfig(IncidentConfig):
     canary_partitions: list[str] = Field(
-        default_factory=list, description="Canary partitions; empty: chosen to cover every damage label found.")
+        default_factory=list, description="Canary partitions; empty: chosen to cover every damage label found."
+    )
     canary_max: int = Field(5, description="At most this many canary partitions when they are chosen automatically.")
     wave_size: int = Field(30, description="Partitions per wave after the canary.")

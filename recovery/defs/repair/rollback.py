@@ -17,8 +17,14 @@ def roll_back(context: dg.OpExecutionContext, config: IncidentConfig, warehouse:
     with engine.session(read_only=True) as s:
         decision = decide(s, spec, incident.failed_generations)
     result = rollback(Writer(engine, spec, actor="rollback"), incident.incident_id, decision, run_id=context.run.run_id)
-    return dg.Output(result["namespace"], metadata={"namespace": result["namespace"], "already": result["already"],
-                                                     "reasons": "; ".join(decision.reasons)})
+    return dg.Output(
+        result["namespace"],
+        metadata={
+            "namespace": result["namespace"],
+            "already": result["already"],
+            "reasons": "; ".join(decision.reasons),
+        },
+    )
 
 
 @dg.job(description="Roll the public view back to the prior generation (only when the decision chose rollback).")

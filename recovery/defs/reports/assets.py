@@ -25,7 +25,9 @@ DECISION_KEY = dg.AssetKey(["incident", "decision"])
 
 
 class ReportsConfig(IncidentConfig):
-    out_dir: str | None = Field(None, description="Where to write the reports (default: reports/<incident> beside the warehouse).")
+    out_dir: str | None = Field(
+        None, description="Where to write the reports (default: reports/<incident> beside the warehouse)."
+    )
 
 
 @dg.asset(
@@ -34,24 +36,31 @@ class ReportsConfig(IncidentConfig):
     kinds={"duckdb", "html"},
     group_name="recovery",
     description="The incident's three reports (timeline, reconciliation, recovery and recurrence) as self-contained "
-                "HTML files, with their Markdown here.",
+    "HTML files, with their Markdown here.",
 )
-def incident_reports(context: dg.AssetExecutionContext, config: ReportsConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+def incident_reports(
+    context: dg.AssetExecutionContext, config: ReportsConfig, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
     incident, spec = resolve_incident(config, warehouse.spec_path)
     engine = warehouse.engine()
-    timeline = build_timeline(incident, spec, engine, run_history_for(context.instance, engine, incident.failed_generations))
+    timeline = build_timeline(
+        incident, spec, engine, run_history_for(context.instance, engine, incident.failed_generations)
+    )
     default_dir = incident.reports_dir(spec)
     out = Path(config.out_dir) if config.out_dir else default_dir
     summary_json = next((p for p in (out / "summary.json", default_dir / "summary.json") if p.exists()), None)
     reports = build_reports(incident, spec, engine, timeline, summary_json=summary_json)
     paths = write_reports(reports, out)
-    metadata: dict[str, dg.MetadataValue] = {f"{name}_report": dg.MetadataValue.md(reports.markdown[name]) for name in paths}
+    metadata: dict[str, dg.MetadataValue] = {
+        f"{name}_report": dg.MetadataValue.md(reports.markdown[name]) for name in paths
+    }
     metadata.update({f"{name}_html": dg.MetadataValue.path(str(path)) for name, path in paths.items()})
     metadata["summary"] = dg.MetadataValue.md("\n".join(f"- {line}" for line in reports.summary()))
     return dg.MaterializeResult(metadata=metadata)
 
 
 render_reports = dg.define_asset_job(
-    "render_incident_reports", selection=dg.AssetSelection.assets(REPORTS_KEY),
+    "render_incident_reports",
+    selection=dg.AssetSelection.assets(REPORTS_KEY),
     description="Write an incident's timeline, reconciliation and recovery reports (HTML + Markdown).",
 )

@@ -57,36 +57,54 @@ def restatement_asset(spec: DatasetSpec) -> dg.AssetsDefinition:
             owners=[f"team:{c.owner}"],
             tags={"recovery/consumer_kind": c.kind},
             description=f"{c.name} restated from the repaired {spec.target.table}: corrected output published, "
-                        f"original kept, ledger rows, {c.owner} notified once.",
+            f"original kept, ledger rows, {c.owner} notified once.",
         )
         for c in spec.downstream
     ]
     checks = [
-        dg.AssetCheckSpec(CHECK, asset=restatement_key(c.name),
-                          description="The corrected output equals the consumer's SQL over the source's expected rows "
-                                      "(as of the ingestion watermark).")
+        dg.AssetCheckSpec(
+            CHECK,
+            asset=restatement_key(c.name),
+            description="The corrected output equals the consumer's SQL over the source's expected rows "
+            "(as of the ingestion watermark).",
+        )
         for c in spec.downstream
     ]
 
     @dg.multi_asset(name=RESTATEMENT_OP, specs=specs, check_specs=checks, can_subset=True)
-    def restatement(context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource,
-                    notifier: NotifierResource):
+    def restatement(
+        context: dg.AssetExecutionContext,
+        config: IncidentConfig,
+        warehouse: WarehouseResource,
+        notifier: NotifierResource,
+    ):
         incident, served = resolve_incident(config, warehouse.spec_path)
         engine = open_engine(served.warehouse)
         names = [k.path[-1] for k in context.selected_asset_keys]
-        results = restate_consumers(engine, served, incident.incident_id, failed_generations=incident.failed_generations,
-                                    consumers=names, actor="restatement", run_id=context.run.run_id)
+        results = restate_consumers(
+            engine,
+            served,
+            incident.incident_id,
+            failed_generations=incident.failed_generations,
+            consumers=names,
+            actor="restatement",
+            run_id=context.run.run_id,
+        )
         failures = notify_owners(engine, served, incident.incident_id, notifier.notifier(engine), consumers=names)
         for r in refreshed(engine, served, results):
             key = restatement_key(r.consumer)
             yield dg.MaterializeResult(asset_key=key, metadata=_metadata(r))
             if dg.AssetCheckKey(key, CHECK) in context.selected_asset_check_keys:
                 yield dg.AssetCheckResult(
-                    asset_key=key, check_name=CHECK, passed=r.mismatches_vs_source == 0,
+                    asset_key=key,
+                    check_name=CHECK,
+                    passed=r.mismatches_vs_source == 0,
                     severity=dg.AssetCheckSeverity.ERROR,
-                    description=None if r.mismatches_vs_source == 0 else
-                    f"{r.consumer}: {r.mismatches_vs_source} rows differ from the consumer on the source's expected rows",
-                    metadata={"mismatched_rows": r.mismatches_vs_source, "watermark": str(r.watermark)})
+                    description=None
+                    if r.mismatches_vs_source == 0
+                    else f"{r.consumer}: {r.mismatches_vs_source} rows differ from the consumer on the source's expected rows",
+                    metadata={"mismatched_rows": r.mismatches_vs_source, "watermark": str(r.watermark)},
+                )
         if failures:
             raise dg.Failure(description="notices not delivered (re-run to deliver them): " + "; ".join(failures))
 
@@ -100,9 +118,10 @@ def restatement_definitions() -> dg.Definitions:
         return dg.Definitions()
     asset = restatement_asset(spec)
     job = dg.define_asset_job(
-        RESTATE_JOB, selection=dg.AssetSelection.groups("restatement"),
+        RESTATE_JOB,
+        selection=dg.AssetSelection.groups("restatement"),
         description="Restate every downstream consumer against the published repair: corrected outputs through "
-                    "their pointers, originals kept, restatement ledger, each owner notified once.",
+        "their pointers, originals kept, restatement ledger, each owner notified once.",
         tags={"recovery/phase": "restatement"},
     )
     return dg.Definitions(assets=[asset], jobs=[job])

@@ -24,25 +24,30 @@ TIMELINE_KEY = dg.AssetKey(["incident", "timeline"])
     kinds={"duckdb"},
     group_name="recovery",
     description="Incident timeline: request, approval, input snapshot, code, configuration, ranges, runs, retries, "
-                "writes, alerts, decisions and containment, in time order with real run ids.",
+    "writes, alerts, decisions and containment, in time order with real run ids.",
 )
-def incident_timeline(context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+def incident_timeline(
+    context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
     incident, spec = resolve_incident(config, warehouse.spec_path)
     engine = warehouse.engine()
     history = run_history_for(context.instance, engine, incident.failed_generations)
     timeline = build_timeline(incident, spec, engine, history)
     paths = write_timeline(timeline, incident.reports_dir(spec))
-    return dg.MaterializeResult(metadata={
-        "dagster/row_count": len(timeline.events),
-        "timeline": dg.MetadataValue.md(render_markdown(timeline)),
-        "report": dg.MetadataValue.path(str(paths["markdown"])),
-        "kinds": ", ".join(f"{k} {n}" for k, n in timeline.kind_counts.items()),
-        "not_recorded_yet": ", ".join(timeline.missing_kinds) or "none",
-        "run_ids": len(timeline.run_ids),
-    })
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": len(timeline.events),
+            "timeline": dg.MetadataValue.md(render_markdown(timeline)),
+            "report": dg.MetadataValue.path(str(paths["markdown"])),
+            "kinds": ", ".join(f"{k} {n}" for k, n in timeline.kind_counts.items()),
+            "not_recorded_yet": ", ".join(timeline.missing_kinds) or "none",
+            "run_ids": len(timeline.run_ids),
+        }
+    )
 
 
 render_timeline = dg.define_asset_job(
-    "render_incident_timeline", selection=dg.AssetSelection.assets(TIMELINE_KEY),
+    "render_incident_timeline",
+    selection=dg.AssetSelection.assets(TIMELINE_KEY),
     description="Rebuild an incident's timeline from the control plane and Dagster's event log.",
 )

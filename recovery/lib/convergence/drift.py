@@ -35,8 +35,12 @@ def stage_drift(s: Session, spec: DatasetSpec, watermark: datetime | None, scope
     key = quote_all(spec.key)
     part = quote(spec.target.partition)
     s.execute("CREATE OR REPLACE TEMP TABLE __cv_scope AS SELECT DISTINCT unnest(CAST(? AS VARCHAR[])) AS p", [scope])
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __cv_e AS SELECT *, CAST({part} AS VARCHAR) AS __p FROM ({expected_rows_sql(spec, watermark)})")
-    s.execute(f"CREATE OR REPLACE TEMP VIEW __cv_t AS SELECT *, CAST({part} AS VARCHAR) AS __p FROM {spec.target.table_name.sql()}")
+    s.execute(
+        f"CREATE OR REPLACE TEMP TABLE __cv_e AS SELECT *, CAST({part} AS VARCHAR) AS __p FROM ({expected_rows_sql(spec, watermark)})"
+    )
+    s.execute(
+        f"CREATE OR REPLACE TEMP VIEW __cv_t AS SELECT *, CAST({part} AS VARCHAR) AS __p FROM {spec.target.table_name.sql()}"
+    )
     s.execute(
         f"CREATE OR REPLACE TEMP TABLE __cv_keys AS "
         f"SELECT {key} FROM __cv_e WHERE __p IN (SELECT p FROM __cv_scope) "

@@ -61,4 +61,6 @@ def pending_changes(s: Session, spec: DatasetSpec, watermark: datetime | None) -
     if watermark is None:
         return 0
     src = spec.source
-    return int(s.scalar(f"SELECT count(*) FROM {src.table_name.sql()} WHERE {quote(src.ingested_at)} > ?", [watermark]) or 0)
+    return int(
+        s.scalar(f"SELECT count(*) FROM {src.table_name.sql()} WHERE {quote(src.ingested_at)} > ?", [watermark]) or 0
+    )

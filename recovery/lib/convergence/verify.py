@@ -64,7 +64,7 @@ class ConvergenceResult(BaseModel):
     recent_partitions: list[str]
     repaired_partitions: list[str]
     partitions: list[PartitionDrift]
-    watermark_basis: str = ""    # where the watermark came from (never left unresolved)
+    watermark_basis: str = ""  # where the watermark came from (never left unresolved)
 
     def drifted(self, scope: str | None = None) -> list[PartitionDrift]:
         """Partitions that drift (``scope``: 'recent', 'repaired' or None for both)."""
@@ -85,11 +85,16 @@ class ConvergenceResult(BaseModel):
     def summary(self) -> str:
         bad = self.drifted()
         if not bad:
-            return (f"converged: {len(self.recent_partitions)} recent and {len(self.repaired_partitions)} repaired "
-                    f"partitions equal the source as of {self.as_of()} ({self.pending_changes} changes pending)")
-        return (f"drift in {len(bad)} partition(s): "
-                + ", ".join(f"{p.partition} ({p.drift_keys} keys)" for p in bad[:10])
-                + (" ..." if len(bad) > 10 else "") + f"; source as of {self.as_of()}")
+            return (
+                f"converged: {len(self.recent_partitions)} recent and {len(self.repaired_partitions)} repaired "
+                f"partitions equal the source as of {self.as_of()} ({self.pending_changes} changes pending)"
+            )
+        return (
+            f"drift in {len(bad)} partition(s): "
+            + ", ".join(f"{p.partition} ({p.drift_keys} keys)" for p in bad[:10])
+            + (" ..." if len(bad) > 10 else "")
+            + f"; source as of {self.as_of()}"
+        )
 
     def as_of(self) -> str:
         """The watermark as a reader needs it: the timestamp and where it came from."""
@@ -109,19 +114,31 @@ HISTORY_COLUMNS = (
 )
 
 
-def verify_convergence(engine: Engine, spec: DatasetSpec, *, recent: int = 3, watermark: datetime | None = None,
-                       incident_id: str | None = None, actor: str = "convergence",
-                       run_id: str | None = None) -> ConvergenceResult:
+def verify_convergence(
+    engine: Engine,
+    spec: DatasetSpec,
+    *,
+    recent: int = 3,
+    watermark: datetime | None = None,
+    incident_id: str | None = None,
+    actor: str = "convergence",
+    run_id: str | None = None,
+) -> ConvergenceResult:
     """Reconcile the ``recent`` partitions ingestion wrote last and every repaired partition
     against the source as of ``watermark`` (default: how far ingestion has applied it)."""
     if not isinstance(recent, int) or isinstance(recent, bool) or recent < 1:
-        raise SpecError("recent_partitions", f"{recent!r} is not a positive whole number",
-                        "give how many of the partitions ingestion wrote last to check, e.g. 3")
+        raise SpecError(
+            "recent_partitions",
+            f"{recent!r} is not a positive whole number",
+            "give how many of the partitions ingestion wrote last to check, e.g. 3",
+        )
 
     with engine.session(read_only=True) as s:
         if not s.columns(spec.target.table_name.sql()):
-            raise RecoveryError(f"{spec.target.table} does not exist yet, so there is nothing to verify. "
-                                f"Fix: ingest the dataset through the writer first")
+            raise RecoveryError(
+                f"{spec.target.table} does not exist yet, so there is nothing to verify. "
+                f"Fix: ingest the dataset through the writer first"
+            )
 
     def txn() -> ConvergenceResult:
         with engine.transaction() as s:
@@ -131,8 +148,15 @@ def verify_convergence(engine: Engine, spec: DatasetSpec, *, recent: int = 3, wa
     return retrying(txn)
 
 
-def _check(s: Session, spec: DatasetSpec, recent: int, watermark: datetime | None, incident_id: str | None,
-           actor: str, run_id: str | None) -> ConvergenceResult:
+def _check(
+    s: Session,
+    spec: DatasetSpec,
+    recent: int,
+    watermark: datetime | None,
+    incident_id: str | None,
+    actor: str,
+    run_id: str | None,
+) -> ConvergenceResult:
     wm, basis = watermark, "given"
     if wm is None:
         wm, basis = applied_watermark(s, spec), "how far ingestion has applied the source"
@@ -166,19 +190,53 @@ def _check(s: Session, spec: DatasetSpec, recent: int, watermark: datetime | Non
             WHERE h.check_id = ? ORDER BY h.partition""",
         [check_id],
     )
-    parts = [PartitionDrift(partition=r[0], recent=r[1], repaired=r[2], expected_rows=r[3], actual_rows=r[4], missing=r[5],
-                            extra=r[6], changed=r[7], duplicate=r[8], drift_keys=r[9], sample_keys=list(r[10]),
-                            drifting_since=r[11]) for r in rows]
-    result = ConvergenceResult(check_id=check_id, dataset=spec.dataset, checked_at=at, watermark=wm,
-                               pending_changes=pending_changes(s, spec, wm), recent_partitions=rec,
-                               repaired_partitions=rep, partitions=parts, watermark_basis=basis)
+    parts = [
+        PartitionDrift(
+            partition=r[0],
+            recent=r[1],
+            repaired=r[2],
+            expected_rows=r[3],
+            actual_rows=r[4],
+            missing=r[5],
+            extra=r[6],
+            changed=r[7],
+            duplicate=r[8],
+            drift_keys=r[9],
+            sample_keys=list(r[10]),
+            drifting_since=r[11],
+        )
+        for r in rows
+    ]
+    result = ConvergenceResult(
+        check_id=check_id,
+        dataset=spec.dataset,
+        checked_at=at,
+        watermark=wm,
+        pending_changes=pending_changes(s, spec, wm),
+        recent_partitions=rec,
+        repaired_partitions=rep,
+        partitions=parts,
+        watermark_basis=basis,
+    )
     s.execute("DROP TABLE IF EXISTS __cv_drift")
     s.execute("DROP TABLE IF EXISTS __cv_e")
-    record_event(s, kind="convergence", dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id,
-                 summary=result.summary(),
-                 details=json.dumps({"check_id": check_id, "converged": result.converged,
-                                     "drifted": [p.partition for p in result.drifted()],
-                                     "pending_changes": result.pending_changes}))
+    record_event(
+        s,
+        kind="convergence",
+        dataset=spec.dataset,
+        incident_id=incident_id,
+        actor=actor,
+        run_id=run_id,
+        summary=result.summary(),
+        details=json.dumps(
+            {
+                "check_id": check_id,
+                "converged": result.converged,
+                "drifted": [p.partition for p in result.drifted()],
+                "pending_changes": result.pending_changes,
+            }
+        ),
+    )
     return result
 
 

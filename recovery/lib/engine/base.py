@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from recovery.lib.errors import RecoveryError
+from recovery.lib.identifiers import quote_all
 
 if TYPE_CHECKING:
     import duckdb
@@ -62,6 +63,35 @@ class Session(ABC):
     @abstractmethod
     def object_kind(self, schema: str, name: str) -> str | None:
         """'table', 'view' or None."""
+
+    # ---- write primitives (ADR 0001): what a phase asks for, each engine doing it natively ----
+    def replace_rows(
+        self,
+        table_sql: str,
+        columns: Sequence[str],
+        *,
+        remove: str | None = None,
+        insert: str | None = None,
+        params: Sequence[Any] | None = None,
+    ) -> None:
+        """One change to a table: drop the rows the predicate ``remove`` matches, then add the rows of
+        the SELECT ``insert`` (``params`` are its parameters), which gives ``columns`` in order.
+
+        The writer's four modes are this with one side or both (append: ``insert`` only;
+        delete_keys: ``remove`` only). A phase asks for the change rather than writing DML, so an
+        engine without in-place DML (Spark on Parquet) makes it one new version of the table
+        instead of parsing DuckDB's ``DELETE``/``INSERT`` back. Here: those two statements, in the
+        caller's transaction. A row whose ``remove`` predicate is NULL is kept (SQL's ``WHERE``).
+        """
+        if remove is not None:
+            self.execute(f"DELETE FROM {table_sql} WHERE {remove}")
+        if insert is not None:
+            self.execute(f"INSERT INTO {table_sql} ({quote_all(list(columns))}) {insert}", params)
+
+    def swap_pointer(self, view_sql: str, select_sql: str) -> None:
+        """Point the public name ``view_sql`` at ``select_sql`` (a namespace's columns), in the caller's
+        transaction: the one change that publishes a namespace or rolls back to one."""
+        self.execute(f"CREATE OR REPLACE VIEW {view_sql} AS {select_sql}")
 
 
 class Engine(ABC):

@@ -89,7 +89,7 @@ class _ProcessFiles:
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.files: dict[str, dict] = {}
-        self.local = threading.local()   # read-only slots this thread holds, per file
+        self.local = threading.local()  # read-only slots this thread holds, per file
 
     def acquire(self, path: str, read_only: bool, config: tuple, deadline: float) -> tuple[bool, bool]:
         """Claim a slot; returns (open read-write, joins an instance this process already has open)."""
@@ -97,8 +97,10 @@ class _ProcessFiles:
         if held is None:
             held = self.local.ro = {}
         if not read_only and held.get(path):
-            raise RecoveryError(f"a write to {path} was opened inside a read-only session of the same thread; "
-                                f"close the session first (it would wait for itself)")
+            raise RecoveryError(
+                f"a write to {path} was opened inside a read-only session of the same thread; "
+                f"close the session first (it would wait for itself)"
+            )
         with self.cond:
             st = self.files.setdefault(path, {"rw": None, "config": None, "n": 0, "writers": 0})
             if not read_only:
@@ -119,8 +121,10 @@ class _ProcessFiles:
                         return True, joined
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise WarehouseBusyError(f"warehouse {path} stayed in use by this process with another access "
-                                                 f"mode or configuration; retry when its other work finishes")
+                        raise WarehouseBusyError(
+                            f"warehouse {path} stayed in use by this process with another access "
+                            f"mode or configuration; retry when its other work finishes"
+                        )
                     self.cond.wait(min(left, 0.25))
             finally:
                 if not read_only:
@@ -171,8 +175,10 @@ def _take_turnstile(location: str, *, writer: bool, deadline: float) -> int | No
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise WarehouseBusyError(f"warehouse {location}: a writer held its turnstile past the busy timeout; "
-                                             f"retry when the other job finishes") from None
+                    raise WarehouseBusyError(
+                        f"warehouse {location}: a writer held its turnstile past the busy timeout; "
+                        f"retry when the other job finishes"
+                    ) from None
                 time.sleep(0.002 + random.random() * 0.003)
     except BaseException:
         os.close(fd)
@@ -195,7 +201,7 @@ class DuckDBSession(Session):
 
     def __init__(self, conn: duckdb.DuckDBPyConnection, *, read_only_txn: bool = False):
         self.conn = conn
-        self.read_only_txn = read_only_txn   # a reader sharing this process's read-write instance
+        self.read_only_txn = read_only_txn  # a reader sharing this process's read-write instance
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
         if self.read_only_txn and sql.strip().upper().rstrip(";") in ("BEGIN", "BEGIN TRANSACTION", "COMMIT"):

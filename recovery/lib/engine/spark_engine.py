@@ -73,21 +73,28 @@ def spark_session(master: str, conf: dict[str, str]):
         try:
             from pyspark.sql import SparkSession
         except ImportError as err:  # pragma: no cover - depends on the install
-            raise RecoveryError("warehouse.engine is 'spark' but pyspark is not installed; "
-                                "install the extra: pip install 'backfill-recovery[spark]'") from err
-        builder = (SparkSession.builder.master(master).appName("backfill-recovery")
-                   .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.sql.session.timeZone", "UTC")
-                   .config("spark.sql.timestampType", "TIMESTAMP_NTZ")
-                   .config("spark.sql.shuffle.partitions", "4")
-                   .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
+            raise RecoveryError(
+                "warehouse.engine is 'spark' but pyspark is not installed; "
+                "install the extra: pip install 'backfill-recovery[spark]'"
+            ) from err
+        builder = (
+            SparkSession.builder.master(master)
+            .appName("backfill-recovery")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.timestampType", "TIMESTAMP_NTZ")
+            .config("spark.sql.shuffle.partitions", "4")
+            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        )
         for k, v in conf.items():
             builder = builder.config(k, v)
         try:
             session = builder.getOrCreate()
         except Exception as err:  # JVM could not start
-            raise RecoveryError(f"Spark could not start ({err}); warehouse.engine 'spark' needs Java 17 or newer "
-                                f"on PATH or JAVA_HOME") from err
+            raise RecoveryError(
+                f"Spark could not start ({err}); warehouse.engine 'spark' needs Java 17 or newer on PATH or JAVA_HOME"
+            ) from err
         session.sparkContext.setLogLevel("ERROR")
         _SPARK["session"] = session
         _SPARK["registered"] = {}
@@ -126,10 +133,21 @@ def duckdb_type(dt) -> str:
     """A Spark data type under the name the phases' dialect gives it."""
     from pyspark.sql import types as T
 
-    simple = {T.StringType: "VARCHAR", T.LongType: "BIGINT", T.IntegerType: "INTEGER", T.ShortType: "SMALLINT",
-              T.ByteType: "TINYINT", T.DoubleType: "DOUBLE", T.FloatType: "FLOAT", T.BooleanType: "BOOLEAN",
-              T.DateType: "DATE", T.TimestampNTZType: "TIMESTAMP", T.TimestampType: "TIMESTAMP WITH TIME ZONE",
-              T.BinaryType: "BLOB", T.NullType: "NULL"}
+    simple = {
+        T.StringType: "VARCHAR",
+        T.LongType: "BIGINT",
+        T.IntegerType: "INTEGER",
+        T.ShortType: "SMALLINT",
+        T.ByteType: "TINYINT",
+        T.DoubleType: "DOUBLE",
+        T.FloatType: "FLOAT",
+        T.BooleanType: "BOOLEAN",
+        T.DateType: "DATE",
+        T.TimestampNTZType: "TIMESTAMP",
+        T.TimestampType: "TIMESTAMP WITH TIME ZONE",
+        T.BinaryType: "BLOB",
+        T.NullType: "NULL",
+    }
     for cls, name in simple.items():
         if isinstance(dt, cls):
             return name
@@ -187,7 +205,9 @@ class SparkWarehouseSession(Session):
         if key in self.staged:
             return self.staged[key]
         if key not in self._cache:
-            row = self.control.fetchone(f"SELECT kind, dirs, schema_json, view_sql FROM {CATALOG} WHERE name = ?", [key])
+            row = self.control.fetchone(
+                f"SELECT kind, dirs, schema_json, view_sql FROM {CATALOG} WHERE name = ?", [key]
+            )
             self._cache[key] = None if row is None else SparkObject(row[0], list(row[1] or []), row[2], row[3])
         return self._cache[key]
 
@@ -205,10 +225,12 @@ class SparkWarehouseSession(Session):
             values = [obj.kind, obj.dirs, obj.schema_json, obj.view_sql, key]
             if self.control.scalar(f"SELECT count(*) FROM {CATALOG} WHERE name = ?", [key]):
                 self.control.execute(
-                    f"UPDATE {CATALOG} SET kind = ?, dirs = ?, schema_json = ?, view_sql = ? WHERE name = ?", values)
+                    f"UPDATE {CATALOG} SET kind = ?, dirs = ?, schema_json = ?, view_sql = ? WHERE name = ?", values
+                )
             else:
                 self.control.execute(
-                    f"INSERT INTO {CATALOG} (kind, dirs, schema_json, view_sql, name) VALUES (?, ?, ?, ?, ?)", values)
+                    f"INSERT INTO {CATALOG} (kind, dirs, schema_json, view_sql, name) VALUES (?, ?, ?, ?, ?)", values
+                )
             self._cache[key] = obj
         self.staged.clear()
         self.new_dirs.clear()
@@ -242,8 +264,9 @@ class SparkWarehouseSession(Session):
         if t.db and is_data_relation(t.db, t.name):
             obj = self.lookup(t.db, t.name)
             if obj is None:
-                raise RecoveryError(f"relation {full_name(t.db, t.name)} does not exist in the Spark warehouse "
-                                    f"{self.engine.data_root}")
+                raise RecoveryError(
+                    f"relation {full_name(t.db, t.name)} does not exist in the Spark warehouse {self.engine.data_root}"
+                )
             view = flat_name("d", t.db, t.name)
             if obj.kind == "view":
                 sql = to_spark(parse(obj.query_sql), self._view_for, self._star_columns)
@@ -260,7 +283,9 @@ class SparkWarehouseSession(Session):
         view = flat_name("c", t.db, t.name)
         token = (id(self), self.ship_epoch)
         if registered.get(view) != token:
-            rows = _shippable(self.control.arrow(f"SELECT * FROM {exp.table_(t.name, db=t.db or None, quoted=True).sql('duckdb')}"))
+            rows = _shippable(
+                self.control.arrow(f"SELECT * FROM {exp.table_(t.name, db=t.db or None, quoted=True).sql('duckdb')}")
+            )
             self._frame(rows).createOrReplaceTempView(view)
             registered[view] = token
         return view
@@ -295,8 +320,10 @@ class SparkWarehouseSession(Session):
         """A DataFrame of a bound query: on Spark, or computed in the control store and shipped."""
         if self._touches_spark(query):
             if isinstance(query, exp.Values):  # Spark takes no subqueries in VALUES: one SELECT per row
-                rows = [exp.select(*[exp.alias_(e.copy(), f"col{i + 1}") for i, e in enumerate(row.expressions)])
-                        for row in query.expressions]
+                rows = [
+                    exp.select(*[exp.alias_(e.copy(), f"col{i + 1}") for i, e in enumerate(row.expressions)])
+                    for row in query.expressions
+                ]
                 query = rows[0]
                 for row in rows[1:]:
                     query = exp.union(query, row, distinct=False)
@@ -305,8 +332,10 @@ class SparkWarehouseSession(Session):
                 try:
                     return self.spark.sql(sql)
                 except Exception as err:
-                    raise SparkStatementError(f"{type(err).__name__}: {str(err).splitlines()[0]}\n"
-                                              f"  phase SQL: {query.sql('duckdb')[:1500]}\n  Spark SQL: {sql[:1500]}") from None
+                    raise SparkStatementError(
+                        f"{type(err).__name__}: {str(err).splitlines()[0]}\n"
+                        f"  phase SQL: {query.sql('duckdb')[:1500]}\n  Spark SQL: {sql[:1500]}"
+                    ) from None
         text = query.sql("duckdb")
         if isinstance(query, exp.Values):
             text = f"SELECT * FROM ({text})"
@@ -318,6 +347,46 @@ class SparkWarehouseSession(Session):
             df.write.mode("errorifexists").parquet(str(path))
         self.new_dirs.append(str(path))
         return str(path)
+
+    # ---- write primitives --------------------------------------------------------------
+    def replace_rows(
+        self,
+        table_sql: str,
+        columns: Sequence[str],
+        *,
+        remove: str | None = None,
+        insert: str | None = None,
+        params: Sequence[Any] | None = None,
+    ) -> None:
+        """One new version of a Spark relation: the rows kept (rewritten only when some are removed)
+        and the rows added, each a directory, staged as one catalog change. A control-plane table
+        takes the control store's statements."""
+        t = exp.to_table(table_sql, dialect="duckdb")
+        if not self._on_spark(t):
+            super().replace_rows(table_sql, columns, remove=remove, insert=insert, params=params)
+            return
+        schema, name, key = t.db, t.name, full_name(t.db, t.name)
+        obj = self._relation(schema, name, key)
+        dirs = list(obj.dirs)
+        if remove is not None:
+            kept = parse(f"SELECT * FROM {table_sql} WHERE NOT coalesce(({remove}), false)")
+            self._bind_variables(kept)
+            dirs = [self._write_dir(self._aligned(self._df(kept), obj, None), schema, name)]
+        if insert is not None:
+            query = parse(bind(insert, params))
+            self._bind_variables(query)
+            dirs.append(self._write_dir(self._aligned(self._df(query), obj, list(columns)), schema, name))
+        self._stage(key, SparkObject("table", dirs, obj.schema_json))
+
+    def swap_pointer(self, view_sql: str, select_sql: str) -> None:
+        """A view over a Spark namespace is a catalog row (its SQL), resolved before it is staged."""
+        t = exp.to_table(view_sql, dialect="duckdb")
+        query = parse(select_sql)
+        if not t.db or not (self._on_spark(t) or self._touches_spark(query)):
+            super().swap_pointer(view_sql, select_sql)
+            return
+        self._df(query).schema  # analyse now: a view that cannot resolve is refused here
+        self._stage(full_name(t.db, t.name), SparkObject("view", view_sql=query.sql("duckdb")))
 
     # ---- Session ----------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
@@ -395,13 +464,28 @@ class SparkWarehouseSession(Session):
             for full, kind in objects:
                 schema, _, rel = full.partition(".")
                 if name == "tables":
-                    rows.append({"table_schema": schema, "table_name": rel,
-                                 "table_type": "VIEW" if kind == "view" else "BASE TABLE"})
+                    rows.append(
+                        {
+                            "table_schema": schema,
+                            "table_name": rel,
+                            "table_type": "VIEW" if kind == "view" else "BASE TABLE",
+                        }
+                    )
                 else:
                     for i, (col, typ) in enumerate(self.columns(exp.table_(rel, db=schema, quoted=True).sql("duckdb"))):
-                        rows.append({"table_schema": schema, "table_name": rel, "column_name": col,
-                                     "ordinal_position": i + 1, "data_type": typ, "is_nullable": "YES"})
-            extra = pa.Table.from_pylist(rows, schema=pa.schema([own.schema.field(k) for k in (rows[0] if rows else {})]))
+                        rows.append(
+                            {
+                                "table_schema": schema,
+                                "table_name": rel,
+                                "column_name": col,
+                                "ordinal_position": i + 1,
+                                "data_type": typ,
+                                "is_nullable": "YES",
+                            }
+                        )
+            extra = pa.Table.from_pylist(
+                rows, schema=pa.schema([own.schema.field(k) for k in (rows[0] if rows else {})])
+            )
             combined = pa.concat_tables([own, extra], promote_options="default")
             alias = f"__info_{name}_{uuid.uuid4().hex[:8]}"
             self.control.conn.register(alias, combined)
@@ -417,7 +501,11 @@ class SparkWarehouseSession(Session):
         for node in list(tree.find_all(exp.Anonymous)):
             if str(node.this).lower() == "getvariable":
                 value = self.control.scalar(f"SELECT {node.sql('duckdb')}")
-                node.replace(exp.Literal.string(value) if isinstance(value, str) else parse(f"SELECT {bind('?', [value])}").expressions[0])
+                node.replace(
+                    exp.Literal.string(value)
+                    if isinstance(value, str)
+                    else parse(f"SELECT {bind('?', [value])}").expressions[0]
+                )
 
     def _run_in_control_pulling(self, st: Statement, want: str):
         """A control-plane ``UPDATE``/``DELETE`` whose subqueries read Spark relations: each
@@ -439,8 +527,9 @@ class SparkWarehouseSession(Session):
             try:
                 rows = _shippable(self._df(sub.this).toArrow())
             except SparkStatementError as err:
-                raise NotImplementedError(f"a correlated subquery over Spark relations in a control-plane "
-                                          f"{st.kind.upper()}: {err}") from None
+                raise NotImplementedError(
+                    f"a correlated subquery over Spark relations in a control-plane {st.kind.upper()}: {err}"
+                ) from None
             name = f"__pulled_{uuid.uuid4().hex[:8]}"
             self.control.conn.register(name, rows)
             names.append(name)
@@ -448,8 +537,9 @@ class SparkWarehouseSession(Session):
         try:
             text = tree.sql("duckdb")
             if self._touches_spark(parse(text)):
-                raise NotImplementedError(f"a control-plane {st.kind.upper()} reading Spark relations outside "
-                                          f"a subquery: {text[:300]}")
+                raise NotImplementedError(
+                    f"a control-plane {st.kind.upper()} reading Spark relations outside a subquery: {text[:300]}"
+                )
             return self._run_in_control(statement(text), text, None, want)
         finally:
             for name in names:
@@ -484,8 +574,12 @@ class SparkWarehouseSession(Session):
         fields = self._df(st.required_query).schema.fields
         rows = [(f.name, duckdb_type(f.dataType), "YES", None, None, None) for f in fields]
         if want == "arrow":
-            return pa.table({n: [r[i] for r in rows] for i, n in enumerate(
-                ["column_name", "column_type", "null", "key", "default", "extra"])})
+            return pa.table(
+                {
+                    n: [r[i] for r in rows]
+                    for i, n in enumerate(["column_name", "column_type", "null", "key", "default", "extra"])
+                }
+            )
         return rows
 
     def _spark_copy(self, st: Statement, want: str):
@@ -514,9 +608,14 @@ class SparkWarehouseSession(Session):
             source = dict(zip([f.name.lower() for f in schema.fields], df.columns))
         else:
             source = dict(zip([c.lower() for c in columns], df.columns))
-        return df.select([
-            (F.col(f"`{source[f.name.lower()]}`") if f.name.lower() in source else F.lit(None))
-            .cast(f.dataType).alias(f.name) for f in schema.fields])
+        return df.select(
+            [
+                (F.col(f"`{source[f.name.lower()]}`") if f.name.lower() in source else F.lit(None))
+                .cast(f.dataType)
+                .alias(f.name)
+                for f in schema.fields
+            ]
+        )
 
     def _spark_insert(self, st: Statement, want: str):
         if not self._on_spark(st.required_target):  # control-plane target, rows computed on Spark
@@ -651,15 +750,24 @@ class SparkEngine(Engine):
 
     dialect = "spark"
 
-    def __init__(self, control_path: str, data_path: str, *, master: str = "local[2]",
-                 conf: dict[str, str] | None = None, busy_timeout_s: float = 300.0,
-                 memory_limit: str | None = None, threads: int | None = None):
+    def __init__(
+        self,
+        control_path: str,
+        data_path: str,
+        *,
+        master: str = "local[2]",
+        conf: dict[str, str] | None = None,
+        busy_timeout_s: float = 300.0,
+        memory_limit: str | None = None,
+        threads: int | None = None,
+    ):
         self.location = control_path
         self.data_root = Path(data_path)
         self.master = master
         self.conf = dict(conf or {})
-        self.control = DuckDBEngine(control_path, memory_limit=memory_limit, threads=threads,
-                                    busy_timeout_s=busy_timeout_s)
+        self.control = DuckDBEngine(
+            control_path, memory_limit=memory_limit, threads=threads, busy_timeout_s=busy_timeout_s
+        )
         self._ready = False
 
     @property

@@ -27,18 +27,27 @@ def import_duckdb_data_plane(engine: SparkEngine) -> list[str]:
     try:
         for ddl in _CATALOG_DDL:
             conn.execute(ddl)
-        tables = [(s, n) for s, n in conn.execute(
-            "SELECT schema_name, table_name FROM duckdb_tables() WHERE NOT internal ORDER BY 1, 2").fetchall()
-            if is_data_relation(s, n)]
-        views = [(s, n, sql) for s, n, sql in conn.execute(
-            "SELECT schema_name, view_name, sql FROM duckdb_views() WHERE NOT internal ORDER BY 1, 2").fetchall()
-            if is_data_relation(s, n)]
+        tables = [
+            (s, n)
+            for s, n in conn.execute(
+                "SELECT schema_name, table_name FROM duckdb_tables() WHERE NOT internal ORDER BY 1, 2"
+            ).fetchall()
+            if is_data_relation(s, n)
+        ]
+        views = [
+            (s, n, sql)
+            for s, n, sql in conn.execute(
+                "SELECT schema_name, view_name, sql FROM duckdb_views() WHERE NOT internal ORDER BY 1, 2"
+            ).fetchall()
+            if is_data_relation(s, n)
+        ]
         rows: list[tuple[str, str, list[str], str | None, str | None]] = []
         for schema, name in tables:
             path = Path(engine.data_root) / schema / name / uuid.uuid4().hex
             path.mkdir(parents=True)
-            conn.execute(f"COPY (SELECT * FROM {TableName(schema, name).sql()}) TO '{path}/part-0.parquet' "
-                         f"(FORMAT parquet)")
+            conn.execute(
+                f"COPY (SELECT * FROM {TableName(schema, name).sql()}) TO '{path}/part-0.parquet' (FORMAT parquet)"
+            )
             shape = spark.read.parquet(str(path)).schema.json()
             rows.append((f"{schema}.{name}", "table", [str(path)], shape, None))
         for schema, name, sql in views:
@@ -49,8 +58,10 @@ def import_duckdb_data_plane(engine: SparkEngine) -> list[str]:
         for schema, name in tables:
             conn.execute(f"DROP TABLE {TableName(schema, name).sql()}")
         for row in rows:
-            conn.execute(f"INSERT OR REPLACE INTO {CATALOG} (name, kind, dirs, schema_json, view_sql) "
-                         f"VALUES (?, ?, ?, ?, ?)", list(row))
+            conn.execute(
+                f"INSERT OR REPLACE INTO {CATALOG} (name, kind, dirs, schema_json, view_sql) VALUES (?, ?, ?, ?, ?)",
+                list(row),
+            )
             moved.append(row[0])
         conn.execute("COMMIT")
     finally:

@@ -53,7 +53,7 @@ def bind(sql: str, params: Sequence[Any] | None) -> str:
         raise ValueError(f"statement has {len(holes)} parameters but {len(params)} values were given")
     out, last = [], 0
     for tok, value in zip(holes, params):
-        out.append(sql[last:tok.start])
+        out.append(sql[last : tok.start])
         out.append(literal_sql(value))
         last = tok.end + 1
     out.append(sql[last:])
@@ -116,8 +116,7 @@ class Statement:
 
 def statement(sql: str) -> Statement:
     tree = parse(sql)
-    if isinstance(tree, (exp.Select, exp.Union, exp.Intersect, exp.Except)) or (
-            isinstance(tree, exp.Subquery)):
+    if isinstance(tree, (exp.Select, exp.Union, exp.Intersect, exp.Except)) or (isinstance(tree, exp.Subquery)):
         return Statement(tree, "select", None, tree)
     if isinstance(tree, exp.Insert):
         target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
@@ -165,7 +164,8 @@ def unqualify(select: exp.Select, star_columns: Callable[[exp.Expression], list[
     names = star_columns(exp.Subquery(this=inner.copy()))
     inner = inner.select(exp.alias_(exp.paren(cond), "__qualify", quoted=True))
     outer = exp.select(*[exp.column(n, quoted=True) for n in names]).from_(
-        exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("__qualified"))))
+        exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("__qualified")))
+    )
     outer = outer.where(exp.column("__qualify", quoted=True))
     if order is not None:
         order = order.copy()
@@ -181,8 +181,11 @@ def unqualify(select: exp.Select, star_columns: Callable[[exp.Expression], list[
         select.set("qualify", None)
 
 
-def to_spark(query: exp.Expression, rename: Callable[[exp.Table], str | None],
-             star_columns: Callable[[exp.Expression], list[str]]) -> str:
+def to_spark(
+    query: exp.Expression,
+    rename: Callable[[exp.Table], str | None],
+    star_columns: Callable[[exp.Expression], list[str]],
+) -> str:
     """Spark SQL of a (bound) query, every relation replaced by the view ``rename`` gives.
 
     ``SELECT * EXCLUDE (...)`` is expanded to the remaining columns (Spark has no
@@ -206,18 +209,25 @@ def to_spark(query: exp.Expression, rename: Callable[[exp.Table], str | None],
             raise NotImplementedError("SELECT * EXCLUDE/REPLACE over more than one relation")
         drop = {e.name.lower() for e in excluded or []}
         swap = {a.alias.lower(): a for a in replaced or []}
-        keep = [swap[c.lower()].copy() if c.lower() in swap else exp.column(c, quoted=True)
-                for c in star_columns(relation) if c.lower() not in drop]
+        keep = [
+            swap[c.lower()].copy() if c.lower() in swap else exp.column(c, quoted=True)
+            for c in star_columns(relation)
+            if c.lower() not in drop
+        ]
         i = select.expressions.index(star)
-        select.set("expressions", select.expressions[:i] + keep + select.expressions[i + 1:])
+        select.set("expressions", select.expressions[:i] + keep + select.expressions[i + 1 :])
     # a relation's alias passed to a function is the row as a struct in DuckDB (hash(t),
     # to_json(t)); Spark spells that struct(t.a, t.b, ...)
     for select in tree.find_all(exp.Select):
         sources = [select.args.get("from_")] + list(select.args.get("joins") or [])
         aliases = {src.this.alias_or_name: src.this for src in sources if src is not None and src.this is not None}
         for c in list(select.find_all(exp.Column)):
-            if (not c.table and c.name in aliases and isinstance(c.parent, exp.Func)
-                    and c.find_ancestor(exp.Select) is select):
+            if (
+                not c.table
+                and c.name in aliases
+                and isinstance(c.parent, exp.Func)
+                and c.find_ancestor(exp.Select) is select
+            ):
                 cols = [exp.column(n, table=c.name, quoted=True) for n in star_columns(aliases[c.name])]
                 c.replace(exp.Anonymous(this="STRUCT", expressions=cols))
     for t in list(tree.find_all(exp.Table)):

@@ -10,5 +10,16 @@ from recovery.lib.evidence.bundle import EvidenceResult, build_evidence, code_ve
 from recovery.lib.evidence.keys import KEY_ENV, load_evidence_key
 from recovery.lib.evidence.manifest import MANIFEST, Problem, Verification, read_manifest, verify_bundle
 
-__all__ = ["EvidenceResult", "build_evidence", "code_version", "recorded_manifest_sha256", "KEY_ENV",
-           "load_evidence_key", "MANIFEST", "Problem", "Verification", "read_manifest", "verify_bundle"]
+__all__ = [
+    "EvidenceResult",
+    "build_evidence",
+    "code_version",
+    "recorded_manifest_sha256",
+    "KEY_ENV",
+    "load_evidence_key",
+    "MANIFEST",
+    "Problem",
+    "Verification",
+    "read_manifest",
+    "verify_bundle",
+]

@@ -58,8 +58,9 @@ KEY_VARIABLE = "recovery_evidence_key"
 _INNER, _OUTER = f"{KEY_VARIABLE}_inner", f"{KEY_VARIABLE}_outer"
 # HMAC-SHA256 (RFC 2104) in SQL: sha256((K ^ opad) || sha256((K ^ ipad) || value)); the padded keys are
 # bound as BLOB variables, never inlined, and reset before the transaction ends
-HASH_SQL = (f"sha256(getvariable('{_OUTER}') || unhex(sha256(getvariable('{_INNER}') || "
-            f"encode(CAST({{col}} AS VARCHAR)))))")
+HASH_SQL = (
+    f"sha256(getvariable('{_OUTER}') || unhex(sha256(getvariable('{_INNER}') || encode(CAST({{col}} AS VARCHAR)))))"
+)
 
 
 def hmac_pads(secret: str) -> tuple[bytes, bytes]:
@@ -76,7 +77,7 @@ class EvidenceResult:
     bundle: Path
     manifest: dict
     manifest_sha256: str
-    created: bool       # False: the bundle already existed and was left untouched
+    created: bool  # False: the bundle already existed and was left untouched
     seconds: float
 
     @property
@@ -94,7 +95,7 @@ class _Files:
     def __init__(self, root: Path, sensitive: set[str], by_path: dict[str, frozenset[str]] | None = None):
         self.root = root
         self.sensitive = sensitive
-        self.by_path = by_path or {}   # extra columns to hash in one copy (a consumer's derived outputs)
+        self.by_path = by_path or {}  # extra columns to hash in one copy (a consumer's derived outputs)
         self.entries: list[dict] = []
 
     def _path(self, rel: str) -> Path:
@@ -105,7 +106,13 @@ class _Files:
     def _add(self, rel: str, description: str, rows: int | None = None, **extra) -> None:
         path = self.root / rel
         os.chmod(path, FILE_MODE)
-        entry = {"path": rel, "sha256": sha256_file(path), "bytes": path.stat().st_size, "rows": rows, "description": description}
+        entry = {
+            "path": rel,
+            "sha256": sha256_file(path),
+            "bytes": path.stat().st_size,
+            "rows": rows,
+            "description": description,
+        }
         self.entries.append({**entry, **extra})
 
     def table(self, s: Session, copy: TableCopy) -> None:
@@ -127,8 +134,12 @@ class _Files:
         self._add(rel, description, rows)
 
     def json(self, rel: str, obj, description: str) -> None:
-        self.data(rel, (json.dumps(obj, indent=2, default=str) + "\n").encode(), description,
-                  len(obj) if isinstance(obj, list) else None)
+        self.data(
+            rel,
+            (json.dumps(obj, indent=2, default=str) + "\n").encode(),
+            description,
+            len(obj) if isinstance(obj, list) else None,
+        )
 
     def lines(self, rel: str, lines: tuple[str, ...] | list[str], description: str) -> None:
         self.data(rel, "".join(line + "\n" for line in lines).encode(), description, len(lines))
@@ -150,8 +161,13 @@ def code_version() -> dict:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=20)
         if head.returncode == 0:
             info["git_sha"] = head.stdout.strip()
-            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
-                                   capture_output=True, text=True, timeout=20)
+            dirty = subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=repo,
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
             info["git_dirty"] = bool(dirty.stdout.strip()) if dirty.returncode == 0 else None
         else:
             info["git_sha"], info["git_note"] = None, head.stderr.strip()[:200] or "not a git checkout"
@@ -176,20 +192,40 @@ def _spec_files(spec: DatasetSpec) -> list[tuple[str, Path, str]]:
 
 
 def _run_record(run) -> dict:
-    return {"run_id": run.run_id, "generation": run.generation, "job_name": run.job_name, "status": run.status,
-            "created_at": run.created_at, "started_at": run.started_at, "ended_at": run.ended_at,
-            "parent_run_id": run.parent_run_id, "partition_range": run.partition_range,
-            "tags": run.tags, "run_config": run.run_config}
+    return {
+        "run_id": run.run_id,
+        "generation": run.generation,
+        "job_name": run.job_name,
+        "status": run.status,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "ended_at": run.ended_at,
+        "parent_run_id": run.parent_run_id,
+        "partition_range": run.partition_range,
+        "tags": run.tags,
+        "run_config": run.run_config,
+    }
 
 
-def _fill(root: Path, incident: Incident, spec: DatasetSpec, engine: Engine, history: RunHistory, key: EvidenceKey,
-          actor: str, built_at: datetime) -> dict:
+def _fill(
+    root: Path,
+    incident: Incident,
+    spec: DatasetSpec,
+    engine: Engine,
+    history: RunHistory,
+    key: EvidenceKey,
+    actor: str,
+    built_at: datetime,
+) -> dict:
     with engine.session(read_only=True) as s:
         s.execute("BEGIN TRANSACTION")  # one snapshot for every copy
-        followed = follow_sensitive(spec, dict(s.columns(spec.source.table_name.sql())),
-                                    dict(s.columns(spec.target.table_name.sql())))
+        followed = follow_sensitive(
+            spec, dict(s.columns(spec.source.table_name.sql())), dict(s.columns(spec.target.table_name.sql()))
+        )
         sensitive = {c.lower() for c in [*spec.source.sensitive, *spec.target.sensitive]} | set(followed.target)
-        files = _Files(root, sensitive, {f"consumers/{name}.parquet": cols for name, cols in followed.consumers.items()})
+        files = _Files(
+            root, sensitive, {f"consumers/{name}.parquet": cols for name, cols in followed.consumers.items()}
+        )
         inner, outer = hmac_pads(key.secret)
         s.execute(f"SET VARIABLE {_INNER} = ?", [inner])
         s.execute(f"SET VARIABLE {_OUTER} = ?", [outer])
@@ -207,12 +243,23 @@ def _fill(root: Path, incident: Incident, spec: DatasetSpec, engine: Engine, his
         files.copy_file("config/incident.yaml", incident.incident_path, "the incident file as given")
     else:
         files.json("config/incident.json", incident.model_dump(mode="json"), "the incident, given as run config")
-    files.json("code_version.json", code_version(), "version and git commit of the recovery code that built this bundle")
-    files.json("dagster/runs.json", [_run_record(r) for r in history.runs], "the failed generations' runs: status, tags, run config")
-    files.json("dagster/backfills.json", [b.__dict__ for b in history.backfills], "the Dagster backfills that produced them")
+    files.json(
+        "code_version.json", code_version(), "version and git commit of the recovery code that built this bundle"
+    )
+    files.json(
+        "dagster/runs.json",
+        [_run_record(r) for r in history.runs],
+        "the failed generations' runs: status, tags, run config",
+    )
+    files.json(
+        "dagster/backfills.json", [b.__dict__ for b in history.backfills], "the Dagster backfills that produced them"
+    )
     for run in history.runs:
-        files.lines(f"dagster/event_logs/{safe_name(run.run_id)}.jsonl", run.event_log_lines,
-                    f"Dagster event log of run {run.run_id} ({run.job_name}, {run.status}), one serialized record per line")
+        files.lines(
+            f"dagster/event_logs/{safe_name(run.run_id)}.jsonl",
+            run.event_log_lines,
+            f"Dagster event log of run {run.run_id} ({run.job_name}, {run.status}), one serialized record per line",
+        )
     return {
         "format": FORMAT,
         "incident_id": incident.incident_id,
@@ -220,9 +267,15 @@ def _fill(root: Path, incident: Incident, spec: DatasetSpec, engine: Engine, his
         "built_at": built_at.isoformat(),
         "built_by": actor,
         "warehouse": str(spec.warehouse.path),
-        "failed_generations": [{**f.__dict__, "snapshot_watermark": f.snapshot_watermark[0],
-                                "snapshot_watermark_basis": f.snapshot_watermark[1],
-                                "dagster_runs": [r.run_id for r in history.runs_of(f.generation)]} for f in facts],
+        "failed_generations": [
+            {
+                **f.__dict__,
+                "snapshot_watermark": f.snapshot_watermark[0],
+                "snapshot_watermark_basis": f.snapshot_watermark[1],
+                "dagster_runs": [r.run_id for r in history.runs_of(f.generation)],
+            }
+            for f in facts
+        ],
         "source_as_of_now": {"built_at": built_at.isoformat(), "latest_ingested_at": latest_ingested},
         "sensitive_columns": {
             "columns": sorted(sensitive),
@@ -230,10 +283,16 @@ def _fill(root: Path, incident: Incident, spec: DatasetSpec, engine: Engine, his
             "followed_by": "sqlglot column lineage through the transform and every consumer's SQL",
             "stored_as": "HMAC-SHA256(key, CAST(value AS VARCHAR) as UTF-8) as lowercase hex; NULL stays NULL",
             "key_id": key.key_id,
-            "key_held": "environment variable" if key.origin.startswith("env") else "key file beside the warehouse (not in this bundle)",
+            "key_held": "environment variable"
+            if key.origin.startswith("env")
+            else "key file beside the warehouse (not in this bundle)",
         },
-        "orchestrator": {"name": history.orchestrator, "runs": len(history.runs),
-                         "backfills": [b.backfill_id for b in history.backfills], "notes": list(history.notes)},
+        "orchestrator": {
+            "name": history.orchestrator,
+            "runs": len(history.runs),
+            "backfills": [b.backfill_id for b in history.backfills],
+            "notes": list(history.notes),
+        },
         "notes": notes,
         "files": files.entries,
     }
@@ -243,13 +302,22 @@ def _existing(final: Path, t0: float) -> EvidenceResult | None:
     if not final.exists() or (final.is_dir() and not any(final.iterdir())):
         return None  # an empty folder holds no evidence; the rename below replaces it
     if not (final / MANIFEST).is_file():
-        raise RecoveryError(f"{final} exists but holds no {MANIFEST}: it is not a bundle this package finished; "
-                            f"move it aside (never delete evidence) and build again")
+        raise RecoveryError(
+            f"{final} exists but holds no {MANIFEST}: it is not a bundle this package finished; "
+            f"move it aside (never delete evidence) and build again"
+        )
     return EvidenceResult(final, read_manifest(final), sha256_file(final / MANIFEST), False, time.monotonic() - t0)
 
 
-def build_evidence(incident: Incident, spec: DatasetSpec, engine: Engine, history: RunHistory, *,
-                   actor: str = "recovery", run_id: str | None = None) -> EvidenceResult:
+def build_evidence(
+    incident: Incident,
+    spec: DatasetSpec,
+    engine: Engine,
+    history: RunHistory,
+    *,
+    actor: str = "recovery",
+    run_id: str | None = None,
+) -> EvidenceResult:
     """Freeze the incident's evidence into ``incident.evidence_dir(spec)``; an existing bundle is returned untouched."""
     t0 = time.monotonic()
     final = incident.evidence_dir(spec)
@@ -281,28 +349,52 @@ def build_evidence(incident: Incident, spec: DatasetSpec, engine: Engine, histor
     return EvidenceResult(final, manifest, sha, True, time.monotonic() - t0)
 
 
-def _record_if_missing(engine: Engine, incident: Incident, spec: DatasetSpec, found: EvidenceResult, actor: str,
-                       run_id: str | None) -> None:
+def _record_if_missing(
+    engine: Engine, incident: Incident, spec: DatasetSpec, found: EvidenceResult, actor: str, run_id: str | None
+) -> None:
     """A bundle renamed into place by a build killed before it told the control plane: record it
     now, once (found by the kill -9 matrix: the timeline otherwise never learns of it)."""
     if recorded_manifest_sha256(engine, incident.incident_id, found.bundle) is None:
         _record(engine, incident, spec, found.bundle, found.manifest_sha256, found.manifest, actor, run_id)
 
 
-def _record(engine: Engine, incident: Incident, spec: DatasetSpec, bundle: Path, sha: str, manifest: dict,
-            actor: str, run_id: str | None) -> None:
-    details = json.dumps({"bundle": str(bundle), "manifest_sha256": sha, "files": len(manifest["files"]),
-                          "bytes": sum(f["bytes"] for f in manifest["files"])})
+def _record(
+    engine: Engine,
+    incident: Incident,
+    spec: DatasetSpec,
+    bundle: Path,
+    sha: str,
+    manifest: dict,
+    actor: str,
+    run_id: str | None,
+) -> None:
+    details = json.dumps(
+        {
+            "bundle": str(bundle),
+            "manifest_sha256": sha,
+            "files": len(manifest["files"]),
+            "bytes": sum(f["bytes"] for f in manifest["files"]),
+        }
+    )
 
     with engine.session(read_only=True) as s:
-        if not control_plane_exists(s):  # built before containment: no control plane to record in (nothing is written to the warehouse)
+        if not control_plane_exists(
+            s
+        ):  # built before containment: no control plane to record in (nothing is written to the warehouse)
             return
 
     def txn() -> None:
         with engine.transaction() as s:
-            record_event(s, kind="evidence_preserved", dataset=spec.dataset, incident_id=incident.incident_id, actor=actor,
-                         run_id=run_id, details=details,
-                         summary=f"evidence bundle {bundle.name}: {len(manifest['files'])} files, manifest sha256 {sha[:12]}")
+            record_event(
+                s,
+                kind="evidence_preserved",
+                dataset=spec.dataset,
+                incident_id=incident.incident_id,
+                actor=actor,
+                run_id=run_id,
+                details=details,
+                summary=f"evidence bundle {bundle.name}: {len(manifest['files'])} files, manifest sha256 {sha[:12]}",
+            )
 
     retrying(txn)
 
@@ -314,4 +406,6 @@ def recorded_manifest_sha256(engine: Engine, incident_id: str, bundle: Path) -> 
             return None
         return s.scalar(
             f"SELECT details->>'manifest_sha256' FROM {SCHEMA}.timeline WHERE kind = 'evidence_preserved' "
-            f"AND incident_id = ? AND details->>'bundle' = ? ORDER BY event_id DESC LIMIT 1", [incident_id, str(bundle)])
+            f"AND incident_id = ? AND details->>'bundle' = ? ORDER BY event_id DESC LIMIT 1",
+            [incident_id, str(bundle)],
+        )

@@ -43,7 +43,9 @@ def load_evidence_key(warehouse: Path) -> EvidenceKey:
     env = os.environ.get(KEY_ENV)
     if env:
         if len(env) < 16:
-            raise RecoveryError(f"{KEY_ENV} is too short to key hashes of sensitive columns; use at least 16 characters")
+            raise RecoveryError(
+                f"{KEY_ENV} is too short to key hashes of sensitive columns; use at least 16 characters"
+            )
         return EvidenceKey(env, f"env {KEY_ENV}")
     path = key_file_for(warehouse)
     if not path.exists():

@@ -93,8 +93,13 @@ def verify_bundle(root: Path, *, recorded_manifest_sha256: str | None = None) ->
         return Verification(root, 0, (Problem(MANIFEST, "missing: this folder is not a complete evidence bundle"),))
     problems: list[Problem] = []
     if recorded_manifest_sha256 and sha256_file(root / MANIFEST) != recorded_manifest_sha256:
-        problems.append(Problem(MANIFEST, "changed since the bundle was built (its sha256 differs from the one "
-                                          "recorded in the control plane's timeline)"))
+        problems.append(
+            Problem(
+                MANIFEST,
+                "changed since the bundle was built (its sha256 differs from the one "
+                "recorded in the control plane's timeline)",
+            )
+        )
     try:
         listed = {f["path"]: f for f in read_manifest(root)["files"]}
     except (ValueError, KeyError, TypeError) as err:
@@ -107,7 +112,9 @@ def verify_bundle(root: Path, *, recorded_manifest_sha256: str | None = None) ->
             continue
         actual = sha256_file(path)
         if actual != listed[rel]["sha256"]:
-            problems.append(Problem(rel, f"changed: sha256 {actual[:12]}… but the manifest says {listed[rel]['sha256'][:12]}…"))
+            problems.append(
+                Problem(rel, f"changed: sha256 {actual[:12]}… but the manifest says {listed[rel]['sha256'][:12]}…")
+            )
         elif path.stat().st_size != listed[rel]["bytes"]:
             problems.append(Problem(rel, "changed: size differs from the manifest"))
     for rel in sorted(present - set(listed)):

@@ -27,8 +27,8 @@ from recovery.lib.spec import DatasetSpec
 
 @dataclass(frozen=True)
 class TableCopy:
-    path: str                 # relative path inside the bundle
-    sql: str                  # one SELECT
+    path: str  # relative path inside the bundle
+    sql: str  # one SELECT
     description: str
     params: list = field(default_factory=list)
 
@@ -50,8 +50,13 @@ def planned_copies(s: Session, spec: DatasetSpec, facts: list[GenerationFacts]) 
     copies: list[TableCopy] = []
     notes: list[str] = []
     src = spec.source.table_name.sql()
-    copies.append(TableCopy("source/change_log.parquet", f"SELECT * FROM {src}",
-                            "the whole source change log as of the bundle (tombstones included)"))
+    copies.append(
+        TableCopy(
+            "source/change_log.parquet",
+            f"SELECT * FROM {src}",
+            "the whole source change log as of the bundle (tombstones included)",
+        )
+    )
     seen = set()
     for f in facts:
         wm, basis = f.snapshot_watermark
@@ -59,10 +64,20 @@ def planned_copies(s: Session, spec: DatasetSpec, facts: list[GenerationFacts]) 
             notes.append(f"generation {f.generation}: no watermark known, so no source snapshot as of its read")
         elif wm not in seen:
             seen.add(wm)
-            copies.append(TableCopy(f"source/snapshot_at_{_stamp(wm)}.parquet", source_snapshot_sql(spec, wm),
-                                    f"source snapshot as of {wm} ({basis} of {f.generation}): latest non-deleted version per key"))
-    copies.append(TableCopy("source/snapshot_now.parquet", source_snapshot_sql(spec, None),
-                            "source snapshot as of the bundle: latest non-deleted version per key"))
+            copies.append(
+                TableCopy(
+                    f"source/snapshot_at_{_stamp(wm)}.parquet",
+                    source_snapshot_sql(spec, wm),
+                    f"source snapshot as of {wm} ({basis} of {f.generation}): latest non-deleted version per key",
+                )
+            )
+    copies.append(
+        TableCopy(
+            "source/snapshot_now.parquet",
+            source_snapshot_sql(spec, None),
+            "source snapshot as of the bundle: latest non-deleted version per key",
+        )
+    )
 
     gen = quote(spec.target.metadata.generation)
     current = current_namespace(s, spec) if control_plane_exists(s) else None
@@ -77,41 +92,84 @@ def planned_copies(s: Session, spec: DatasetSpec, facts: list[GenerationFacts]) 
         # loaded for years holds thousands of generations: one file each would bury the evidence)
         failed = [f.generation for f in facts]
         for g in failed:
-            copies.append(TableCopy(f"target/current/{safe_name(g)}.parquet", f"SELECT * FROM {ns} WHERE {gen} = ?",
-                                    f"rows of failed generation {g} in {where}", [g]))
-        copies.append(TableCopy("target/current/_other_generations.parquet",
-                                f"SELECT * FROM {ns} WHERE {gen} IS NULL OR {gen} NOT IN (SELECT unnest(CAST(? AS VARCHAR[])))",
-                                f"rows of every other generation (and rows with none) in {where}", [failed]))
+            copies.append(
+                TableCopy(
+                    f"target/current/{safe_name(g)}.parquet",
+                    f"SELECT * FROM {ns} WHERE {gen} = ?",
+                    f"rows of failed generation {g} in {where}",
+                    [g],
+                )
+            )
+        copies.append(
+            TableCopy(
+                "target/current/_other_generations.parquet",
+                f"SELECT * FROM {ns} WHERE {gen} IS NULL OR {gen} NOT IN (SELECT unnest(CAST(? AS VARCHAR[])))",
+                f"rows of every other generation (and rows with none) in {where}",
+                [failed],
+            )
+        )
     if spec.registry is not None:
-        copies.append(TableCopy("registry/runs.parquet", f"SELECT * FROM {spec.registry.table_name.sql()}",
-                                f"the team's run registry {spec.registry.table} (generations, starts, watermarks)"))
+        copies.append(
+            TableCopy(
+                "registry/runs.parquet",
+                f"SELECT * FROM {spec.registry.table_name.sql()}",
+                f"the team's run registry {spec.registry.table} (generations, starts, watermarks)",
+            )
+        )
     for f in facts:
         if f.namespace and f.namespace != current:
-            copies.append(TableCopy(f"target/namespace/{safe_name(f.namespace)}.parquet", f"SELECT * FROM {namespace_sql(f.namespace)}",
-                                    f"namespace {f.namespace} written by failed generation {f.generation}"))
+            copies.append(
+                TableCopy(
+                    f"target/namespace/{safe_name(f.namespace)}.parquet",
+                    f"SELECT * FROM {namespace_sql(f.namespace)}",
+                    f"namespace {f.namespace} written by failed generation {f.generation}",
+                )
+            )
     delta = delta_table(spec.dataset)
     if has_dataset_table(s, "delta", spec.dataset):
         for f in facts:
-            copies.append(TableCopy(f"target/delta/{safe_name(f.generation)}.parquet", f"SELECT * FROM {delta} WHERE {gen} = ?",
-                                    f"delta-log entries (inserted and removed rows) of failed generation {f.generation}",
-                                    [f.generation]))
+            copies.append(
+                TableCopy(
+                    f"target/delta/{safe_name(f.generation)}.parquet",
+                    f"SELECT * FROM {delta} WHERE {gen} = ?",
+                    f"delta-log entries (inserted and removed rows) of failed generation {f.generation}",
+                    [f.generation],
+                )
+            )
     else:
         notes.append(f"no delta log {delta}: the failed generations' removed rows are not recoverable from it")
 
     for c in spec.downstream:
         t = consumer_table(spec, c)
         if s.object_kind(t.schema, t.name):
-            copies.append(TableCopy(f"consumers/{c.name}.parquet", f"SELECT * FROM {t.sql()}",
-                                    f"{c.kind} {c.name} (owner {c.owner}) as currently materialized"))
+            copies.append(
+                TableCopy(
+                    f"consumers/{c.name}.parquet",
+                    f"SELECT * FROM {t.sql()}",
+                    f"{c.kind} {c.name} (owner {c.owner}) as currently materialized",
+                )
+            )
     for (name,) in s.fetchall(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = ? AND table_type = 'BASE TABLE' "
-            "AND table_name NOT LIKE 'delta\\_\\_%' ESCAPE '\\' ORDER BY 1", [SCHEMA]):
-        copies.append(TableCopy(f"control_plane/{safe_name(name)}.parquet", f"SELECT * FROM {TableName(SCHEMA, name).sql()}",
-                                f"control-plane table {SCHEMA}.{name}"))
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = ? AND table_type = 'BASE TABLE' "
+        "AND table_name NOT LIKE 'delta\\_\\_%' ESCAPE '\\' ORDER BY 1",
+        [SCHEMA],
+    ):
+        copies.append(
+            TableCopy(
+                f"control_plane/{safe_name(name)}.parquet",
+                f"SELECT * FROM {TableName(SCHEMA, name).sql()}",
+                f"control-plane table {SCHEMA}.{name}",
+            )
+        )
     schemas = sorted({spec.source.table_name.schema, spec.target.table_name.schema, SCHEMA, CONSUMER_SCHEMA})
-    copies.append(TableCopy("catalog/columns.parquet",
-                            "SELECT table_schema, table_name, column_name, ordinal_position, data_type, is_nullable "
-                            "FROM information_schema.columns WHERE table_schema IN (SELECT unnest(CAST(? AS VARCHAR[]))) "
-                            "ORDER BY 1, 2, 4", "the catalog's columns of the source, target, control-plane and consumer schemas",
-                            [schemas]))
+    copies.append(
+        TableCopy(
+            "catalog/columns.parquet",
+            "SELECT table_schema, table_name, column_name, ordinal_position, data_type, is_nullable "
+            "FROM information_schema.columns WHERE table_schema IN (SELECT unnest(CAST(? AS VARCHAR[]))) "
+            "ORDER BY 1, 2, 4",
+            "the catalog's columns of the source, target, control-plane and consumer schemas",
+            [schemas],
+        )
+    )
     return copies, notes

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class GateResult:
-    gate: str          # the gate's name, which is also its asset check's name
+    gate: str  # the gate's name, which is also its asset check's name
     passed: bool
-    observed: int      # the count the gate measured (keys, rows, partitions...), 0 when it measured none
-    details: str       # the sentence a person reads: what was found, against what was allowed
+    observed: int  # the count the gate measured (keys, rows, partitions...), 0 when it measured none
+    details: str  # the sentence a person reads: what was found, against what was allowed

@@ -28,23 +28,38 @@ from recovery.lib.snapshot import expected_rows_sql, latest_versions_sql, str_li
 from recovery.lib.spec import DatasetSpec
 
 LABELS = (
-    "duplicate", "out_of_order", "resurrected", "unexpected", "missing", "deleted",
-    "mispartitioned", "overwritten", "stale", "incorrectly_transformed", "unexplained",
+    "duplicate",
+    "out_of_order",
+    "resurrected",
+    "unexpected",
+    "missing",
+    "deleted",
+    "mispartitioned",
+    "overwritten",
+    "stale",
+    "incorrectly_transformed",
+    "unexplained",
 )
 
 
 def _failed_start(s: Session, spec: DatasetSpec, gens: list) -> datetime | None:
     """When the failed generations started: registered (control plane or the team's registry),
     else inferred from their first write (the write log, else the target's written-at column)."""
-    registered = s.scalar(f"SELECT min(started_at) FROM ({generations_sql(s, spec)}) WHERE generation IN ({str_list(gens)})")
+    registered = s.scalar(
+        f"SELECT min(started_at) FROM ({generations_sql(s, spec)}) WHERE generation IN ({str_list(gens)})"
+    )
     if registered is not None:
         return registered
     meta = spec.target.metadata
-    first = [f"SELECT min({quote(meta.written_at)}) AS w FROM {spec.target.table_name.sql()} "
-             f"WHERE {quote(meta.generation)} IN ({str_list(gens)})"]
+    first = [
+        f"SELECT min({quote(meta.written_at)}) AS w FROM {spec.target.table_name.sql()} "
+        f"WHERE {quote(meta.generation)} IN ({str_list(gens)})"
+    ]
     if has_dataset_table(s, "delta", spec.dataset):
-        first.append(f"SELECT min({quote(meta.written_at)}) FROM {delta_table(spec.dataset)} "
-                     f"WHERE {quote(meta.generation)} IN ({str_list(gens)})")
+        first.append(
+            f"SELECT min({quote(meta.written_at)}) FROM {delta_table(spec.dataset)} "
+            f"WHERE {quote(meta.generation)} IN ({str_list(gens)})"
+        )
     return s.scalar(f"SELECT min(w) FROM ({' UNION ALL '.join(first)})")
 
 
@@ -53,8 +68,12 @@ def _log_covers(s: Session, spec: DatasetSpec, start: datetime | None) -> bool:
     (false for a target adopted after the damage: its log begins at the adoption)."""
     if start is None or not has_dataset_table(s, "delta", spec.dataset):
         return False
-    return bool(s.scalar(f"SELECT count(*) > 0 FROM (SELECT 1 FROM {delta_table(spec.dataset)} "
-                         f"WHERE {quote(spec.target.metadata.written_at)} <= {ts_literal(start)} LIMIT 1)"))
+    return bool(
+        s.scalar(
+            f"SELECT count(*) > 0 FROM (SELECT 1 FROM {delta_table(spec.dataset)} "
+            f"WHERE {quote(spec.target.metadata.written_at)} <= {ts_literal(start)} LIMIT 1)"
+        )
+    )
 
 
 def stage(s: Session, inputs: ReconcileInputs) -> dict:
@@ -78,24 +97,32 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
     delta = delta_table(spec.dataset)
     fp = resolve_footprint(s, inputs)
     if not inputs.full and fp is None:
-        raise SpecError("partitions", "the failed generations wrote nothing and the incident gives no partition range, "
-                        "so there is no footprint to reconcile", "give the incident's partitions, or reconcile the whole table")
+        raise SpecError(
+            "partitions",
+            "the failed generations wrote nothing and the incident gives no partition range, "
+            "so there is no footprint to reconcile",
+            "give the incident's partitions, or reconcile the whole table",
+        )
     footprint = fp if not inputs.full else None
-    if footprint:   # only the footprint's candidate keys are resolved to their latest version
+    if footprint:  # only the footprint's candidate keys are resolved to their latest version
         stage_candidates(s, inputs, footprint, watermark)
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __latest AS "
-              f"{latest_versions_sql(spec, watermark, include_deleted=True, keys='__fp_cand' if footprint else None)}")
+    s.execute(
+        f"CREATE OR REPLACE TEMP TABLE __latest AS "
+        f"{latest_versions_sql(spec, watermark, include_deleted=True, keys='__fp_cand' if footprint else None)}"
+    )
     live = f"SELECT * FROM __latest WHERE {quote(src.op)} NOT IN ({str_list(src.delete_ops)})"
     s.execute(f"CREATE OR REPLACE TEMP TABLE __e AS {expected_rows_sql(spec, None, source_relation=live)}")
     # the target with each row's number of copies (the few duplicated keys are folded to one
     # row after the diff, on the small set of differing rows)
     target = spec.target.table_name.sql()
-    if footprint:   # E and T of the footprint's keys only (every target row of each, copies outside the range too)
+    if footprint:  # E and T of the footprint's keys only (every target row of each, copies outside the range too)
         stage_footprint(s, inputs, footprint)
         s.execute(f"CREATE OR REPLACE TEMP TABLE __e AS SELECT * FROM __e SEMI JOIN __fp USING ({key})")
         s.execute(f"CREATE OR REPLACE TEMP TABLE __tfp AS SELECT * FROM {target} SEMI JOIN __fp USING ({key})")
         target = "__tfp"
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __dups AS SELECT {key}, count(*) AS __n FROM {target} GROUP BY ALL HAVING count(*) > 1")
+    s.execute(
+        f"CREATE OR REPLACE TEMP TABLE __dups AS SELECT {key}, count(*) AS __n FROM {target} GROUP BY ALL HAVING count(*) > 1"
+    )
     s.execute(
         f"CREATE OR REPLACE TEMP VIEW __t1 AS SELECT x.*, coalesce(d.__n, 1) AS __n "
         f"FROM {target} x LEFT JOIN __dups d USING ({key})"
@@ -138,7 +165,9 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
     elif registry is None:
         basis = {"absent": "none", "older": "none", "registry_rows": []}
         for name in ("__held", "__concurrent"):
-            s.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {key}, CAST(NULL AS VARCHAR) AS __by FROM __e WHERE false")
+            s.execute(
+                f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {key}, CAST(NULL AS VARCHAR) AS __by FROM __e WHERE false"
+            )
     else:
         basis = registry
     # out_of_order from the failed generations' own write log where it holds their writes
@@ -149,11 +178,19 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
     reordered = reordered_from_write_log_sql(inputs) if logged else reordered_from_metadata_sql(inputs)
     s.execute(f"CREATE OR REPLACE TEMP TABLE __reordered AS {reordered}")
     basis = {**basis, "out_of_order": ooo_basis}
-    return {"watermark": watermark, "failed_start": start, "columns": columns, "basis": basis,
-            "out_of_order_basis": ooo_basis, "footprint": fp}
+    return {
+        "watermark": watermark,
+        "failed_start": start,
+        "columns": columns,
+        "basis": basis,
+        "out_of_order_basis": ooo_basis,
+        "footprint": fp,
+    }
 
 
-def _registry_basis(s: Session, inputs: ReconcileInputs, start: datetime | None, watermark: datetime | None) -> dict | None:
+def _registry_basis(
+    s: Session, inputs: ReconcileInputs, start: datetime | None, watermark: datetime | None
+) -> dict | None:
     """Infer what the write log would have said from the generations' registry: the target held,
     when the failed generation started, the source as of the last run that had committed by
     then; a concurrent run wrote a newer version before the failed write when it read past that
@@ -166,31 +203,43 @@ def _registry_basis(s: Session, inputs: ReconcileInputs, start: datetime | None,
     if start is None:
         return None
     known = generations_sql(s, spec)
-    others = (f"SELECT generation, source_watermark, coalesce(ended_at, started_at) AS committed, basis FROM ({known}) "
-              f"WHERE generation NOT IN ({gens}) AND source_watermark IS NOT NULL")
-    held = s.fetchone(f"SELECT generation, source_watermark, basis FROM ({others}) WHERE committed <= {ts_literal(start)} "
-                      f"ORDER BY source_watermark DESC, committed DESC LIMIT 1")
+    others = (
+        f"SELECT generation, source_watermark, coalesce(ended_at, started_at) AS committed, basis FROM ({known}) "
+        f"WHERE generation NOT IN ({gens}) AND source_watermark IS NOT NULL"
+    )
+    held = s.fetchone(
+        f"SELECT generation, source_watermark, basis FROM ({others}) WHERE committed <= {ts_literal(start)} "
+        f"ORDER BY source_watermark DESC, committed DESC LIMIT 1"
+    )
     if held is None:
         return None
     key = quote_all(spec.key)
     held_gen, held_wm, where = held
     s.execute(
         f"CREATE OR REPLACE TEMP TABLE __held AS SELECT {key}, CAST(? AS VARCHAR) AS __by FROM __absent "
-        f"SEMI JOIN ({latest_versions_sql(spec, held_wm, include_deleted=False, keys='__absent')}) USING ({key})", [held_gen])
+        f"SEMI JOIN ({latest_versions_sql(spec, held_wm, include_deleted=False, keys='__absent')}) USING ({key})",
+        [held_gen],
+    )
     s.execute(
         f"CREATE OR REPLACE TEMP TABLE __first_after AS SELECT {key}, min(x.{quote(src.ingested_at)}) AS __a "
         f"FROM {src.table_name.sql()} x JOIN __older o USING ({key}) "
         f"WHERE x.{quote(src.version)} > o.__tsv AND x.{quote(src.ingested_at)} > {ts_literal(start)} "
-        + (f"AND x.{quote(src.ingested_at)} <= {ts_literal(watermark)} " if watermark else "") + "GROUP BY ALL")
+        + (f"AND x.{quote(src.ingested_at)} <= {ts_literal(watermark)} " if watermark else "")
+        + "GROUP BY ALL"
+    )
     s.execute(
         f"CREATE OR REPLACE TEMP TABLE __concurrent AS SELECT {', '.join(f'f.{quote(k)}' for k in spec.key)}, "
         f"arg_min(g.generation, g.committed) AS __by FROM __first_after f JOIN __older o USING ({key}) "
-        f"JOIN ({others}) g ON g.source_watermark >= f.__a AND g.committed <= o.__twat GROUP BY ALL")
-    used = [r[0] for r in s.fetchall("SELECT DISTINCT __by FROM (SELECT __by FROM __held UNION ALL SELECT __by FROM __concurrent) "
-                                     "WHERE __by IS NOT NULL ORDER BY 1 LIMIT 50")]
+        f"JOIN ({others}) g ON g.source_watermark >= f.__a AND g.committed <= o.__twat GROUP BY ALL"
+    )
+    used = [
+        r[0]
+        for r in s.fetchall(
+            "SELECT DISTINCT __by FROM (SELECT __by FROM __held UNION ALL SELECT __by FROM __concurrent) "
+            "WHERE __by IS NOT NULL ORDER BY 1 LIMIT 50"
+        )
+    ]
     return {"absent": where, "older": where, "registry_rows": used, "held_as_of": str(held_wm), "held_by": held_gen}
-
-
 
 
 def reordered_from_write_log_sql(inputs: ReconcileInputs) -> str:
@@ -260,7 +309,10 @@ def diff_sql(inputs: ReconcileInputs, columns: list[str]) -> str:
     values = [c for c in columns if c not in spec.key]
     t_only = [meta.generation, meta.written_at]
     same = " AND ".join(f"t.{quote(c)} IS NOT DISTINCT FROM e.{quote(c)}" for c in values)
-    picks = ", ".join([f"t.{quote(c)} AS {side('t', c)}" for c in values + t_only] + [f"e.{quote(c)} AS {side('e', c)}" for c in values])
+    picks = ", ".join(
+        [f"t.{quote(c)} AS {side('t', c)}" for c in values + t_only]
+        + [f"e.{quote(c)} AS {side('e', c)}" for c in values]
+    )
     return (
         f"SELECT {key}, t.__n, e.{quote(meta.source_version)} IS NOT NULL AS __in_e, {picks} "
         f"FROM __t1 t FULL OUTER JOIN __e e USING ({key}) "
@@ -268,7 +320,9 @@ def diff_sql(inputs: ReconcileInputs, columns: list[str]) -> str:
     )
 
 
-def classification_sql(inputs: ReconcileInputs, start: datetime | None, columns: list[str], basis: dict | None = None) -> str:
+def classification_sql(
+    inputs: ReconcileInputs, start: datetime | None, columns: list[str], basis: dict | None = None
+) -> str:
     """One row per differing key of ``__diff``, with its label and evidence."""
     spec = inputs.spec
     meta, part = spec.target.metadata, spec.target.partition
@@ -316,11 +370,13 @@ def classification_sql(inputs: ReconcileInputs, start: datetime | None, columns:
     )
     # what each label rests on: the rows themselves, or (deleted/missing, overwritten/stale) the
     # package's write log or an inference from the generations' registry
-    return (f"SELECT * EXCLUDE (evidence_generation), CASE WHEN label IN ('deleted', 'missing') THEN {lit(b.get('absent', 'write_log'))} "
-            f"WHEN label IN ('overwritten', 'stale') THEN {lit(b.get('older', 'write_log'))} "
-            f"WHEN label = 'out_of_order' THEN {lit(b.get('out_of_order', 'write_log'))} ELSE 'rows' END AS basis, "
-            f"CASE WHEN label IN ('deleted', 'overwritten') THEN evidence_generation END AS evidence_generation "
-            f"FROM ({labelled})")
+    return (
+        f"SELECT * EXCLUDE (evidence_generation), CASE WHEN label IN ('deleted', 'missing') THEN {lit(b.get('absent', 'write_log'))} "
+        f"WHEN label IN ('overwritten', 'stale') THEN {lit(b.get('older', 'write_log'))} "
+        f"WHEN label = 'out_of_order' THEN {lit(b.get('out_of_order', 'write_log'))} ELSE 'rows' END AS basis, "
+        f"CASE WHEN label IN ('deleted', 'overwritten') THEN evidence_generation END AS evidence_generation "
+        f"FROM ({labelled})"
+    )
 
 
 def reconcile(s: Session, inputs: ReconcileInputs) -> dict:
@@ -330,17 +386,21 @@ def reconcile(s: Session, inputs: ReconcileInputs) -> dict:
     columns = [c for c, _ in s.columns("__e")]
     table, ptable = recon_table(spec, inputs.persist), partition_table(spec, inputs.persist)
     create = "CREATE TABLE IF NOT EXISTS" if inputs.persist else "CREATE TEMP TABLE IF NOT EXISTS"
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __recon AS {classification_sql(inputs, facts['failed_start'], columns, facts['basis'])}")
+    s.execute(
+        f"CREATE OR REPLACE TEMP TABLE __recon AS {classification_sql(inputs, facts['failed_start'], columns, facts['basis'])}"
+    )
     if inputs.persist:
         _drop_if_reshaped(s, dataset_table_name("recon", spec.dataset), "__recon")
     s.execute(f"{create} {table} AS SELECT CAST(NULL AS VARCHAR) AS incident_id, * FROM __recon LIMIT 0")
     s.execute(f"DELETE FROM {table} WHERE incident_id = ?", [inputs.incident_id])
     s.execute(f"INSERT INTO {table} SELECT ?, * FROM __recon", [inputs.incident_id])
     fp = facts["footprint"]
-    if inputs.full and fp is not None:   # damage a whole-table run finds outside the footprint: drift
+    if inputs.full and fp is not None:  # damage a whole-table run finds outside the footprint: drift
         facts["drift_outside_footprint"] = dict(s.fetchall(drift_outside_sql(s, inputs, fp)))
     within = fp if not inputs.full else None
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __partitions AS {partition_findings_sql(inputs, facts['failed_start'], within)}")
+    s.execute(
+        f"CREATE OR REPLACE TEMP TABLE __partitions AS {partition_findings_sql(inputs, facts['failed_start'], within)}"
+    )
     s.execute(f"{create} {ptable} AS SELECT CAST(NULL AS VARCHAR) AS incident_id, * FROM __partitions LIMIT 0")
     s.execute(f"DELETE FROM {ptable} WHERE incident_id = ?", [inputs.incident_id])
     s.execute(f"INSERT INTO {ptable} SELECT ?, * FROM __partitions", [inputs.incident_id])

@@ -11,7 +11,9 @@ from recovery.lib.reconcile.classify import ReconcileInputs, recon_table
 from recovery.lib.reconcile.summary import ReconciliationSummary
 
 
-def write_outputs(s: Session, inputs: ReconcileInputs, summary: ReconciliationSummary, out_dir: Path) -> dict[str, Path]:
+def write_outputs(
+    s: Session, inputs: ReconcileInputs, summary: ReconciliationSummary, out_dir: Path
+) -> dict[str, Path]:
     """``reconciliation.parquet`` (one row per damaged key) and ``summary.json``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     parquet = out_dir / "reconciliation.parquet"

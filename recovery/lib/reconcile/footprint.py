@@ -39,7 +39,7 @@ from recovery.lib.sql_files import render
 class Footprint:
     """The footprint range as SQL bounds in the partition column's type, and as text for the summary."""
 
-    lo: str                 # SQL expression, e.g. CAST(DATE '2024-01-01' AS DATE)
+    lo: str  # SQL expression, e.g. CAST(DATE '2024-01-01' AS DATE)
     hi: str
     lo_text: str
     hi_text: str
@@ -69,14 +69,20 @@ def resolve_footprint(s: Session, inputs: ReconcileInputs) -> Footprint | None:
     # its own: the control plane's table), and the incident's range is text too: both cast to the column's type
     texts: list[str] = []
     if s.object_kind(SCHEMA, "writes") is not None:
-        texts = [r[0] for r in s.fetchall(
-            f"SELECT DISTINCT p FROM (SELECT unnest(partitions) AS p FROM {SCHEMA}.writes "
-            f"WHERE dataset = {sql_literal(spec.dataset)} AND generation IN ({gens})) WHERE p IS NOT NULL")]
+        texts = [
+            r[0]
+            for r in s.fetchall(
+                f"SELECT DISTINCT p FROM (SELECT unnest(partitions) AS p FROM {SCHEMA}.writes "
+                f"WHERE dataset = {sql_literal(spec.dataset)} AND generation IN ({gens})) WHERE p IS NOT NULL"
+            )
+        ]
     if inputs.partitions is not None:
         texts += [v.isoformat() if hasattr(v, "isoformat") else str(v) for v in inputs.partitions]
     if texts:
         values = ", ".join(f"({sql_literal(x)})" for x in texts)
-        written.append(f"SELECT min(TRY_CAST(x AS {column_type})), max(TRY_CAST(x AS {column_type})) FROM (VALUES {values}) AS v(x)")
+        written.append(
+            f"SELECT min(TRY_CAST(x AS {column_type})), max(TRY_CAST(x AS {column_type})) FROM (VALUES {values}) AS v(x)"
+        )
     row = s.fetchone(f"SELECT min(lo), max(hi) FROM ({' UNION ALL '.join(written)})")
     if row is None or row[0] is None or row[1] is None:
         return None
@@ -93,8 +99,10 @@ def written_keys_sql(inputs: ReconcileInputs, fp: Footprint, has_delta: bool, wi
     gens = str_list(list(inputs.failed_generations))
     semi = f" SEMI JOIN {within} USING ({key})" if within else ""
     target = spec.target.table_name.sql()
-    out = [f"SELECT {key} FROM {target}{semi} WHERE {fp.between(part)}",
-           f"SELECT {key} FROM {target}{semi} WHERE {gen} IN ({gens})"]
+    out = [
+        f"SELECT {key} FROM {target}{semi} WHERE {fp.between(part)}",
+        f"SELECT {key} FROM {target}{semi} WHERE {gen} IN ({gens})",
+    ]
     if has_delta:
         out.append(f"SELECT {key} FROM {delta_table(inputs.spec.dataset)}{semi} WHERE {gen} IN ({gens})")
     return out
@@ -113,14 +121,17 @@ def stage_candidates(s: Session, inputs: ReconcileInputs, fp: Footprint, waterma
     changes = f"SELECT * FROM {src.table_name.sql()}{where}"
     s.execute(
         f"CREATE OR REPLACE TEMP TABLE __fp_cand AS SELECT {key} FROM __fp_t UNION "
-        f"SELECT {key} FROM ({render(spec.transform_sql, source=changes)}) WHERE {fp.between(quote(spec.target.partition))}")
+        f"SELECT {key} FROM ({render(spec.transform_sql, source=changes)}) WHERE {fp.between(quote(spec.target.partition))}"
+    )
 
 
 def stage_footprint(s: Session, inputs: ReconcileInputs, fp: Footprint) -> None:
     """``__fp``: the footprint's keys (from ``__fp_t`` and the expected rows ``__e`` of the candidates)."""
     key = quote_all(inputs.spec.key)
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __fp AS SELECT {key} FROM __fp_t UNION "
-              f"SELECT {key} FROM __e WHERE {fp.between(quote(inputs.spec.target.partition))}")
+    s.execute(
+        f"CREATE OR REPLACE TEMP TABLE __fp AS SELECT {key} FROM __fp_t UNION "
+        f"SELECT {key} FROM __e WHERE {fp.between(quote(inputs.spec.target.partition))}"
+    )
 
 
 def drift_outside_sql(s: Session, inputs: ReconcileInputs, fp: Footprint) -> str:
@@ -129,5 +140,8 @@ def drift_outside_sql(s: Session, inputs: ReconcileInputs, fp: Footprint) -> str
     key = quote_all(spec.key)
     has_delta = has_dataset_table(s, "delta", spec.dataset)
     inside = written_keys_sql(inputs, fp, has_delta, within="__recon") + [
-        f"SELECT {key} FROM __e SEMI JOIN __recon USING ({key}) WHERE {fp.between(quote(spec.target.partition))}"]
-    return f"SELECT label, count(*) FROM __recon ANTI JOIN ({' UNION '.join(inside)}) USING ({key}) GROUP BY 1 ORDER BY 1"
+        f"SELECT {key} FROM __e SEMI JOIN __recon USING ({key}) WHERE {fp.between(quote(spec.target.partition))}"
+    ]
+    return (
+        f"SELECT label, count(*) FROM __recon ANTI JOIN ({' UNION '.join(inside)}) USING ({key}) GROUP BY 1 ORDER BY 1"
+    )

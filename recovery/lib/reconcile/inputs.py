@@ -13,14 +13,14 @@ from recovery.lib.spec import DatasetSpec
 class ReconcileInputs:
     spec: DatasetSpec
     failed_generations: tuple[str, ...]
-    watermark: datetime | None = None      # snapshot watermark; default: the source's max ingested_at
+    watermark: datetime | None = None  # snapshot watermark; default: the source's max ingested_at
     incident_id: str = "adhoc"
-    persist: bool = True                   # False: results in temp tables only (a read-only look before containment)
+    persist: bool = True  # False: results in temp tables only (a read-only look before containment)
     # True: the whole target (damage outside the failed generations' footprint is counted as drift);
     # False: only the footprint (``footprint.py``): the keys the failed generations wrote and the keys
     # held or expected in their partition range
     full: bool = True
-    partitions: tuple[date | int | str, date | int | str] | None = None   # the incident's range (start, end)
+    partitions: tuple[date | int | str, date | int | str] | None = None  # the incident's range (start, end)
 
     @property
     def scope(self) -> str:

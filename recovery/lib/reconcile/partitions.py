@@ -26,8 +26,11 @@ def partition_findings_sql(inputs: ReconcileInputs, start: datetime | None, foot
     gens = str_list(list(inputs.failed_generations))
     amount = f"sum({quote(spec.target.amount)})" if spec.target.amount else "CAST(NULL AS DECIMAL(38, 2))"
     before = f"{wat} < {ts_literal(start)}" if start else "false"
-    fence = (f"(SELECT min(fenced_at) FROM {SCHEMA}.fences WHERE generation IN ({gens}))" if inputs.persist
-             else "CAST(NULL AS TIMESTAMP)")  # not fenced yet: nothing can have been written after a fence
+    fence = (
+        f"(SELECT min(fenced_at) FROM {SCHEMA}.fences WHERE generation IN ({gens}))"
+        if inputs.persist
+        else "CAST(NULL AS TIMESTAMP)"
+    )  # not fenced yet: nothing can have been written after a fence
     within = (lambda c: f" WHERE {footprint.between(c)}") if footprint else (lambda c: "")  # noqa: E731
     return f"""
     WITH tp AS (
@@ -38,7 +41,7 @@ def partition_findings_sql(inputs: ReconcileInputs, start: datetime | None, foot
         FROM {spec.target.table_name.sql()}{within(p)} GROUP BY 1),
     ep AS (SELECT {p} AS p, count(*) AS expected_rows, {amount} AS expected_total FROM __e{within(p)} GROUP BY 1),
     lp AS (SELECT coalesce(actual_partition, expected_partition) AS p, count(*) AS damaged_keys FROM __recon
-           {within('coalesce(actual_partition, expected_partition)')} GROUP BY 1)
+           {within("coalesce(actual_partition, expected_partition)")} GROUP BY 1)
     SELECT p AS partition,
            coalesce(actual_rows, 0) AS actual_rows, coalesce(expected_rows, 0) AS expected_rows,
            actual_total, expected_total,

@@ -16,8 +16,15 @@ from recovery.lib.writer import retrying
 
 
 def run_reconciliation(
-    spec: DatasetSpec, failed_generations: list[str], *, incident_id: str, out_dir: Path | None = None,
-    actor: str = "recovery", run_id: str | None = None, full: bool = True, partitions: tuple | None = None,
+    spec: DatasetSpec,
+    failed_generations: list[str],
+    *,
+    incident_id: str,
+    out_dir: Path | None = None,
+    actor: str = "recovery",
+    run_id: str | None = None,
+    full: bool = True,
+    partitions: tuple | None = None,
 ) -> tuple[ReconciliationSummary, dict[str, Path]]:
     """Classify every key in one transaction, so the result is one consistent snapshot.
 
@@ -30,8 +37,9 @@ def run_reconciliation(
     engine = open_engine(spec.warehouse)
     with engine.session(read_only=True) as s:
         managed = is_managed(s, spec)
-    inputs = ReconcileInputs(spec, tuple(failed_generations), incident_id=incident_id, persist=managed, full=full,
-                             partitions=partitions)
+    inputs = ReconcileInputs(
+        spec, tuple(failed_generations), incident_id=incident_id, persist=managed, full=full, partitions=partitions
+    )
     if not managed:
         with engine.session(read_only=True) as s:
             facts = reconcile(s, inputs)
@@ -46,7 +54,12 @@ def run_reconciliation(
             facts = reconcile(s, inputs)
             summary = summarize(s, inputs, facts)
             record_event(
-                s, kind="reconciliation", dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id,
+                s,
+                kind="reconciliation",
+                dataset=spec.dataset,
+                incident_id=incident_id,
+                actor=actor,
+                run_id=run_id,
                 summary=f"{summary.damaged_keys:,} damaged keys in {len(summary.damaged_partitions)} partitions "
                 f"({', '.join(f'{k} {v:,}' for k, v in summary.labels.items())})" + _scope_note(summary),
             )

@@ -37,8 +37,8 @@ class ReconciliationSummary(BaseModel):
     rows_actual: int
     total_expected: float | None
     total_actual: float | None
-    basis: dict = {}           # what deleted/missing and overwritten/stale rest on: write_log, registry <table>, none
-    contained: bool = True     # False: a read-only look at a target not yet fenced (nothing was recorded)
+    basis: dict = {}  # what deleted/missing and overwritten/stale rest on: write_log, registry <table>, none
+    contained: bool = True  # False: a read-only look at a target not yet fenced (nothing was recorded)
     # where out_of_order was read from: the failed generations' write log, or (a target
     # without one) the metadata columns of the rows each write left
     out_of_order_basis: str | None = None
@@ -70,7 +70,9 @@ class ReconciliationSummary(BaseModel):
 def summarize(s: Session, inputs: ReconcileInputs, facts: dict) -> ReconciliationSummary:
     spec = inputs.spec
     table, ptable = recon_table(spec, inputs.persist), partition_table(spec, inputs.persist)
-    labels = dict(s.fetchall(f"SELECT label, count(*) FROM {table} WHERE incident_id = ? GROUP BY 1", [inputs.incident_id]))
+    labels = dict(
+        s.fetchall(f"SELECT label, count(*) FROM {table} WHERE incident_id = ? GROUP BY 1", [inputs.incident_id])
+    )
     rows = s.fetchall(
         f"SELECT CAST(partition AS VARCHAR), actual_rows, expected_rows, CAST(actual_total AS DOUBLE), "
         f"CAST(expected_total AS DOUBLE), damaged_keys, partially_updated, count_mismatch, total_mismatch, written_after_fence "
@@ -84,18 +86,34 @@ def summarize(s: Session, inputs: ReconcileInputs, facts: dict) -> Reconciliatio
             f.append("written_after_fence")
         for name in f:
             findings[name] += 1
-        parts.append(PartitionSummary(partition=r[0], actual_rows=r[1], expected_rows=r[2], actual_total=r[3],
-                                      expected_total=r[4], damaged_keys=r[5], findings=f))
+        parts.append(
+            PartitionSummary(
+                partition=r[0],
+                actual_rows=r[1],
+                expected_rows=r[2],
+                actual_total=r[3],
+                expected_total=r[4],
+                damaged_keys=r[5],
+                findings=f,
+            )
+        )
     return ReconciliationSummary(
-        incident_id=inputs.incident_id, dataset=spec.dataset, failed_generations=list(inputs.failed_generations),
-        watermark=facts["watermark"], failed_start=facts["failed_start"],
+        incident_id=inputs.incident_id,
+        dataset=spec.dataset,
+        failed_generations=list(inputs.failed_generations),
+        watermark=facts["watermark"],
+        failed_start=facts["failed_start"],
         labels={label: int(labels[label]) for label in LABELS if label in labels},
-        partition_findings=findings, partitions=parts,
-        rows_expected=sum(p.expected_rows for p in parts), rows_actual=sum(p.actual_rows for p in parts),
+        partition_findings=findings,
+        partitions=parts,
+        rows_expected=sum(p.expected_rows for p in parts),
+        rows_actual=sum(p.actual_rows for p in parts),
         total_expected=sum(p.expected_total or 0 for p in parts) if spec.target.amount else None,
         total_actual=sum(p.actual_total or 0 for p in parts) if spec.target.amount else None,
-        basis=facts.get("basis", {}), contained=inputs.persist,
+        basis=facts.get("basis", {}),
+        contained=inputs.persist,
         out_of_order_basis=facts.get("out_of_order_basis"),
-        scope=inputs.scope, footprint_range=[fp.lo_text, fp.hi_text] if (fp := facts.get("footprint")) else None,
+        scope=inputs.scope,
+        footprint_range=[fp.lo_text, fp.hi_text] if (fp := facts.get("footprint")) else None,
         drift_outside_footprint=facts.get("drift_outside_footprint"),
     )

@@ -29,19 +29,25 @@ def _totals_checked(spec: DatasetSpec, declared: Declared | None) -> bool:
     return not (declared is not None and declared.covers(amount))
 
 
-def anomaly_frame_sql(spec: DatasetSpec, namespace: str, published: str, partitions: list[str],
-                      declared: Declared | None = None) -> str:
+def anomaly_frame_sql(
+    spec: DatasetSpec, namespace: str, published: str, partitions: list[str], declared: Declared | None = None
+) -> str:
     part = quote(spec.target.partition)
     amount = spec.target.amount
-    total = (f"CAST(sum({quote(amount)}) AS DOUBLE)" if amount and _totals_checked(spec, declared)
-             else "CAST(NULL AS DOUBLE)")
+    total = (
+        f"CAST(sum({quote(amount)}) AS DOUBLE)"
+        if amount and _totals_checked(spec, declared)
+        else "CAST(NULL AS DOUBLE)"
+    )
     inside = in_partitions(spec, partitions)
-    agg = lambda ns, where: (f"SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {total} AS t "  # noqa: E731
-                             f"FROM {namespace_sql(ns)} WHERE {where} GROUP BY 1")
+    agg = lambda ns, where: (
+        f"SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {total} AS t "  # noqa: E731
+        f"FROM {namespace_sql(ns)} WHERE {where} GROUP BY 1"
+    )
     return f"""
         WITH sc AS (SELECT unnest(CAST(? AS VARCHAR[])) AS p),
              a AS ({agg(namespace, inside)}), b AS ({agg(published, inside)}),
-             h AS (SELECT median(n) AS mn, median(t) AS mt FROM ({agg(published, f'NOT ({inside})')})),
+             h AS (SELECT median(n) AS mn, median(t) AS mt FROM ({agg(published, f"NOT ({inside})")})),
              f AS (SELECT sc.p AS partition, coalesce(a.n, 0) AS rows, a.t AS total, coalesce(b.n, 0) AS published_rows,
                           b.t AS published_total, h.mn AS history_rows, h.mt AS history_total
                    FROM sc LEFT JOIN a USING (p) LEFT JOIN b USING (p) CROSS JOIN h)
@@ -60,18 +66,38 @@ def anomaly_frame_sql(spec: DatasetSpec, namespace: str, published: str, partiti
 def anomaly_suite(spec: DatasetSpec, declared: Declared | None = None) -> Suite:
     a = spec.recurrence_policy.anomaly
     E = Expectation
-    exps = [E("expect_column_values_to_be_between", {"column": "row_change", "min_value": 0, "max_value": a.max_row_change}),
-            E("expect_column_values_to_be_between",
-              {"column": "history_rows_ratio", "min_value": 1 / a.history_factor, "max_value": a.history_factor})]
+    exps = [
+        E(
+            "expect_column_values_to_be_between",
+            {"column": "row_change", "min_value": 0, "max_value": a.max_row_change},
+        ),
+        E(
+            "expect_column_values_to_be_between",
+            {"column": "history_rows_ratio", "min_value": 1 / a.history_factor, "max_value": a.history_factor},
+        ),
+    ]
     if _totals_checked(spec, declared):
-        exps += [E("expect_column_values_to_be_between", {"column": "total_change", "min_value": 0, "max_value": a.max_total_change}),
-                 E("expect_column_values_to_be_between",
-                   {"column": "history_total_ratio", "min_value": 1 / a.history_factor, "max_value": a.history_factor})]
+        exps += [
+            E(
+                "expect_column_values_to_be_between",
+                {"column": "total_change", "min_value": 0, "max_value": a.max_total_change},
+            ),
+            E(
+                "expect_column_values_to_be_between",
+                {"column": "history_total_ratio", "min_value": 1 / a.history_factor, "max_value": a.history_factor},
+            ),
+        ]
     return Suite("anomaly", tuple(exps))
 
 
-def evaluate_anomaly(s: Session, spec: DatasetSpec, namespace: str, published: str, partitions: list[str],
-                     declared: Declared | None = None) -> GateResult:
+def evaluate_anomaly(
+    s: Session,
+    spec: DatasetSpec,
+    namespace: str,
+    published: str,
+    partitions: list[str],
+    declared: Declared | None = None,
+) -> GateResult:
     a = spec.recurrence_policy.anomaly
     frame = s.arrow(anomaly_frame_sql(spec, namespace, published, partitions, declared), [partitions]).to_pandas()
     runner = SuiteRunner([anomaly_suite(spec, declared)])
@@ -83,16 +109,27 @@ def evaluate_anomaly(s: Session, spec: DatasetSpec, namespace: str, published: s
         v = frame[col]
         return v.notna() & ((v < limit_lo) | (v > limit_hi))
 
-    flagged = frame[out("row_change", 0, a.max_row_change) | out("total_change", 0, a.max_total_change)
-                    | out("history_rows_ratio", lo, hi) | out("history_total_ratio", lo, hi)]
+    flagged = frame[
+        out("row_change", 0, a.max_row_change)
+        | out("total_change", 0, a.max_total_change)
+        | out("history_rows_ratio", lo, hi)
+        | out("history_total_ratio", lo, hi)
+    ]
     if result.passed and flagged.empty:
-        return GateResult("anomaly", True, 0, f"{len(frame)} partitions within {a.max_row_change:.0%} rows / "
-                                              f"{a.max_total_change:.0%} totals of published and {hi}x of history")
+        return GateResult(
+            "anomaly",
+            True,
+            0,
+            f"{len(frame)} partitions within {a.max_row_change:.0%} rows / "
+            f"{a.max_total_change:.0%} totals of published and {hi}x of history",
+        )
 
     def fmt(r) -> str:
         total = f"total {r.total or 0:,.2f} vs {r.published_total or 0:,.2f}" if _totals_checked(spec, declared) else ""
         return f"{r.partition}: rows {r.rows:,} vs {r.published_rows:,} published, {total} (history median {r.history_rows:,.0f} rows)"
 
-    details = (f"{len(flagged)} partition(s) past the thresholds (rows {a.max_row_change:.0%}, totals {a.max_total_change:.0%} "
-               f"of published; {hi}x history): " + "; ".join(fmt(r) for r in flagged.head(5).itertuples()))
+    details = (
+        f"{len(flagged)} partition(s) past the thresholds (rows {a.max_row_change:.0%}, totals {a.max_total_change:.0%} "
+        f"of published; {hi}x history): " + "; ".join(fmt(r) for r in flagged.head(5).itertuples())
+    )
     return GateResult("anomaly", False, len(flagged), details)

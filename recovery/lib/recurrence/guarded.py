@@ -22,7 +22,7 @@ from recovery.lib.writer import Writer
 @dataclass
 class BackfillOutcome:
     backfill_id: str
-    status: str                      # dry_run | refused | failed | stopped | published
+    status: str  # dry_run | refused | failed | stopped | published
     preflight: Preflight
     gates: dict[str, GateResult] = field(default_factory=dict)
     invariants: list[InvariantResult] = field(default_factory=list)
@@ -34,8 +34,14 @@ class BackfillOutcome:
         return [g for g, r in self.gates.items() if not r.passed]
 
 
-def run_guarded_backfill(writer: Writer, request: BackfillRequest, *, dry_run: bool = False,
-                         recompute: Recompute | None = None, run_id: str | None = None) -> BackfillOutcome:
+def run_guarded_backfill(
+    writer: Writer,
+    request: BackfillRequest,
+    *,
+    dry_run: bool = False,
+    recompute: Recompute | None = None,
+    run_id: str | None = None,
+) -> BackfillOutcome:
     pf = preflight(writer, request)
     out = BackfillOutcome(request.id, "dry_run", pf, {g.gate: g for g in pf.gates})
     if dry_run:
@@ -50,7 +56,7 @@ def run_guarded_backfill(writer: Writer, request: BackfillRequest, *, dry_run: b
         except RecoveryError as err:
             out.status, out.reason = "failed", str(err)
             return out
-    if rec.status == "stopped":          # refused while building (a key written twice): no post-build gates
+    if rec.status == "stopped":  # refused while building (a key written twice): no post-build gates
         with writer.engine.session(read_only=True) as s:
             out.gates.update(latest_gates(s, request.id))
         out.status, out.reason = "stopped", rec.reason

@@ -54,7 +54,7 @@ class Preflight:
 
 def preflight(writer: Writer, request: BackfillRequest) -> Preflight:
     """Scope preview and pre-write gates; reads only."""
-    resolve_recompute(request.recompute)   # a bad name is a SpecError before anything else
+    resolve_recompute(request.recompute)  # a bad name is a SpecError before anything else
     preview = preview_scope(writer.engine, writer.spec, request)
     _check_declared(writer, request, preview.published_namespace)
     return Preflight(request, preview, pre_write_gates(writer.spec, request, preview))
@@ -67,8 +67,11 @@ def _check_declared(writer: Writer, request: BackfillRequest, namespace: str) ->
         names = [c for c, _ in compared_columns(s, writer.spec, namespace)] + [writer.spec.target.partition]
     unknown = [c for c in request.expect_change if c not in names]
     if unknown:
-        raise SpecError("expect_change", f"{', '.join(unknown)} is not a payload column of {writer.spec.target.table}",
-                        f"declare some of {names}")
+        raise SpecError(
+            "expect_change",
+            f"{', '.join(unknown)} is not a payload column of {writer.spec.target.table}",
+            f"declare some of {names}",
+        )
 
 
 def _package_version() -> str:
@@ -81,25 +84,34 @@ def _package_version() -> str:
 def manifest(writer: Writer, pf: Preflight, code: str, published_seq: int | None) -> dict:
     spec, req, pv = writer.spec, pf.request, pf.preview
     return {
-        "backfill_id": req.id, "dataset": spec.dataset, "generation": req.generation,
-        "request": req.model_dump(mode="json"), "config_hash": req.config_hash,
+        "backfill_id": req.id,
+        "dataset": spec.dataset,
+        "generation": req.generation,
+        "request": req.model_dump(mode="json"),
+        "config_hash": req.config_hash,
         "spec": {"path": str(spec.spec_path or ""), "fingerprint": spec.fingerprint},
         "policy": spec.recurrence_policy.model_dump(mode="json"),
         "code": {"recompute": req.recompute, "version": code, "package": _package_version()},
         "inputs": {
             "source": {"table": spec.source.table, "watermark": str(pv.source_watermark)},
-            "published": {"namespace": pv.published_namespace, "pointer_seq": published_seq,
-                          "rows_in_range": pv.published_rows, "rows_outside_range": pv.seed_rows},
+            "published": {
+                "namespace": pv.published_namespace,
+                "pointer_seq": published_seq,
+                "rows_in_range": pv.published_rows,
+                "rows_outside_range": pv.seed_rows,
+            },
         },
         "scope": pv.model_dump(mode="json"),
-        "approvals": req.approved_by, "requested_by": req.requested_by,
-        "declared_intent": req.declared,      # what the approvers approved it to change (the value gate holds it to that)
+        "approvals": req.approved_by,
+        "requested_by": req.requested_by,
+        "declared_intent": req.declared,  # what the approvers approved it to change (the value gate holds it to that)
         "recorded_at": utcnow().isoformat(),
     }
 
 
-def start_backfill(writer: Writer, pf: Preflight, *, recompute: Recompute | None = None,
-                   run_id: str | None = None) -> BackfillRecord:
+def start_backfill(
+    writer: Writer, pf: Preflight, *, recompute: Recompute | None = None, run_id: str | None = None
+) -> BackfillRecord:
     """Record the refusal, or the manifest then the generation and its seed. Idempotent per backfill id."""
     spec, req, pv = writer.spec, pf.request, pf.preview
     fn = recompute or resolve_recompute(req.recompute)
@@ -108,8 +120,10 @@ def start_backfill(writer: Writer, pf: Preflight, *, recompute: Recompute | None
         existing = load_backfill(s, req.id)
     if existing is not None and existing.status not in ("refused",):
         if existing.status in ("failed", "stopped"):
-            raise RecoveryError(f"backfill {req.id} already ran and ended {existing.status} ({existing.reason}); "
-                                f"launch a new one with another backfill_id")
+            raise RecoveryError(
+                f"backfill {req.id} already ran and ended {existing.status} ({existing.reason}); "
+                f"launch a new one with another backfill_id"
+            )
         return existing
 
     def txn() -> None:
@@ -122,28 +136,79 @@ def start_backfill(writer: Writer, pf: Preflight, *, recompute: Recompute | None
             seq = record_gates(s, req.id, req.generation, spec.dataset, "preflight", pf.gates, run_id=run_id)
             s.execute(
                 f"INSERT INTO {BACKFILLS} VALUES (?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?, ?, ?)",
-                [req.id, spec.dataset, req.generation, pv.published_namespace, req.start, req.end, pv.partitions, status,
-                 json.dumps(body), req.config_hash, code, pv.source_watermark, seq, req.requested_by, req.approved_by,
-                 utcnow(), reason])
+                [
+                    req.id,
+                    spec.dataset,
+                    req.generation,
+                    pv.published_namespace,
+                    req.start,
+                    req.end,
+                    pv.partitions,
+                    status,
+                    json.dumps(body),
+                    req.config_hash,
+                    code,
+                    pv.source_watermark,
+                    seq,
+                    req.requested_by,
+                    req.approved_by,
+                    utcnow(),
+                    reason,
+                ],
+            )
             if not pf.passed:
-                record_event(s, kind="backfill_refused", dataset=spec.dataset, actor=req.requested_by, run_id=run_id,
-                             summary=f"backfill {req.id} of {spec.target.table} refused before any write: {reason}")
+                record_event(
+                    s,
+                    kind="backfill_refused",
+                    dataset=spec.dataset,
+                    actor=req.requested_by,
+                    run_id=run_id,
+                    summary=f"backfill {req.id} of {spec.target.table} refused before any write: {reason}",
+                )
                 return
-            record_gates(s, req.id, req.generation, spec.dataset, "preflight", [GateResult(
-                "manifest", True, 0, f"recorded at seq {seq} before the first write: source {spec.source.table} as of "
-                f"{pv.source_watermark}, published {pv.published_namespace}, code {code}, config {req.config_hash}")],
-                run_id=run_id)
-            record_event(s, kind="backfill_manifest", dataset=spec.dataset, actor=req.requested_by, run_id=run_id,
-                         summary=f"backfill {req.id} manifest recorded: {pv.summary()}; approved by "
-                                 f"{', '.join(req.approved_by) or 'nobody'}", details=json.dumps(body))
+            record_gates(
+                s,
+                req.id,
+                req.generation,
+                spec.dataset,
+                "preflight",
+                [
+                    GateResult(
+                        "manifest",
+                        True,
+                        0,
+                        f"recorded at seq {seq} before the first write: source {spec.source.table} as of "
+                        f"{pv.source_watermark}, published {pv.published_namespace}, code {code}, config {req.config_hash}",
+                    )
+                ],
+                run_id=run_id,
+            )
+            record_event(
+                s,
+                kind="backfill_manifest",
+                dataset=spec.dataset,
+                actor=req.requested_by,
+                run_id=run_id,
+                summary=f"backfill {req.id} manifest recorded: {pv.summary()}; approved by "
+                f"{', '.join(req.approved_by) or 'nobody'}",
+                details=json.dumps(body),
+            )
 
     retrying(txn)
     if not pf.passed:
         with writer.engine.session(read_only=True) as s:
             return require_backfill(s, req.id)
     namespace = writer.register_generation(
-        req.generation, "backfill", own_namespace=True, source_watermark=pv.source_watermark, code_version=code,
-        run_id=run_id, backfill_id=req.id, parent=pv.published_namespace, note=f"guarded backfill {req.id}")
+        req.generation,
+        "backfill",
+        own_namespace=True,
+        source_watermark=pv.source_watermark,
+        code_version=code,
+        run_id=run_id,
+        backfill_id=req.id,
+        parent=pv.published_namespace,
+        note=f"guarded backfill {req.id}",
+    )
     if namespace == pv.published_namespace or namespace is None:
         raise RecoveryError(f"generation {req.generation} has no namespace of its own; refusing to write")
     part_filter = in_partitions(spec, pv.partitions)
@@ -153,26 +218,48 @@ def start_backfill(writer: Writer, pf: Preflight, *, recompute: Recompute | None
             if current_namespace(s, spec) != pv.published_namespace:
                 raise RecoveryError(f"{spec.target.table} was republished while the backfill started; launch it again")
             res = writer.write_in(
-                s, req.generation, f"SELECT * FROM {namespace_sql(pv.published_namespace)} WHERE NOT ({part_filter})",
-                mode="append", run_id=run_id, note=f"seed of guarded backfill {req.id}: published rows outside the range",
-                keep_stamps=True, log_delta=False)
-            s.execute(f"UPDATE {BACKFILLS} SET namespace = ?, seed_seq = ?, status = 'building' WHERE backfill_id = ?",
-                      [namespace, res.seq, req.id])
-            record_event(s, kind="backfill_started", dataset=spec.dataset, actor=req.requested_by, run_id=run_id,
-                         summary=f"backfill {req.id} writes generation {req.generation} into its own namespace {namespace}, "
-                                 f"seeded with {res.rows_inserted:,} published rows outside the range (seq {res.seq})")
+                s,
+                req.generation,
+                f"SELECT * FROM {namespace_sql(pv.published_namespace)} WHERE NOT ({part_filter})",
+                mode="append",
+                run_id=run_id,
+                note=f"seed of guarded backfill {req.id}: published rows outside the range",
+                keep_stamps=True,
+                log_delta=False,
+            )
+            s.execute(
+                f"UPDATE {BACKFILLS} SET namespace = ?, seed_seq = ?, status = 'building' WHERE backfill_id = ?",
+                [namespace, res.seq, req.id],
+            )
+            record_event(
+                s,
+                kind="backfill_started",
+                dataset=spec.dataset,
+                actor=req.requested_by,
+                run_id=run_id,
+                summary=f"backfill {req.id} writes generation {req.generation} into its own namespace {namespace}, "
+                f"seeded with {res.rows_inserted:,} published rows outside the range (seq {res.seq})",
+            )
 
     retrying(seed)
     with writer.engine.session(read_only=True) as s:
         return require_backfill(s, req.id)
 
 
-def build_backfill(writer: Writer, rec: BackfillRecord, recompute: Recompute, *, run_id: str | None = None) -> BackfillRecord:
+def build_backfill(
+    writer: Writer, rec: BackfillRecord, recompute: Recompute, *, run_id: str | None = None
+) -> BackfillRecord:
     """Run the recompute into the backfill's generation; a failure is recorded, never published."""
     if rec.status != "building":
         raise RecoveryError(f"backfill {rec.backfill_id} is {rec.status}, not building")
-    ctx = RecomputeContext(writer=writer, generation=rec.generation, partitions=rec.partitions,
-                           watermark=rec.source_watermark, run_id=run_id, backfill_id=rec.backfill_id)
+    ctx = RecomputeContext(
+        writer=writer,
+        generation=rec.generation,
+        partitions=rec.partitions,
+        watermark=rec.source_watermark,
+        run_id=run_id,
+        backfill_id=rec.backfill_id,
+    )
     began = time.monotonic()
     try:
         recompute(ctx)
@@ -184,19 +271,41 @@ def build_backfill(writer: Writer, rec: BackfillRecord, recompute: Recompute, *,
     except Exception as err:  # the recompute is user code: any failure ends the backfill, unpublished
         reason = f"{type(err).__name__}: {err}"
         _end_build(writer, rec, "failed", reason, run_id)
-        raise RecoveryError(f"backfill {rec.backfill_id} failed while recomputing: {reason}; nothing was published") from err
+        raise RecoveryError(
+            f"backfill {rec.backfill_id} failed while recomputing: {reason}; nothing was published"
+        ) from err
     seconds = max(time.monotonic() - began, 1e-3)
     part = quote(writer.spec.target.partition)
 
     def built() -> None:
         with writer.engine.transaction() as s:
-            rows = s.scalar(f"SELECT count(*) FROM {namespace_sql(rec.built_namespace)} WHERE {in_partitions(writer.spec, rec.partitions)}")
-            s.execute(f"UPDATE {BACKFILLS} SET status = 'built', manifest = json_merge_patch(manifest, ?) WHERE backfill_id = ?",
-                      [json.dumps({"build": {"rows_written": rows, "seconds": round(seconds, 3),
-                                             "rows_per_second": round(rows / seconds, 1)}}), rec.backfill_id])
-            record_event(s, kind="backfill_built", dataset=writer.spec.dataset, actor="guarded_backfill", run_id=run_id,
-                         summary=f"backfill {rec.backfill_id} built {rows:,} rows over {len(rec.partitions)} partitions "
-                                 f"({part} {rec.partitions[0]}..{rec.partitions[-1]}) in {seconds:,.1f} s")
+            rows = s.scalar(
+                f"SELECT count(*) FROM {namespace_sql(rec.built_namespace)} WHERE {in_partitions(writer.spec, rec.partitions)}"
+            )
+            s.execute(
+                f"UPDATE {BACKFILLS} SET status = 'built', manifest = json_merge_patch(manifest, ?) WHERE backfill_id = ?",
+                [
+                    json.dumps(
+                        {
+                            "build": {
+                                "rows_written": rows,
+                                "seconds": round(seconds, 3),
+                                "rows_per_second": round(rows / seconds, 1),
+                            }
+                        }
+                    ),
+                    rec.backfill_id,
+                ],
+            )
+            record_event(
+                s,
+                kind="backfill_built",
+                dataset=writer.spec.dataset,
+                actor="guarded_backfill",
+                run_id=run_id,
+                summary=f"backfill {rec.backfill_id} built {rows:,} rows over {len(rec.partitions)} partitions "
+                f"({part} {rec.partitions[0]}..{rec.partitions[-1]}) in {seconds:,.1f} s",
+            )
 
     retrying(built)
     writer.set_status(rec.generation, "complete", ended_at=utcnow())
@@ -204,8 +313,9 @@ def build_backfill(writer: Writer, rec: BackfillRecord, recompute: Recompute, *,
         return require_backfill(s, rec.backfill_id)
 
 
-def _end_build(writer: Writer, rec: BackfillRecord, status: str, reason: str, run_id: str | None,
-               gate: GateResult | None = None) -> None:
+def _end_build(
+    writer: Writer, rec: BackfillRecord, status: str, reason: str, run_id: str | None, gate: GateResult | None = None
+) -> None:
     """End a build that did not finish: ``failed`` (the recompute raised) or ``stopped`` (the
     writer refused a key written twice, recorded as the ``invariants`` gate). Whatever the
     candidate holds is kept for inspection; the published table is untouched."""
@@ -215,9 +325,15 @@ def _end_build(writer: Writer, rec: BackfillRecord, status: str, reason: str, ru
             if gate is not None:
                 record_gates(s, rec.backfill_id, rec.generation, writer.spec.dataset, "build", [gate], run_id=run_id)
             set_status(s, rec.backfill_id, status, reason[:2000])
-            record_event(s, kind=f"backfill_{status}", dataset=writer.spec.dataset, actor="guarded_backfill", run_id=run_id,
-                         summary=f"backfill {rec.backfill_id} {status} while recomputing ({reason[:300]}); "
-                                 f"{writer.spec.target.table} still points at {rec.from_namespace}")
+            record_event(
+                s,
+                kind=f"backfill_{status}",
+                dataset=writer.spec.dataset,
+                actor="guarded_backfill",
+                run_id=run_id,
+                summary=f"backfill {rec.backfill_id} {status} while recomputing ({reason[:300]}); "
+                f"{writer.spec.target.table} still points at {rec.from_namespace}",
+            )
 
     retrying(txn)
     writer.set_status(rec.generation, "failed", ended_at=utcnow())

@@ -28,8 +28,19 @@ from recovery.lib.recurrence.tables import BACKFILLS, tables_exist
 from recovery.lib.snapshot import expected_rows_sql, str_list
 from recovery.lib.spec import DatasetSpec
 
-_WIDTHS = {"BIGINT": 8, "DOUBLE": 8, "TIMESTAMP": 8, "INTEGER": 4, "DATE": 4, "FLOAT": 4, "BOOLEAN": 1,
-           "SMALLINT": 2, "TINYINT": 1, "HUGEINT": 16, "UUID": 16}
+_WIDTHS = {
+    "BIGINT": 8,
+    "DOUBLE": 8,
+    "TIMESTAMP": 8,
+    "INTEGER": 4,
+    "DATE": 4,
+    "FLOAT": 4,
+    "BOOLEAN": 1,
+    "SMALLINT": 2,
+    "TINYINT": 1,
+    "HUGEINT": 16,
+    "UUID": 16,
+}
 
 
 class ConsumerImpact(BaseModel):
@@ -71,10 +82,12 @@ class ScopePreview(BaseModel):
 
     def summary(self) -> str:
         flag = f"; REACHES CURRENT PARTITIONS {', '.join(self.current_touched)}" if self.current_touched else ""
-        return (f"{len(self.partitions)} partitions {self.range_start}..{self.range_end}: {self.published_rows:,} rows published, "
-                f"{self.expected_rows:,} from the source as of {self.source_watermark}, {self.keys:,} keys, "
-                f"~{self.estimated_bytes / 1e6:,.1f} MB, ~{self.estimated_seconds:,.1f} s{flag}; "
-                f"consumers: {', '.join(c.name for c in self.consumers) or 'none'}")
+        return (
+            f"{len(self.partitions)} partitions {self.range_start}..{self.range_end}: {self.published_rows:,} rows published, "
+            f"{self.expected_rows:,} from the source as of {self.source_watermark}, {self.keys:,} keys, "
+            f"~{self.estimated_bytes / 1e6:,.1f} MB, ~{self.estimated_seconds:,.1f} s{flag}; "
+            f"consumers: {', '.join(c.name for c in self.consumers) or 'none'}"
+        )
 
 
 def in_partitions(spec: DatasetSpec, partitions: list[str]) -> str:
@@ -87,13 +100,22 @@ def range_partitions(s: Session, spec: DatasetSpec, ns: str, start: str, end: st
     typ = dict(s.columns(namespace_sql(ns)))[spec.target.partition]
     for field, value in (("start", start), ("end", end)):
         if s.scalar(f"SELECT TRY_CAST(? AS {typ}) IS NULL", [value]):
-            raise SpecError(field, f"{value!r} is not a value of the partition column {spec.target.partition} ({typ})",
-                            "give a partition value, e.g. 2024-06-01")
+            raise SpecError(
+                field,
+                f"{value!r} is not a value of the partition column {spec.target.partition} ({typ})",
+                "give a partition value, e.g. 2024-06-01",
+            )
     if s.scalar(f"SELECT CAST(? AS {typ}) > CAST(? AS {typ})", [start, end]):
         raise SpecError("end", f"{end} is before start {start}", "give an end at or after the start")
     between = f"{part} BETWEEN CAST(? AS {typ}) AND CAST(? AS {typ})"
-    days = ("UNION SELECT CAST(CAST(d AS DATE) AS VARCHAR) FROM generate_series(CAST(? AS DATE), CAST(? AS DATE), "
-            "INTERVAL 1 DAY) AS g(d)") if typ == "DATE" else ""
+    days = (
+        (
+            "UNION SELECT CAST(CAST(d AS DATE) AS VARCHAR) FROM generate_series(CAST(? AS DATE), CAST(? AS DATE), "
+            "INTERVAL 1 DAY) AS g(d)"
+        )
+        if typ == "DATE"
+        else ""
+    )
     rows = s.fetchall(
         f"SELECT p FROM (SELECT CAST({part} AS VARCHAR) AS p FROM {namespace_sql(ns)} WHERE {between} "
         f"UNION SELECT CAST({part} AS VARCHAR) FROM {expected} WHERE {between} {days}) ORDER BY p",
@@ -119,6 +141,7 @@ def current_partitions(s: Session, spec: DatasetSpec, ns: str, n: int) -> list[s
 def row_bytes(s: Session, ns: str) -> float:
     """Estimated bytes per row: fixed widths, plus the sampled mean length of text columns."""
     cols = s.columns(namespace_sql(ns))
+
     def width(t: str) -> int:
         if t.startswith("DECIMAL("):
             return 8 if int(t[8:].split(",")[0]) <= 18 else 16
@@ -128,8 +151,10 @@ def row_bytes(s: Session, ns: str) -> float:
     text = [c for c, t in cols if t == "VARCHAR"]
     if not text:
         return float(fixed)
-    avg = s.scalar(f"SELECT {' + '.join(f'coalesce(avg(strlen({quote(c)})), 0)' for c in text)} "
-                   f"FROM (SELECT * FROM {namespace_sql(ns)} USING SAMPLE 10000 ROWS)")
+    avg = s.scalar(
+        f"SELECT {' + '.join(f'coalesce(avg(strlen({quote(c)})), 0)' for c in text)} "
+        f"FROM (SELECT * FROM {namespace_sql(ns)} USING SAMPLE 10000 ROWS)"
+    )
     return float(fixed + (avg or 0) + 4 * len(text))
 
 
@@ -138,9 +163,15 @@ def throughput(s: Session, spec: DatasetSpec) -> tuple[float, str]:
     default = spec.recurrence_policy.capacity.rows_per_second
     if not tables_exist(s):
         return default, "policy"
-    rates = [r[0] for r in s.fetchall(
-        f"SELECT CAST(json_extract(manifest, '$.build.rows_per_second') AS DOUBLE) FROM {BACKFILLS} "
-        f"WHERE dataset = ? AND json_extract(manifest, '$.build.rows_per_second') IS NOT NULL", [spec.dataset]) if r[0]]
+    rates = [
+        r[0]
+        for r in s.fetchall(
+            f"SELECT CAST(json_extract(manifest, '$.build.rows_per_second') AS DOUBLE) FROM {BACKFILLS} "
+            f"WHERE dataset = ? AND json_extract(manifest, '$.build.rows_per_second') IS NOT NULL",
+            [spec.dataset],
+        )
+        if r[0]
+    ]
     if not rates:
         return default, "policy"
     rates.sort()
@@ -150,33 +181,57 @@ def throughput(s: Session, spec: DatasetSpec) -> tuple[float, str]:
 def preview_in(s: Session, spec: DatasetSpec, request: BackfillRequest, location: str) -> ScopePreview:
     ns = current_namespace(s, spec) if control_plane_exists(s) else None
     if ns is None:
-        raise RecoveryError(f"{spec.target.table} is not a managed dataset yet (no published namespace). "
-                            f"Fix: ingest it through the writer first")
+        raise RecoveryError(
+            f"{spec.target.table} is not a managed dataset yet (no published namespace). "
+            f"Fix: ingest it through the writer first"
+        )
     src = spec.source
     watermark = s.scalar(f"SELECT max({quote(src.ingested_at)}) FROM {src.table_name.sql()}")
     s.execute(f"CREATE OR REPLACE TEMP VIEW __bf_expected AS {expected_rows_sql(spec, watermark)}")
     partitions = range_partitions(s, spec, ns, request.start, request.end, "__bf_expected")
     inside = in_partitions(spec, partitions)
     key = quote_all(spec.key)
-    published, seed = s.fetchrow(f"SELECT count(*) FILTER (WHERE {inside}), count(*) FILTER (WHERE NOT ({inside})) "
-                                 f"FROM {namespace_sql(ns)}")
+    published, seed = s.fetchrow(
+        f"SELECT count(*) FILTER (WHERE {inside}), count(*) FILTER (WHERE NOT ({inside})) FROM {namespace_sql(ns)}"
+    )
     expected = s.scalar(f"SELECT count(*) FROM __bf_expected WHERE {inside}")
-    keys = s.scalar(f"SELECT count(*) FROM (SELECT {key} FROM {namespace_sql(ns)} WHERE {inside} "
-                    f"UNION SELECT {key} FROM __bf_expected WHERE {inside})")
+    keys = s.scalar(
+        f"SELECT count(*) FROM (SELECT {key} FROM {namespace_sql(ns)} WHERE {inside} "
+        f"UNION SELECT {key} FROM __bf_expected WHERE {inside})"
+    )
     width = row_bytes(s, ns)
     rate, rate_from = throughput(s, spec)
     current = current_partitions(s, spec, ns, spec.recurrence_policy.current_partitions)
     est_bytes = int((seed + max(published, expected)) * width)
-    consumers = [ConsumerImpact(name=d.name, kind=d.kind, owner=d.owner, material=d.materiality is not None)
-                 for d in spec.downstream] if partitions else []
+    consumers = (
+        [
+            ConsumerImpact(name=d.name, kind=d.kind, owner=d.owner, material=d.materiality is not None)
+            for d in spec.downstream
+        ]
+        if partitions
+        else []
+    )
     return ScopePreview(
-        dataset=spec.dataset, backfill_id=request.id, generation=request.generation, range_start=request.start,
-        range_end=request.end, partitions=partitions, published_namespace=ns, published_rows=int(published or 0),
-        expected_rows=int(expected or 0), keys=int(keys or 0), seed_rows=int(seed or 0), row_bytes=width,
-        estimated_bytes=est_bytes, estimated_seconds=(seed + max(published, expected)) / rate, throughput_from=rate_from,
+        dataset=spec.dataset,
+        backfill_id=request.id,
+        generation=request.generation,
+        range_start=request.start,
+        range_end=request.end,
+        partitions=partitions,
+        published_namespace=ns,
+        published_rows=int(published or 0),
+        expected_rows=int(expected or 0),
+        keys=int(keys or 0),
+        seed_rows=int(seed or 0),
+        row_bytes=width,
+        estimated_bytes=est_bytes,
+        estimated_seconds=(seed + max(published, expected)) / rate,
+        throughput_from=rate_from,
         free_disk_bytes=shutil.disk_usage(Path(location).resolve().parent).free,
-        current_partitions=current, current_touched=[p for p in current if p in set(partitions)],
-        consumers=consumers, source_watermark=watermark,
+        current_partitions=current,
+        current_touched=[p for p in current if p in set(partitions)],
+        consumers=consumers,
+        source_watermark=watermark,
     )
 
 
@@ -186,8 +241,10 @@ def preview_scope(engine: Engine, spec: DatasetSpec, request: BackfillRequest) -
         with engine.session(read_only=True) as s:
             return preview_in(s, spec, request, engine.location)
     except duckdb.CatalogException as err:
-        raise RecoveryError(f"the warehouse lacks a table the spec names ({str(err).splitlines()[0]}). "
-                            f"Fix: check the spec against the warehouse (recovery reconcile validates it)") from None
+        raise RecoveryError(
+            f"the warehouse lacks a table the spec names ({str(err).splitlines()[0]}). "
+            f"Fix: check the spec against the warehouse (recovery reconcile validates it)"
+        ) from None
 
 
 def preview_json(p: ScopePreview) -> str:

@@ -44,7 +44,8 @@ def _since_seed(s: Session, spec: DatasetSpec, rec: BackfillRecord) -> tuple[lis
     rows = s.fetchall(
         f"SELECT DISTINCT CAST({part} AS VARCHAR) AS p FROM {delta_table(spec.dataset)} "
         f"WHERE _delta_namespace = ? AND _delta_seq > ? AND {part} IS NOT NULL ORDER BY p",
-        [rec.from_namespace, rec.seed_seq])
+        [rec.from_namespace, rec.seed_seq],
+    )
     inside = set(rec.partitions)
     touched = [r[0] for r in rows]
     return [p for p in touched if p in inside], [p for p in touched if p not in inside]
@@ -55,12 +56,19 @@ def declared_of(rec: BackfillRecord) -> Declared:
     return Declared.from_mapping(rec.manifest.get("declared_intent"))
 
 
-def profile_gate(s: Session, writer: Writer, rec: BackfillRecord, declared: Declared, outcomes: dict | None = None) -> GateResult:
+def profile_gate(
+    s: Session, writer: Writer, rec: BackfillRecord, declared: Declared, outcomes: dict | None = None
+) -> GateResult:
     """The published profile as a GE suite on the candidate, computed by DuckDB (GE's SQL datasource)."""
     spec = writer.spec
     if spec.warehouse.engine != "duckdb":
-        return GateResult("profile", True, 0, "not evaluated: the profile suite runs through GE's SQL datasource on "
-                                              "DuckDB; on Spark the values gate holds the same profile checks")
+        return GateResult(
+            "profile",
+            True,
+            0,
+            "not evaluated: the profile suite runs through GE's SQL datasource on "
+            "DuckDB; on Spark the values gate holds the same profile checks",
+        )
     out = evaluate_profile(s, spec, rec.built_namespace, rec.from_namespace, rec.partitions, declared)
     if outcomes is not None:
         outcomes["profile"] = out
@@ -69,29 +77,47 @@ def profile_gate(s: Session, writer: Writer, rec: BackfillRecord, declared: Decl
 
 def fencing_gate(s: Session, spec: DatasetSpec, rec: BackfillRecord) -> GateResult:
     problems = []
-    gen = s.fetchone(f"SELECT namespace, token, fenced_at FROM {SCHEMA}.generations WHERE generation = ?", [rec.generation])
+    gen = s.fetchone(
+        f"SELECT namespace, token, fenced_at FROM {SCHEMA}.generations WHERE generation = ?", [rec.generation]
+    )
     if gen is None or gen[0] != rec.namespace or rec.namespace == rec.from_namespace:
         problems.append(f"generation {rec.generation} does not own namespace {rec.namespace}")
     elif gen[2] is not None:
         problems.append(f"generation {rec.generation} was fenced at {gen[2]}")
-    stray = s.scalar(f"SELECT count(*) FROM {SCHEMA}.writes WHERE generation = ? AND namespace <> ?", [rec.generation, rec.namespace])
+    stray = s.scalar(
+        f"SELECT count(*) FROM {SCHEMA}.writes WHERE generation = ? AND namespace <> ?", [rec.generation, rec.namespace]
+    )
     if stray:
         problems.append(f"{stray} write(s) of {rec.generation} landed outside its namespace")
     now = current_namespace(s, spec)
     if now != rec.from_namespace:
-        problems.append(f"{spec.target.table} was republished since the backfill started (now {now}, was {rec.from_namespace})")
+        problems.append(
+            f"{spec.target.table} was republished since the backfill started (now {now}, was {rec.from_namespace})"
+        )
     conflicts, _ = _since_seed(s, spec, rec)
     if conflicts:
-        problems.append(f"normal ingestion wrote {len(conflicts)} partition(s) of the range since the backfill started "
-                        f"({', '.join(conflicts[:5])}); publishing would overwrite those writes")
+        problems.append(
+            f"normal ingestion wrote {len(conflicts)} partition(s) of the range since the backfill started "
+            f"({', '.join(conflicts[:5])}); publishing would overwrite those writes"
+        )
     if problems:
-        return GateResult("fencing", False, len(problems), "; ".join(problems)
-                          + ". Fix: relaunch the backfill with a range that ends before the partitions ingestion writes")
+        return GateResult(
+            "fencing",
+            False,
+            len(problems),
+            "; ".join(problems)
+            + ". Fix: relaunch the backfill with a range that ends before the partitions ingestion writes",
+        )
     assert gen is not None  # no problem above: the generation's row was found
     token = gen[1]
-    return GateResult("fencing", True, 0, f"generation {rec.generation} (token {token}) wrote only its own namespace "
-                                          f"{rec.namespace}; {spec.target.table} still points at {rec.from_namespace} and "
-                                          f"no write landed in the range since seq {rec.seed_seq}")
+    return GateResult(
+        "fencing",
+        True,
+        0,
+        f"generation {rec.generation} (token {token}) wrote only its own namespace "
+        f"{rec.namespace}; {spec.target.table} still points at {rec.from_namespace} and "
+        f"no write landed in the range since seq {rec.seed_seq}",
+    )
 
 
 def readiness_gate(s: Session, spec: DatasetSpec, rec: BackfillRecord) -> GateResult:
@@ -99,19 +125,31 @@ def readiness_gate(s: Session, spec: DatasetSpec, rec: BackfillRecord) -> GateRe
     status = s.scalar(f"SELECT status FROM {SCHEMA}.namespaces WHERE namespace = ?", [prior])
     cols = s.columns(namespace_sql(prior))
     if not cols or status not in ("published", "retained"):
-        return GateResult("rollback_readiness", False, 1, f"the prior generation {prior} is {status or 'missing'}: "
-                                                          f"no complete state to roll back to")
+        return GateResult(
+            "rollback_readiness",
+            False,
+            1,
+            f"the prior generation {prior} is {status or 'missing'}: no complete state to roll back to",
+        )
     rows = s.scalar(f"SELECT count(*) FROM {namespace_sql(prior)}")
     expected = rec.manifest.get("inputs", {}).get("published", {})
     had = (expected.get("rows_in_range") or 0) + (expected.get("rows_outside_range") or 0)
     if had and not rows:
-        return GateResult("rollback_readiness", False, 1, f"the prior generation {prior} is empty (it held {had:,} rows)")
-    return GateResult("rollback_readiness", True, 0, f"prior generation {prior} complete ({rows:,} rows), retained after "
-                                                     f"publish until convergence verification passes")
+        return GateResult(
+            "rollback_readiness", False, 1, f"the prior generation {prior} is empty (it held {had:,} rows)"
+        )
+    return GateResult(
+        "rollback_readiness",
+        True,
+        0,
+        f"prior generation {prior} complete ({rows:,} rows), retained after "
+        f"publish until convergence verification passes",
+    )
 
 
-def gate_backfill(writer: Writer, backfill_id: str, *, run_id: str | None = None,
-                  outcomes: dict | None = None) -> tuple[list[GateResult], list[InvariantResult]]:
+def gate_backfill(
+    writer: Writer, backfill_id: str, *, run_id: str | None = None, outcomes: dict | None = None
+) -> tuple[list[GateResult], list[InvariantResult]]:
     """Every post-build gate in one transaction; ``outcomes`` (if given) receives the profile suite's result."""
     spec = writer.spec
 
@@ -119,22 +157,31 @@ def gate_backfill(writer: Writer, backfill_id: str, *, run_id: str | None = None
         with writer.engine.transaction() as s:
             rec = load_backfill(s, backfill_id)
             if rec is None or rec.status not in ("built", "stopped"):
-                raise RecoveryError(f"backfill {backfill_id} is {rec.status if rec else 'unknown'}; only a built backfill is gated")
+                raise RecoveryError(
+                    f"backfill {backfill_id} is {rec.status if rec else 'unknown'}; only a built backfill is gated"
+                )
             if rec.namespace is None:
                 raise RecoveryError(f"backfill {backfill_id} has no namespace recorded; rerun the backfill")
             inv, details = evaluate_invariants(s, spec, rec.namespace, rec.partitions, rec.source_watermark)
             declared = declared_of(rec)
             values, _ = evaluate_values(s, spec, rec.namespace, rec.from_namespace, rec.partitions, declared)
-            results = [fencing_gate(s, spec, rec), inv,
-                       evaluate_anomaly(s, spec, rec.namespace, rec.from_namespace, rec.partitions, declared),
-                       values, profile_gate(s, writer, rec, declared, outcomes), readiness_gate(s, spec, rec)]
+            results = [
+                fencing_gate(s, spec, rec),
+                inv,
+                evaluate_anomaly(s, spec, rec.namespace, rec.from_namespace, rec.partitions, declared),
+                values,
+                profile_gate(s, writer, rec, declared, outcomes),
+                readiness_gate(s, spec, rec),
+            ]
             record_gates(s, backfill_id, rec.generation, spec.dataset, "candidate", results, run_id=run_id)
             return results, details
 
     return retrying(txn)
 
 
-def publish_backfill(writer: Writer, backfill_id: str, *, actor: str = "guarded_backfill", run_id: str | None = None) -> dict:
+def publish_backfill(
+    writer: Writer, backfill_id: str, *, actor: str = "guarded_backfill", run_id: str | None = None
+) -> dict:
     """Publish if every gate passed; otherwise stop the backfill and keep the published table unchanged."""
     spec = writer.spec
 
@@ -146,32 +193,65 @@ def publish_backfill(writer: Writer, backfill_id: str, *, actor: str = "guarded_
             if rec.status == "published":
                 return {"published": True, "already": True, "namespace": rec.namespace, "seq": rec.published_seq}
             if rec.status != "built":
-                return {"published": False, "reason": f"backfill is {rec.status}" + (f": {rec.reason}" if rec.reason else "")}
+                return {
+                    "published": False,
+                    "reason": f"backfill is {rec.status}" + (f": {rec.reason}" if rec.reason else ""),
+                }
             gates = latest_gates(s, backfill_id)
             missing = [g for g in GATES if g not in gates]
             failed = [g for g in GATES if g in gates and not gates[g].passed]
             if missing or failed:
-                return {"published": False, "reason": "; ".join(
-                    [f"gate {g} failed: {gates[g].details}" for g in failed] + [f"gate {g} not evaluated" for g in missing])}
-            seq = next_seq(s)   # from here to commit no other writer commits: the re-checks hold at publish
+                return {
+                    "published": False,
+                    "reason": "; ".join(
+                        [f"gate {g} failed: {gates[g].details}" for g in failed]
+                        + [f"gate {g} not evaluated" for g in missing]
+                    ),
+                }
+            seq = next_seq(s)  # from here to commit no other writer commits: the re-checks hold at publish
             for gate in (fencing_gate(s, spec, rec), readiness_gate(s, spec, rec)):
                 if not gate.passed:
-                    return {"published": False, "reason": f"gate {gate.gate} failed at publish: {gate.details}", "recheck": gate}
+                    return {
+                        "published": False,
+                        "reason": f"gate {gate.gate} failed at publish: {gate.details}",
+                        "recheck": gate,
+                    }
             _, outside = _since_seed(s, spec, rec)
-            if outside:   # ingestion wrote partitions outside the range since the seed: carry them over as they are now
-                where = in_partitions(spec, outside)
-                s.execute(f"DELETE FROM {namespace_sql(rec.built_namespace)} WHERE {where}")
-                s.execute(f"INSERT INTO {namespace_sql(rec.built_namespace)} SELECT * FROM {namespace_sql(rec.from_namespace)} WHERE {where}")
+            if outside:  # ingestion wrote partitions outside the range since the seed: carry them over as they are now
+                where, built = in_partitions(spec, outside), namespace_sql(rec.built_namespace)
+                s.replace_rows(
+                    built,
+                    [c for c, _ in s.columns(built)],
+                    remove=where,
+                    insert=f"SELECT * FROM {namespace_sql(rec.from_namespace)} WHERE {where}",
+                )
             move_pointer(s, spec, rec.built_namespace, actor=actor, reason=f"publish guarded backfill {backfill_id}")
-            s.execute(f"UPDATE {BACKFILLS} SET status = 'published', published_seq = ? WHERE backfill_id = ?", [seq, backfill_id])
-            s.execute(f"UPDATE {SCHEMA}.generations SET status = 'published', ended_at = ? WHERE generation = ?",
-                      [utcnow(), rec.generation])
-            record_event(s, kind="backfill_published", dataset=spec.dataset, actor=actor, run_id=run_id,
-                         summary=f"{spec.target.table} now points at {rec.namespace} (guarded backfill {backfill_id}); prior "
-                                 f"{rec.from_namespace} retained until convergence verification passes"
-                                 + (f"; {len(outside)} partition(s) ingestion wrote meanwhile carried over" if outside else ""),
-                         details=json.dumps({"seq": seq, "from": rec.from_namespace, "to": rec.namespace, "refreshed": outside}))
-            return {"published": True, "already": False, "namespace": rec.namespace, "seq": seq, "from_namespace": rec.from_namespace}
+            s.execute(
+                f"UPDATE {BACKFILLS} SET status = 'published', published_seq = ? WHERE backfill_id = ?",
+                [seq, backfill_id],
+            )
+            s.execute(
+                f"UPDATE {SCHEMA}.generations SET status = 'published', ended_at = ? WHERE generation = ?",
+                [utcnow(), rec.generation],
+            )
+            record_event(
+                s,
+                kind="backfill_published",
+                dataset=spec.dataset,
+                actor=actor,
+                run_id=run_id,
+                summary=f"{spec.target.table} now points at {rec.namespace} (guarded backfill {backfill_id}); prior "
+                f"{rec.from_namespace} retained until convergence verification passes"
+                + (f"; {len(outside)} partition(s) ingestion wrote meanwhile carried over" if outside else ""),
+                details=json.dumps({"seq": seq, "from": rec.from_namespace, "to": rec.namespace, "refreshed": outside}),
+            )
+            return {
+                "published": True,
+                "already": False,
+                "namespace": rec.namespace,
+                "seq": seq,
+                "from_namespace": rec.from_namespace,
+            }
 
     result = retrying(txn)
     if not result["published"] and "already" not in result:
@@ -193,9 +273,15 @@ def _stop(writer: Writer, backfill_id: str, reason: str, recheck: GateResult | N
             if recheck is not None:
                 record_gates(s, backfill_id, rec.generation, writer.spec.dataset, "publish", [recheck], run_id=run_id)
             set_status(s, backfill_id, "stopped", reason[:2000])
-            record_event(s, kind="backfill_stopped", dataset=writer.spec.dataset, actor="guarded_backfill", run_id=run_id,
-                         summary=f"backfill {backfill_id} stopped before publish; {writer.spec.target.table} still points at "
-                                 f"{rec.from_namespace}, {rec.namespace} kept for investigation: {reason[:500]}")
+            record_event(
+                s,
+                kind="backfill_stopped",
+                dataset=writer.spec.dataset,
+                actor="guarded_backfill",
+                run_id=run_id,
+                summary=f"backfill {backfill_id} stopped before publish; {writer.spec.target.table} still points at "
+                f"{rec.from_namespace}, {rec.namespace} kept for investigation: {reason[:500]}",
+            )
 
     retrying(txn)
 
@@ -206,24 +292,43 @@ def verify_backfill_convergence(writer: Writer, backfill_id: str, *, run_id: str
     with writer.engine.session(read_only=True) as s:
         rec = load_backfill(s, backfill_id)
     if rec is None or rec.status not in ("published", "converged"):
-        raise RecoveryError(f"backfill {backfill_id} is {rec.status if rec else 'unknown'}; only a published backfill converges")
+        raise RecoveryError(
+            f"backfill {backfill_id} is {rec.status if rec else 'unknown'}; only a published backfill converges"
+        )
     overall = verify_convergence(writer.engine, spec, run_id=run_id, actor="guarded_backfill")
 
     def txn() -> dict:
         with writer.engine.transaction() as s:
             stage_drift(s, spec, applied_watermark(s, spec), rec.partitions)
-            drift = s.fetchall("SELECT partition, drift_keys FROM __cv_drift WHERE drift_keys > 0 OR expected_rows <> actual_rows "
-                               "ORDER BY partition")
+            drift = s.fetchall(
+                "SELECT partition, drift_keys FROM __cv_drift WHERE drift_keys > 0 OR expected_rows <> actual_rows "
+                "ORDER BY partition"
+            )
             converged = overall.converged and not drift
             seq = next_seq(s)
             if converged:
-                s.execute(f"UPDATE {BACKFILLS} SET status = 'converged', converged_seq = ? WHERE backfill_id = ?", [seq, backfill_id])
-                s.execute(f"UPDATE {SCHEMA}.namespaces SET status = 'releasable' WHERE namespace = ? AND status = 'retained'",
-                          [rec.from_namespace])
-            record_event(s, kind="backfill_convergence", dataset=spec.dataset, actor="guarded_backfill", run_id=run_id,
-                         summary=f"backfill {backfill_id}: " + (f"converged; prior {rec.from_namespace} may be released" if converged
-                                 else f"not converged ({overall.summary()}; backfilled partitions drifting: "
-                                      f"{[d[0] for d in drift][:5]}); prior {rec.from_namespace} stays retained"))
+                s.execute(
+                    f"UPDATE {BACKFILLS} SET status = 'converged', converged_seq = ? WHERE backfill_id = ?",
+                    [seq, backfill_id],
+                )
+                s.execute(
+                    f"UPDATE {SCHEMA}.namespaces SET status = 'releasable' WHERE namespace = ? AND status = 'retained'",
+                    [rec.from_namespace],
+                )
+            record_event(
+                s,
+                kind="backfill_convergence",
+                dataset=spec.dataset,
+                actor="guarded_backfill",
+                run_id=run_id,
+                summary=f"backfill {backfill_id}: "
+                + (
+                    f"converged; prior {rec.from_namespace} may be released"
+                    if converged
+                    else f"not converged ({overall.summary()}; backfilled partitions drifting: "
+                    f"{[d[0] for d in drift][:5]}); prior {rec.from_namespace} stays retained"
+                ),
+            )
             return {"converged": converged, "drifting": [d[0] for d in drift], "check": overall.summary()}
 
     return retrying(txn)

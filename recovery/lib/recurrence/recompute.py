@@ -27,8 +27,8 @@ from recovery.lib.writer import Writer
 class RecomputeContext:
     writer: Writer
     generation: str
-    partitions: list[str]          # the range's partitions, as text
-    watermark: datetime | None     # the source as of this moment (recorded in the manifest); None: an empty source
+    partitions: list[str]  # the range's partitions, as text
+    watermark: datetime | None  # the source as of this moment (recorded in the manifest); None: an empty source
     run_id: str | None
     backfill_id: str
 
@@ -39,10 +39,19 @@ Recompute = Callable[[RecomputeContext], None]
 def transform_recompute(ctx: RecomputeContext) -> None:
     """The spec's transform over the fixed source snapshot, one replace of the range."""
     spec = ctx.writer.spec
-    in_range = f"CAST({quote(spec.target.partition)} AS VARCHAR) IN ({str_list(ctx.partitions)})" if ctx.partitions else "false"
-    ctx.writer.write(ctx.generation, f"SELECT * FROM ({expected_rows_sql(spec, ctx.watermark)}) WHERE {in_range}",
-                     mode="replace_partitions", partitions=ctx.partitions, run_id=ctx.run_id,
-                     note=f"guarded backfill {ctx.backfill_id}: transform over the source as of {ctx.watermark}")
+    in_range = (
+        f"CAST({quote(spec.target.partition)} AS VARCHAR) IN ({str_list(ctx.partitions)})"
+        if ctx.partitions
+        else "false"
+    )
+    ctx.writer.write(
+        ctx.generation,
+        f"SELECT * FROM ({expected_rows_sql(spec, ctx.watermark)}) WHERE {in_range}",
+        mode="replace_partitions",
+        partitions=ctx.partitions,
+        run_id=ctx.run_id,
+        note=f"guarded backfill {ctx.backfill_id}: transform over the source as of {ctx.watermark}",
+    )
 
 
 def resolve_recompute(name: str) -> Recompute:
@@ -53,8 +62,11 @@ def resolve_recompute(name: str) -> Recompute:
     try:
         fn = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as err:
-        raise SpecError("recompute", f"cannot load {name!r} ({err})",
-                        "name an importable function as package.module:function, or use 'transform'") from None
+        raise SpecError(
+            "recompute",
+            f"cannot load {name!r} ({err})",
+            "name an importable function as package.module:function, or use 'transform'",
+        ) from None
     if not callable(fn):
         raise SpecError("recompute", f"{name!r} is not a function", "name a function taking a RecomputeContext")
     return fn

@@ -38,8 +38,10 @@ class BackfillRecord(BaseModel):
         return self.namespace
 
 
-_COLS = ("backfill_id, dataset, generation, namespace, from_namespace, partitions, status, manifest, source_watermark, "
-         "seed_seq, published_seq, converged_seq, reason")
+_COLS = (
+    "backfill_id, dataset, generation, namespace, from_namespace, partitions, status, manifest, source_watermark, "
+    "seed_seq, published_seq, converged_seq, reason"
+)
 
 
 def require_backfill(s: Session, backfill_id: str) -> BackfillRecord:
@@ -63,22 +65,42 @@ def load_backfill(s: Session, backfill_id: str) -> BackfillRecord | None:
 
 
 def set_status(s: Session, backfill_id: str, status: str, reason: str | None = None) -> None:
-    s.execute(f"UPDATE {BACKFILLS} SET status = ?, reason = coalesce(?, reason) WHERE backfill_id = ?",
-              [status, reason, backfill_id])
+    s.execute(
+        f"UPDATE {BACKFILLS} SET status = ?, reason = coalesce(?, reason) WHERE backfill_id = ?",
+        [status, reason, backfill_id],
+    )
 
 
-def record_gates(s: Session, backfill_id: str, generation: str, dataset: str, stage: str, results: list[GateResult],
-                 *, run_id: str | None = None, actor: str = "guarded_backfill") -> int:
+def record_gates(
+    s: Session,
+    backfill_id: str,
+    generation: str,
+    dataset: str,
+    stage: str,
+    results: list[GateResult],
+    *,
+    run_id: str | None = None,
+    actor: str = "guarded_backfill",
+) -> int:
     """Append each gate's result and put it on the timeline; returns the evaluation's sequence number."""
     seq = next_seq(s)
     for r in results:
-        s.execute(f"INSERT INTO {GATES} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                  [backfill_id, generation, stage, r.gate, r.passed, r.observed, r.details, seq, utcnow(), run_id])
-        record_event(s, kind="backfill_gate", dataset=dataset, actor=actor, run_id=run_id,
-                     summary=f"backfill {backfill_id} gate {r.gate} {'passed' if r.passed else 'FAILED'} ({stage}): "
-                             f"{r.details[:300]}",
-                     details=json.dumps({"backfill_id": backfill_id, "gate": r.gate, "stage": stage, "passed": r.passed,
-                                         "observed": r.observed}))
+        s.execute(
+            f"INSERT INTO {GATES} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [backfill_id, generation, stage, r.gate, r.passed, r.observed, r.details, seq, utcnow(), run_id],
+        )
+        record_event(
+            s,
+            kind="backfill_gate",
+            dataset=dataset,
+            actor=actor,
+            run_id=run_id,
+            summary=f"backfill {backfill_id} gate {r.gate} {'passed' if r.passed else 'FAILED'} ({stage}): "
+            f"{r.details[:300]}",
+            details=json.dumps(
+                {"backfill_id": backfill_id, "gate": r.gate, "stage": stage, "passed": r.passed, "observed": r.observed}
+            ),
+        )
     return seq
 
 
@@ -88,7 +110,7 @@ def latest_gates(s: Session, backfill_id: str) -> dict[str, GateResult]:
         return {}
     rows = s.fetchall(
         f"SELECT gate, passed, observed, details FROM {GATES} WHERE backfill_id = ? "
-        f"QUALIFY row_number() OVER (PARTITION BY gate ORDER BY evaluated_seq DESC) = 1", [backfill_id])
+        f"QUALIFY row_number() OVER (PARTITION BY gate ORDER BY evaluated_seq DESC) = 1",
+        [backfill_id],
+    )
     return {r[0]: GateResult(r[0], r[1], r[2], r[3]) for r in rows}
-
-

@@ -35,7 +35,7 @@ from recovery.lib.writer import Writer
 class Rehearsal:
     outcome: BackfillOutcome
     report: ValueReport | None
-    rehearsed: bool                 # False: the preflight only (Spark, or refused before any write)
+    rehearsed: bool  # False: the preflight only (Spark, or refused before any write)
     note: str = ""
 
     @property
@@ -57,12 +57,17 @@ def rehearse(writer: Writer, request: BackfillRequest, *, recompute: Recompute |
     spec = writer.spec
     if spec.warehouse.engine != "duckdb":
         outcome = run_guarded_backfill(writer, request, dry_run=True)
-        return Rehearsal(outcome, None, False, "Spark keeps the data outside the DuckDB file: the plan ran the "
-                                               "pre-write gates only; the value gates run with `backfill run`")
+        return Rehearsal(
+            outcome,
+            None,
+            False,
+            "Spark keeps the data outside the DuckDB file: the plan ran the "
+            "pre-write gates only; the value gates run with `backfill run`",
+        )
     source = Path(spec.warehouse.path)
     with tempfile.TemporaryDirectory(prefix="backfill-plan-") as scratch:
         copy = Path(scratch) / source.name
-        with writer.engine.session(read_only=True):     # no writer commits while the file is copied
+        with writer.engine.session(read_only=True):  # no writer commits while the file is copied
             shutil.copyfile(source, copy)
             wal = source.with_name(source.name + ".wal")
             if wal.exists():

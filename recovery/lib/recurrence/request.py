@@ -25,17 +25,29 @@ class BackfillRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     start: str = Field(description="First partition of the range, e.g. 2024-06-01.")
     end: str = Field(description="Last partition of the range, inclusive.")
-    recompute: str = Field("transform", description="'transform' (the spec's transform over the fixed source snapshot) "
-                                                   "or 'package.module:function' computing the range.")
+    recompute: str = Field(
+        "transform",
+        description="'transform' (the spec's transform over the fixed source snapshot) "
+        "or 'package.module:function' computing the range.",
+    )
     requested_by: str = Field(min_length=1, description="Who launches the backfill.")
     approved_by: list[str] = Field(default_factory=list, description="Named approvers (the policy says how many).")
-    allow_current_partitions: bool = Field(False, description="Acknowledge that the range reaches partitions normal "
-                                                              "ingestion is writing.")
+    allow_current_partitions: bool = Field(
+        False, description="Acknowledge that the range reaches partitions normal ingestion is writing."
+    )
     backfill_id: str | None = Field(None, description="Id of the backfill (default: derived from the request).")
-    expect_change: list[str] = Field(default_factory=list, description="Columns the backfill is meant to change (declared "
-                                                                      "intent): they may change; any other column may not.")
-    expected_share: float | None = Field(None, gt=0, le=1, description="Share of the range's keys the backfill is meant to "
-                                                                       "change (of the declared columns, or of every column).")
+    expect_change: list[str] = Field(
+        default_factory=list,
+        description="Columns the backfill is meant to change (declared "
+        "intent): they may change; any other column may not.",
+    )
+    expected_share: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Share of the range's keys the backfill is meant to "
+        "change (of the declared columns, or of every column).",
+    )
     notes: str = ""
 
     @field_validator("start", "end")
@@ -89,7 +101,7 @@ class BackfillRequest(BaseModel):
         if self.backfill_id:
             return self.backfill_id
         substance: list[Any] = [self.start, self.end, self.recompute]
-        if self.declared:   # a declared relaunch of a refused backfill is a new backfill
+        if self.declared:  # a declared relaunch of a refused backfill is a new backfill
             substance.append(self.declared)
         h = hashlib.sha256(json.dumps(substance).encode()).hexdigest()[:8]
         return f"bf-{self.start}-{self.end}-{h}"

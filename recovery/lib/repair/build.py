@@ -54,8 +54,16 @@ def in_partitions(spec, partitions: list[str]) -> str:
     return f"CAST({quote(spec.target.partition)} AS VARCHAR) IN ({str_list(partitions)})"
 
 
-def start_repair(writer: Writer, incident: Incident, *, canary: list[str] | None = None, canary_max: int = 5,
-                 wave_size: int = 30, run_id: str | None = None, actor: str = "repair") -> RepairPlan:
+def start_repair(
+    writer: Writer,
+    incident: Incident,
+    *,
+    canary: list[str] | None = None,
+    canary_max: int = 5,
+    wave_size: int = 30,
+    run_id: str | None = None,
+    actor: str = "repair",
+) -> RepairPlan:
     """Plan the repair and start its generation; idempotent per incident (a second call returns the plan)."""
     spec = writer.spec
     if canary_max < 1:
@@ -67,10 +75,18 @@ def start_repair(writer: Writer, incident: Incident, *, canary: list[str] | None
         existing = load_plan(s, incident.incident_id)
         if existing is not None:
             return existing
-        busy = s.scalar(f"SELECT incident_id FROM {PLANS} WHERE dataset = ? AND status NOT IN ('published', 'abandoned')",
-                        [spec.dataset]) if s.object_kind(SCHEMA, "repair_plans") else None
+        busy = (
+            s.scalar(
+                f"SELECT incident_id FROM {PLANS} WHERE dataset = ? AND status NOT IN ('published', 'abandoned')",
+                [spec.dataset],
+            )
+            if s.object_kind(SCHEMA, "repair_plans")
+            else None
+        )
         if busy:
-            raise RecoveryError(f"a repair of {spec.dataset} for incident {busy} is in progress; publish or abandon it first")
+            raise RecoveryError(
+                f"a repair of {spec.dataset} for incident {busy} is in progress; publish or abandon it first"
+            )
         current = published_namespace(s, spec)
         damaged = damaged_partitions(s, spec, incident.incident_id, current, incident.failed_generations)
         qualified = qualified_partitions(s, spec, incident.incident_id, list(damaged), current)
@@ -80,8 +96,14 @@ def start_repair(writer: Writer, incident: Incident, *, canary: list[str] | None
 
     generation = repair_generation_id(incident.incident_id)
     namespace = writer.register_generation(
-        generation, "repair", own_namespace=True, run_id=run_id, parent=",".join(incident.failed_generations),
-        code_version=spec.fingerprint, note=f"repair of incident {incident.incident_id}")
+        generation,
+        "repair",
+        own_namespace=True,
+        run_id=run_id,
+        parent=",".join(incident.failed_generations),
+        code_version=spec.fingerprint,
+        note=f"repair of incident {incident.incident_id}",
+    )
 
     def txn() -> None:
         with engine.transaction() as s:
@@ -95,23 +117,45 @@ def start_repair(writer: Writer, incident: Incident, *, canary: list[str] | None
             rebuilt = list(rebuild)
             snap = snapshot_table(spec)
             part = quote(spec.target.partition)
-            s.execute(f"CREATE OR REPLACE TABLE {snap} AS SELECT * FROM ({expected_rows_sql(spec, watermark)}) "
-                      f"WHERE {in_partitions(spec, rebuilt)}")
+            s.execute(
+                f"CREATE OR REPLACE TABLE {snap} AS SELECT * FROM ({expected_rows_sql(spec, watermark)}) "
+                f"WHERE {in_partitions(spec, rebuilt)}"
+            )
             # carried: every row outside the rebuilt partitions, except a key the snapshot rebuilds
             # elsewhere (a stray copy of a duplicated or mispartitioned key)
             carry = writer.write_in(
-                s, generation, f"SELECT t.* FROM {namespace_sql(current)} t ANTI JOIN {snap} USING ({quote_all(spec.key)}) "
+                s,
+                generation,
+                f"SELECT t.* FROM {namespace_sql(current)} t ANTI JOIN {snap} USING ({quote_all(spec.key)}) "
                 f"WHERE NOT ({in_partitions(spec, rebuilt)})",
-                mode="append", at=stamped_at, run_id=run_id, note="carry over partitions that need no repair",
-                keep_stamps=True, log_delta=False,
+                mode="append",
+                at=stamped_at,
+                run_id=run_id,
+                note="carry over partitions that need no repair",
+                keep_stamps=True,
+                log_delta=False,
             )
             low_seq = carry.seq
             s.execute(
                 f"INSERT INTO {PLANS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 'building', ?, ?, ?, NULL)",
-                [incident.incident_id, spec.dataset, generation, namespace, current, incident.failed_generations, low_seq,
-                 watermark, stamped_at, utcnow(), canary_max, wave_size],
+                [
+                    incident.incident_id,
+                    spec.dataset,
+                    generation,
+                    namespace,
+                    current,
+                    incident.failed_generations,
+                    low_seq,
+                    watermark,
+                    stamped_at,
+                    utcnow(),
+                    canary_max,
+                    wave_size,
+                ],
             )
-            s.execute("CREATE OR REPLACE TEMP TABLE __plan (partition VARCHAR, wave INTEGER, reason VARCHAR, labels VARCHAR[])")
+            s.execute(
+                "CREATE OR REPLACE TEMP TABLE __plan (partition VARCHAR, wave INTEGER, reason VARCHAR, labels VARCHAR[])"
+            )
             for n, parts in waves.items():
                 for p in parts:
                     s.execute("INSERT INTO __plan VALUES (?, ?, NULL, ?)", [p, n, rebuild[p]])
@@ -130,12 +174,18 @@ def start_repair(writer: Writer, incident: Incident, *, canary: list[str] | None
                 [incident.incident_id],
             )
             record_event(
-                s, kind="repair_started", dataset=spec.dataset, incident_id=incident.incident_id, actor=actor, run_id=run_id,
+                s,
+                kind="repair_started",
+                dataset=spec.dataset,
+                incident_id=incident.incident_id,
+                actor=actor,
+                run_id=run_id,
                 summary=f"repair generation {generation} in {namespace}: {len(rebuilt)} partitions to rebuild from the source "
                 f"as of {watermark} ({len(waves[0])} canary, {len(waves) - 1} waves), {len(qualified)} qualified and kept, "
                 f"{carry.rows_inserted:,} rows carried over; low watermark seq {low_seq}",
-                details=json.dumps({"low_seq": low_seq, "source_watermark": str(watermark), "waves": waves,
-                                    "qualified": qualified}),
+                details=json.dumps(
+                    {"low_seq": low_seq, "source_watermark": str(watermark), "waves": waves, "qualified": qualified}
+                ),
             )
 
     retrying(txn)
@@ -147,16 +197,25 @@ def build_wave(writer: Writer, plan: RepairPlan, wave: int, *, run_id: str | Non
     """Rebuild one wave's partitions from the fixed snapshot. Returns the rows written."""
     spec = writer.spec
     if plan.status != "building":
-        raise RecoveryError(f"the repair of {plan.incident_id} is {plan.status}"
-                            + (f" ({plan.stopped_reason})" if plan.stopped_reason else "") + "; no wave can be built")
+        raise RecoveryError(
+            f"the repair of {plan.incident_id} is {plan.status}"
+            + (f" ({plan.stopped_reason})" if plan.stopped_reason else "")
+            + "; no wave can be built"
+        )
     earlier = [n for n in plan.waves if n < wave and any(p not in plan.built for p in plan.waves[n])]
     if earlier:
-        raise RecoveryError(f"{wave_name(earlier[0])} of {plan.incident_id} has not been built and gated yet; "
-                            f"build the waves in order (canary first)")
+        raise RecoveryError(
+            f"{wave_name(earlier[0])} of {plan.incident_id} has not been built and gated yet; "
+            f"build the waves in order (canary first)"
+        )
     partitions = plan.waves[wave]
     result = writer.write(
-        plan.generation, f"SELECT * FROM {snapshot_table(spec)} WHERE {in_partitions(spec, partitions)}",
-        mode="replace_partitions", partitions=partitions, at=plan.stamped_at, run_id=run_id,
+        plan.generation,
+        f"SELECT * FROM {snapshot_table(spec)} WHERE {in_partitions(spec, partitions)}",
+        mode="replace_partitions",
+        partitions=partitions,
+        at=plan.stamped_at,
+        run_id=run_id,
         note=f"{wave_name(wave)} of the repair of {plan.incident_id}",
     )
     part = quote(spec.target.partition)
@@ -179,24 +238,42 @@ def build_wave(writer: Writer, plan: RepairPlan, wave: int, *, run_id: str | Non
 
 def stop_expansion(writer: Writer, plan: RepairPlan, reason: str, *, run_id: str | None = None) -> None:
     """Stop the repair: no further wave, both generations kept, the reason on the timeline."""
+
     def txn() -> None:
         with writer.engine.transaction() as s:
-            s.execute(f"UPDATE {PLANS} SET status = 'stopped', stopped_reason = ? WHERE incident_id = ?", [reason, plan.incident_id])
-            record_event(s, kind="repair_stopped", dataset=writer.spec.dataset, incident_id=plan.incident_id, actor="repair",
-                         run_id=run_id, summary=f"expansion stopped, {plan.namespace} and {plan.from_namespace} both kept: {reason}")
+            s.execute(
+                f"UPDATE {PLANS} SET status = 'stopped', stopped_reason = ? WHERE incident_id = ?",
+                [reason, plan.incident_id],
+            )
+            record_event(
+                s,
+                kind="repair_stopped",
+                dataset=writer.spec.dataset,
+                incident_id=plan.incident_id,
+                actor="repair",
+                run_id=run_id,
+                summary=f"expansion stopped, {plan.namespace} and {plan.from_namespace} both kept: {reason}",
+            )
 
     retrying(txn)
 
 
 def resume(writer: Writer, plan: RepairPlan, *, actor: str, note: str) -> None:
     """Let a stopped repair continue after the cause was understood (recorded on the timeline)."""
+
     def txn() -> None:
         with writer.engine.transaction() as s:
-            s.execute(f"UPDATE {PLANS} SET status = 'building', stopped_reason = NULL WHERE incident_id = ? AND status = 'stopped'",
-                      [plan.incident_id])
-            record_event(s, kind="repair_resumed", dataset=writer.spec.dataset, incident_id=plan.incident_id, actor=actor,
-                         summary=f"repair resumed: {note}")
+            s.execute(
+                f"UPDATE {PLANS} SET status = 'building', stopped_reason = NULL WHERE incident_id = ? AND status = 'stopped'",
+                [plan.incident_id],
+            )
+            record_event(
+                s,
+                kind="repair_resumed",
+                dataset=writer.spec.dataset,
+                incident_id=plan.incident_id,
+                actor=actor,
+                summary=f"repair resumed: {note}",
+            )
 
     retrying(txn)
-
-

@@ -33,11 +33,16 @@ def record_diffs(s: Session, spec: DatasetSpec, plan: RepairPlan, writer: Writer
     that lags the source is not mistaken for damage."""
     ns_spec = spec.model_copy(update={"target": spec.target.model_copy(update={"table": plan.namespace})})
     after = after_id(plan.incident_id)
-    reconcile(s, ReconcileInputs(ns_spec, tuple(plan.failed_generations), watermark=plan.source_watermark, incident_id=after))
+    reconcile(
+        s, ReconcileInputs(ns_spec, tuple(plan.failed_generations), watermark=plan.source_watermark, incident_id=after)
+    )
     recon = recon_table(spec)
     key = quote_all(spec.key)
-    s.execute(f"DELETE FROM {recon} WHERE incident_id = ? AND ({key}) IN (SELECT ({key}) FROM "
-              f"({latest_delta_sql(writer, plan, plan.low_seq, plan.high_seq or plan.low_seq)}))", [after])
+    s.execute(
+        f"DELETE FROM {recon} WHERE incident_id = ? AND ({key}) IN (SELECT ({key}) FROM "
+        f"({latest_delta_sql(writer, plan, plan.low_seq, plan.high_seq or plan.low_seq)}))",
+        [after],
+    )
     s.execute(f"DELETE FROM {DIFFS} WHERE incident_id = ?", [plan.incident_id])
     s.execute(
         f"""INSERT INTO {DIFFS}
@@ -56,20 +61,38 @@ def record_diffs(s: Session, spec: DatasetSpec, plan: RepairPlan, writer: Writer
         WHERE incident_id = ? AND partition = a.p""",
         [plan.incident_id],
     )
-    rows = s.fetchall(f"SELECT label, sum(keys_before), sum(keys_after) FROM {DIFFS} WHERE incident_id = ? GROUP BY 1 ORDER BY 1",
-                      [plan.incident_id])
+    rows = s.fetchall(
+        f"SELECT label, sum(keys_before), sum(keys_after) FROM {DIFFS} WHERE incident_id = ? GROUP BY 1 ORDER BY 1",
+        [plan.incident_id],
+    )
     return {r[0]: (int(r[1]), int(r[2])) for r in rows}
 
 
 def label_diffs(s: Session, incident_id: str) -> dict[str, tuple[int, int]]:
-    rows = s.fetchall(f"SELECT label, sum(keys_before), sum(keys_after) FROM {DIFFS} WHERE incident_id = ? GROUP BY 1 ORDER BY 1",
-                      [incident_id])
+    rows = s.fetchall(
+        f"SELECT label, sum(keys_before), sum(keys_after) FROM {DIFFS} WHERE incident_id = ? GROUP BY 1 ORDER BY 1",
+        [incident_id],
+    )
     return {r[0]: (int(r[1]), int(r[2])) for r in rows}
 
 
 def partition_diffs(s: Session, incident_id: str) -> list[dict]:
     """Per partition: action, rows and totals before / expected / after."""
-    cols = ["partition", "wave", "action", "qualified_reason", "labels", "rows_before", "total_before", "rows_expected",
-            "total_expected", "rows_after", "total_after", "status"]
-    rows = s.fetchall(f"SELECT {', '.join(cols)} FROM {PARTITIONS} WHERE incident_id = ? ORDER BY partition", [incident_id])
+    cols = [
+        "partition",
+        "wave",
+        "action",
+        "qualified_reason",
+        "labels",
+        "rows_before",
+        "total_before",
+        "rows_expected",
+        "total_expected",
+        "rows_after",
+        "total_after",
+        "status",
+    ]
+    rows = s.fetchall(
+        f"SELECT {', '.join(cols)} FROM {PARTITIONS} WHERE incident_id = ? ORDER BY partition", [incident_id]
+    )
     return [dict(zip(cols, r)) for r in rows]

@@ -28,8 +28,14 @@ from recovery.lib.spec import DatasetSpec
 from recovery.lib.sql_files import render
 from recovery.lib.writer import Writer
 
-BUILTIN = ("repair_keys", "repair_partitioning", "repair_fencing", "repair_tombstones", "repair_partition_totals",
-           "repair_reconciliation")
+BUILTIN = (
+    "repair_keys",
+    "repair_partitioning",
+    "repair_fencing",
+    "repair_tombstones",
+    "repair_partition_totals",
+    "repair_reconciliation",
+)
 DESCRIPTIONS = {
     "repair_keys": "Keys are non-null and unique across the repair generation.",
     "repair_partitioning": "Each row sits in the partition the transform derives from its source row.",
@@ -44,23 +50,41 @@ def builtin_suites(spec: DatasetSpec) -> list[Suite]:
     E = Expectation
     keys = [E("expect_column_values_to_not_be_null", {"column": k}) for k in spec.key]
     keys.append(E("expect_column_values_to_be_between", {"column": "__key_copies", "min_value": 1, "max_value": 1}))
-    keys.append(E("expect_compound_columns_to_be_unique", {"column_list": list(spec.key)}) if len(spec.key) > 1
-                else E("expect_column_values_to_be_unique", {"column": spec.key[0]}))
+    keys.append(
+        E("expect_compound_columns_to_be_unique", {"column_list": list(spec.key)})
+        if len(spec.key) > 1
+        else E("expect_column_values_to_be_unique", {"column": spec.key[0]})
+    )
     return [
         Suite("repair_keys", tuple(keys)),
-        Suite("repair_partitioning", (E("expect_column_pair_values_to_be_equal",
-                                        {"column_A": "__partition", "column_B": "__derived_partition"}),)),
-        Suite("repair_fencing", (E("expect_column_values_to_be_in_set", {"column": "__fenced", "value_set": [False]}),)),
-        Suite("repair_tombstones", (E("expect_column_values_to_be_in_set", {"column": "__tombstoned", "value_set": [False]}),)),
+        Suite(
+            "repair_partitioning",
+            (
+                E(
+                    "expect_column_pair_values_to_be_equal",
+                    {"column_A": "__partition", "column_B": "__derived_partition"},
+                ),
+            ),
+        ),
+        Suite(
+            "repair_fencing", (E("expect_column_values_to_be_in_set", {"column": "__fenced", "value_set": [False]}),)
+        ),
+        Suite(
+            "repair_tombstones",
+            (E("expect_column_values_to_be_in_set", {"column": "__tombstoned", "value_set": [False]}),),
+        ),
     ]
 
 
 def partition_suite() -> Suite:
     E = Expectation
-    return Suite("repair_partition_totals", (
-        E("expect_column_pair_values_to_be_equal", {"column_A": "rows", "column_B": "reference_rows"}),
-        E("expect_column_pair_values_to_be_equal", {"column_A": "total", "column_B": "reference_total"}),
-    ))
+    return Suite(
+        "repair_partition_totals",
+        (
+            E("expect_column_pair_values_to_be_equal", {"column_A": "rows", "column_B": "reference_rows"}),
+            E("expect_column_pair_values_to_be_equal", {"column_A": "total", "column_B": "reference_total"}),
+        ),
+    )
 
 
 def payload_columns(s: Session, spec: DatasetSpec) -> list[str]:
@@ -80,12 +104,12 @@ def reference_sql(s: Session, spec: DatasetSpec, plan: RepairPlan, through_seq: 
     return f"""
         WITH d AS ({delta}),
         overlaid AS (
-            SELECT {sel('x')} FROM {snap} x ANTI JOIN d USING ({key})
+            SELECT {sel("x")} FROM {snap} x ANTI JOIN d USING ({key})
             UNION ALL
-            SELECT {sel('x')} FROM {snap} x JOIN d USING ({key})
+            SELECT {sel("x")} FROM {snap} x JOIN d USING ({key})
             WHERE NOT (d._delta_op = 'upsert' AND d.{sv} > x.{sv}) AND NOT (d._delta_op = 'delete' AND d.{sv} >= x.{sv})
             UNION ALL
-            SELECT {sel('d')} FROM d LEFT JOIN {snap} x USING ({key})
+            SELECT {sel("d")} FROM d LEFT JOIN {snap} x USING ({key})
             WHERE d._delta_op = 'upsert' AND (x.{sv} IS NULL OR d.{sv} > x.{sv}))
         SELECT * FROM overlaid WHERE {in_partitions(spec, rebuilt)}
         UNION ALL
@@ -102,7 +126,9 @@ def row_frame_sql(spec: DatasetSpec, plan: RepairPlan, scope: list[str]) -> str:
     part, gen, sv = quote(spec.target.partition), quote(meta.generation), quote(meta.source_version)
     ns = namespace_sql(plan.namespace)
     versions = f"SELECT {key}, max({sv}) AS {quote(src.version)} FROM c GROUP BY ALL"
-    source_rows = f"SELECT src.* FROM {src.table_name.sql()} src SEMI JOIN ({versions}) v USING ({key}, {quote(src.version)})"
+    source_rows = (
+        f"SELECT src.* FROM {src.table_name.sql()} src SEMI JOIN ({versions}) v USING ({key}, {quote(src.version)})"
+    )
     derived = f"SELECT {key}, CAST({part} AS VARCHAR) AS __derived_partition FROM ({render(spec.transform_sql, source=source_rows)})"
     wm = ts_literal(plan.source_watermark)
     return f"""
@@ -125,11 +151,15 @@ def row_frame_sql(spec: DatasetSpec, plan: RepairPlan, scope: list[str]) -> str:
 def _per_partition(spec: DatasetSpec, relation: str, scope: list[str]) -> str:
     part = quote(spec.target.partition)
     total = f"CAST(sum({quote(spec.target.amount)}) AS VARCHAR)" if spec.target.amount else "CAST(NULL AS VARCHAR)"
-    return (f"SELECT CAST({part} AS VARCHAR) AS partition, count(*) AS n, {total} AS t FROM ({relation}) "
-            f"WHERE {in_partitions(spec, scope)} GROUP BY 1")
+    return (
+        f"SELECT CAST({part} AS VARCHAR) AS partition, count(*) AS n, {total} AS t FROM ({relation}) "
+        f"WHERE {in_partitions(spec, scope)} GROUP BY 1"
+    )
 
 
-def reconciliation_gate(s: Session, spec: DatasetSpec, plan: RepairPlan, scope: list[str], reference: str) -> GateResult:
+def reconciliation_gate(
+    s: Session, spec: DatasetSpec, plan: RepairPlan, scope: list[str], reference: str
+) -> GateResult:
     """Key-by-key comparison with the reference; any difference is unexplained."""
     cols = [c for c in payload_columns(s, spec) if c not in spec.key]
     key = quote_all(spec.key)
@@ -145,14 +175,26 @@ def reconciliation_gate(s: Session, spec: DatasetSpec, plan: RepairPlan, scope: 
     counts = dict(s.fetchall("SELECT kind, count(DISTINCT (" + key + ")) FROM __gate_diff GROUP BY 1"))
     sample = [list(r) for r in s.fetchall(f"SELECT {key}, kind FROM __gate_diff ORDER BY ALL LIMIT 5")]
     n = sum(counts.values())
-    details = (f"{n:,} unexplained differences ({', '.join(f'{k} {v:,}' for k, v in sorted(counts.items()))}); "
-               f"e.g. {sample}") if n else f"every key of {len(scope)} partitions equals the reference"
+    details = (
+        (f"{n:,} unexplained differences ({', '.join(f'{k} {v:,}' for k, v in sorted(counts.items()))}); e.g. {sample}")
+        if n
+        else f"every key of {len(scope)} partitions equals the reference"
+    )
     return GateResult("repair_reconciliation", n == 0, n, details)
 
 
-def evaluate_gates(s: Session, writer: Writer, plan: RepairPlan, *, stage: str, scope: list[str], through_seq: int,
-                   suite_scope: list[str] | None = None, run_id: str | None = None,
-                   batch_rows: int = BATCH_ROWS) -> list[GateResult]:
+def evaluate_gates(
+    s: Session,
+    writer: Writer,
+    plan: RepairPlan,
+    *,
+    stage: str,
+    scope: list[str],
+    through_seq: int,
+    suite_scope: list[str] | None = None,
+    run_id: str | None = None,
+    batch_rows: int = BATCH_ROWS,
+) -> list[GateResult]:
     """Run every gate and record the results; the caller owns the transaction.
 
     The key-by-key reconciliation covers ``scope``; the row-level suites cover
@@ -179,8 +221,10 @@ def evaluate_gates(s: Session, writer: Writer, plan: RepairPlan, *, stage: str, 
     results.append(GateResult(pr.name, pr.passed, pr.unexpected, pr.describe()))
     seq = committed_seq(s)
     for g in results:
-        s.execute(f"INSERT INTO {GATES} VALUES (?, ?, ?, ?, ?, true, ?, ?, ?, ?, ?)",
-                  [plan.incident_id, plan.generation, stage, g.gate, g.passed, g.observed, g.details, seq, utcnow(), run_id])
+        s.execute(
+            f"INSERT INTO {GATES} VALUES (?, ?, ?, ?, ?, true, ?, ?, ?, ?, ?)",
+            [plan.incident_id, plan.generation, stage, g.gate, g.passed, g.observed, g.details, seq, utcnow(), run_id],
+        )
     return results
 
 
@@ -197,8 +241,10 @@ def latest_gates(s: Session, incident_id: str, stage: str | None = None) -> dict
         f"QUALIFY row_number() OVER (PARTITION BY gate ORDER BY evaluated_at DESC, evaluated_seq DESC) = 1 ORDER BY gate",
         params,
     )
-    return {r[0]: {"passed": r[1], "observed": r[2], "details": r[3], "stage": r[4], "seq": r[5], "run_id": r[6]}
-            for r in rows}
+    return {
+        r[0]: {"passed": r[1], "observed": r[2], "details": r[3], "stage": r[4], "seq": r[5], "run_id": r[6]}
+        for r in rows
+    }
 
 
 def gate_details_json(results: list[GateResult]) -> str:

@@ -47,8 +47,8 @@ class RepairPlan(BaseModel):
     canary_max: int
     wave_size: int
     stopped_reason: str | None
-    waves: dict[int, list[str]]          # 0 = canary
-    qualified: dict[str, str]            # partition -> why the source is not authoritative there
+    waves: dict[int, list[str]]  # 0 = canary
+    qualified: dict[str, str]  # partition -> why the source is not authoritative there
     built: list[str]
 
     @property
@@ -61,8 +61,10 @@ class RepairPlan(BaseModel):
             if sorted(parts) == sorted(partitions):
                 return n
         ranges = "; ".join(f"{wave_name(n)}: {ps[0]} .. {ps[-1]} ({len(ps)})" for n, ps in sorted(self.waves.items()))
-        raise RecoveryError(f"partitions {partitions[:3]}{'...' if len(partitions) > 3 else ''} are not one wave of the "
-                            f"repair of {self.incident_id}; select one wave's range: {ranges}")
+        raise RecoveryError(
+            f"partitions {partitions[:3]}{'...' if len(partitions) > 3 else ''} are not one wave of the "
+            f"repair of {self.incident_id}; select one wave's range: {ranges}"
+        )
 
     def next_wave(self) -> int | None:
         for n in sorted(self.waves):
@@ -93,8 +95,23 @@ def load_plan(s: Session, incident_id: str) -> RepairPlan | None:
     )
     if row is None:
         return None
-    names = ["incident_id", "dataset", "generation", "namespace", "from_namespace", "failed_generations", "low_seq",
-             "source_watermark", "stamped_at", "high_seq", "published_seq", "status", "canary_max", "wave_size", "stopped_reason"]
+    names = [
+        "incident_id",
+        "dataset",
+        "generation",
+        "namespace",
+        "from_namespace",
+        "failed_generations",
+        "low_seq",
+        "source_watermark",
+        "stamped_at",
+        "high_seq",
+        "published_seq",
+        "status",
+        "canary_max",
+        "wave_size",
+        "stopped_reason",
+    ]
     fields = dict(zip(names, row))
     waves: dict[int, list[str]] = {}
     qualified, built = {}, []
@@ -111,15 +128,18 @@ def load_plan(s: Session, incident_id: str) -> RepairPlan | None:
     return RepairPlan(**fields, waves=waves, qualified=qualified, built=built)
 
 
-def damaged_partitions(s: Session, spec: DatasetSpec, incident_id: str, current_ns: str,
-                       failed_generations: list[str]) -> dict[str, list[str]]:
+def damaged_partitions(
+    s: Session, spec: DatasetSpec, incident_id: str, current_ns: str, failed_generations: list[str]
+) -> dict[str, list[str]]:
     """Partition (as text) -> damage labels found there (an empty list: a finding, or fenced rows)."""
     recon, parts = recon_table(spec), partition_table(spec)
     if not has_dataset_table(s, "recon", spec.dataset) or not s.scalar(
         f"SELECT count(*) FROM {parts} WHERE incident_id = ?", [incident_id]
     ):
-        raise RecoveryError(f"incident {incident_id} has no reconciliation yet; run assess_incident "
-                            f"(or `recovery reconcile --incident FILE`) before planning the repair")
+        raise RecoveryError(
+            f"incident {incident_id} has no reconciliation yet; run assess_incident "
+            f"(or `recovery reconcile --incident FILE`) before planning the repair"
+        )
     part, gen = quote(spec.target.partition), quote(spec.target.metadata.generation)
     rows = s.fetchall(
         f"""
@@ -137,8 +157,9 @@ def damaged_partitions(s: Session, spec: DatasetSpec, incident_id: str, current_
     return {p: list(labels or []) for p, labels in rows}
 
 
-def qualified_partitions(s: Session, spec: DatasetSpec, incident_id: str, partitions: list[str],
-                         current_ns: str) -> dict[str, str]:
+def qualified_partitions(
+    s: Session, spec: DatasetSpec, incident_id: str, partitions: list[str], current_ns: str
+) -> dict[str, str]:
     """Partitions whose source is not authoritative, with the reason: before ``source.available_from``,
     or holding rows whose keys the source does not know at all while the source yields no
     expected row for the partition (its history was purged, or the change log has a gap)."""
@@ -172,8 +193,10 @@ def qualified_partitions(s: Session, spec: DatasetSpec, incident_id: str, partit
             [incident_id],
         )
         for p, n, unknown in rows:
-            out[p] = (f"the source yields no row for this partition and holds no event for {unknown:,} of its {n:,} rows "
-                      f"(purged, or a gap in the change log)")
+            out[p] = (
+                f"the source yields no row for this partition and holds no event for {unknown:,} of its {n:,} rows "
+                f"(purged, or a gap in the change log)"
+            )
     return out
 
 
@@ -182,8 +205,11 @@ def choose_canary(labels: dict[str, list[str]], *, canary_max: int, explicit: li
     if explicit:
         unknown = [p for p in explicit if p not in labels]
         if unknown:
-            raise SpecError("canary_partitions", f"{unknown} are not partitions the repair rebuilds",
-                            f"choose among the damaged partitions, e.g. {sorted(labels)[:5]}")
+            raise SpecError(
+                "canary_partitions",
+                f"{unknown} are not partitions the repair rebuilds",
+                f"choose among the damaged partitions, e.g. {sorted(labels)[:5]}",
+            )
         return sorted(set(explicit))
     uncovered = {lab for labs in labels.values() for lab in labs}
     chosen: list[str] = []
@@ -202,5 +228,5 @@ def make_waves(partitions: list[str], canary: list[str], wave_size: int) -> dict
     rest = [p for p in sorted(partitions) if p not in canary]
     waves = {CANARY: sorted(canary)}
     for i in range(0, len(rest), wave_size):
-        waves[len(waves)] = rest[i:i + wave_size]
+        waves[len(waves)] = rest[i : i + wave_size]
     return waves

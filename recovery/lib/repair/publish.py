@@ -36,12 +36,16 @@ CANDIDATE = "candidate"
 
 def _require_building(plan: RepairPlan) -> None:
     if plan.status == "stopped":
-        raise RecoveryError(f"the repair of {plan.incident_id} was stopped: {plan.stopped_reason}. Both generations are "
-                            f"kept; investigate, then resume it (recovery repair --resume) or abandon it")
+        raise RecoveryError(
+            f"the repair of {plan.incident_id} was stopped: {plan.stopped_reason}. Both generations are "
+            f"kept; investigate, then resume it (recovery repair --resume) or abandon it"
+        )
     missing = [p for p in plan.rebuild if p not in plan.built]
     if missing:
-        raise RecoveryError(f"{len(missing)} partitions of the repair of {plan.incident_id} are not rebuilt yet "
-                            f"(first: {missing[0]}); run the remaining waves before publishing")
+        raise RecoveryError(
+            f"{len(missing)} partitions of the repair of {plan.incident_id} are not rebuilt yet "
+            f"(first: {missing[0]}); run the remaining waves before publishing"
+        )
 
 
 def replay_to_now(writer: Writer, plan: RepairPlan, *, stage: str, run_id: str | None = None) -> ReplayResult:
@@ -67,8 +71,9 @@ def _replay_now(s, writer: Writer, incident_id: str, stage: str, run_id: str | N
     return replayed, fresh.model_copy(update={"high_seq": through})
 
 
-def gate_candidate(writer: Writer, plan: RepairPlan, *, run_id: str | None = None,
-                   with_diffs: bool = True) -> tuple[ReplayResult, list[GateResult], dict]:
+def gate_candidate(
+    writer: Writer, plan: RepairPlan, *, run_id: str | None = None, with_diffs: bool = True
+) -> tuple[ReplayResult, list[GateResult], dict]:
     """In one transaction: catch the replay up to now (the high watermark), gate the whole
     generation against the reference, and record the before/after diffs. The checks thus
     see exactly the rows that publish will expose, less the writes publish replays itself."""
@@ -80,11 +85,18 @@ def gate_candidate(writer: Writer, plan: RepairPlan, *, run_id: str | None = Non
             scope = fresh.rebuild + _carried(s, writer.spec, fresh)
             if fresh.high_seq is None:  # _replay_now sets it; a plan read back without it is not a candidate
                 raise RecoveryError(f"repair {fresh.generation} has no high watermark after the replay; rerun repair")
-            results = evaluate_gates(s, writer, fresh, stage=CANDIDATE, scope=scope, through_seq=fresh.high_seq, run_id=run_id)
+            results = evaluate_gates(
+                s, writer, fresh, stage=CANDIDATE, scope=scope, through_seq=fresh.high_seq, run_id=run_id
+            )
             diffs = record_diffs(s, writer.spec, fresh, writer) if with_diffs else {}
             failed = [r for r in results if not r.passed]
             record_event(
-                s, kind="repair_gates", dataset=writer.spec.dataset, incident_id=plan.incident_id, actor="repair", run_id=run_id,
+                s,
+                kind="repair_gates",
+                dataset=writer.spec.dataset,
+                incident_id=plan.incident_id,
+                actor="repair",
+                run_id=run_id,
                 summary=f"candidate {fresh.namespace} at high watermark seq {fresh.high_seq} ({replayed.upserted:,} upserts, "
                 f"{replayed.deleted:,} deletes replayed now): "
                 + ("every gate passed" if not failed else "FAILED " + ", ".join(r.gate for r in failed)),
@@ -98,7 +110,9 @@ def gate_candidate(writer: Writer, plan: RepairPlan, *, run_id: str | None = Non
 def _carried(s, spec: DatasetSpec, plan: RepairPlan) -> list[str]:
     part = quote(spec.target.partition)
     skip = set(plan.rebuild) | set(plan.qualified)
-    rows = s.fetchall(f"SELECT DISTINCT CAST({part} AS VARCHAR) FROM {namespace_sql(plan.namespace)} WHERE {part} IS NOT NULL")
+    rows = s.fetchall(
+        f"SELECT DISTINCT CAST({part} AS VARCHAR) FROM {namespace_sql(plan.namespace)} WHERE {part} IS NOT NULL"
+    )
     return sorted(r[0] for r in rows if r[0] not in skip)
 
 
@@ -115,50 +129,76 @@ def publish(writer: Writer, incident_id: str, *, actor: str = "publish", run_id:
                 return {"already": True, "namespace": plan.namespace, "seq": plan.published_seq, "replayed": None}
             _require_building(plan)
             if plan.high_seq is None:
-                raise RecoveryError("the repair candidate has not been gated yet; run the candidate checks (publish_repair) first")
+                raise RecoveryError(
+                    "the repair candidate has not been gated yet; run the candidate checks (publish_repair) first"
+                )
             gates = latest_gates(s, incident_id, CANDIDATE)
             missing = [g for g in BUILTIN if g not in gates] + [x.name for x in spec.suites if x.name not in gates]
             failed = [g for g, r in gates.items() if not r["passed"]]
             if missing or failed:
-                raise RecoveryError(f"publish refused: gates {'failed: ' + ', '.join(failed) if failed else ''}"
-                                    f"{' not evaluated: ' + ', '.join(missing) if missing else ''}; the public view still "
-                                    f"points at {plan.from_namespace}")
-            seq = next_seq(s)   # from here until commit, no other writer can commit
+                raise RecoveryError(
+                    f"publish refused: gates {'failed: ' + ', '.join(failed) if failed else ''}"
+                    f"{' not evaluated: ' + ', '.join(missing) if missing else ''}; the public view still "
+                    f"points at {plan.from_namespace}"
+                )
+            seq = next_seq(s)  # from here until commit, no other writer can commit
             faults.checkpoint("publish:locked")
             if current_namespace(s, spec) != plan.from_namespace:
                 raise RecoveryError(f"{spec.target.table} no longer points at {plan.from_namespace}; the plan is stale")
-            replayed = replay_in(s, writer, plan, after_seq=plan.high_seq, through_seq=seq - 1, stage="publish", run_id=run_id)
+            replayed = replay_in(
+                s, writer, plan, after_seq=plan.high_seq, through_seq=seq - 1, stage="publish", run_id=run_id
+            )
             faults.checkpoint("publish:replayed")
             move_pointer(s, spec, plan.namespace, actor=actor, reason=f"publish repair of {incident_id}")
             faults.checkpoint("publish:view_moved")
-            s.execute(f"UPDATE {PLANS} SET status = 'published', published_seq = ? WHERE incident_id = ?", [seq, incident_id])
-            s.execute(f"UPDATE {SCHEMA}.generations SET status = 'published', ended_at = ? WHERE generation = ?",
-                      [utcnow(), plan.generation])
-            s.execute(f"UPDATE {PARTITIONS} SET status = 'published' WHERE incident_id = ? AND status = 'built'", [incident_id])
+            s.execute(
+                f"UPDATE {PLANS} SET status = 'published', published_seq = ? WHERE incident_id = ?", [seq, incident_id]
+            )
+            s.execute(
+                f"UPDATE {SCHEMA}.generations SET status = 'published', ended_at = ? WHERE generation = ?",
+                [utcnow(), plan.generation],
+            )
+            s.execute(
+                f"UPDATE {PARTITIONS} SET status = 'published' WHERE incident_id = ? AND status = 'built'",
+                [incident_id],
+            )
             record_event(
-                s, kind="publish", dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id,
+                s,
+                kind="publish",
+                dataset=spec.dataset,
+                incident_id=incident_id,
+                actor=actor,
+                run_id=run_id,
                 summary=f"{spec.target.table} now points at {plan.namespace} (was {plan.from_namespace}, kept); "
                 f"{replayed.upserted:,} upserts and {replayed.deleted:,} deletes that landed after the high watermark replayed "
                 f"in the same transaction",
                 details=json.dumps({"seq": seq, "from": plan.from_namespace, "to": plan.namespace}),
             )
             faults.checkpoint("publish:recorded")
-            return {"already": False, "namespace": plan.namespace, "seq": seq, "replayed": replayed.__dict__,
-                    "from_namespace": plan.from_namespace}
+            return {
+                "already": False,
+                "namespace": plan.namespace,
+                "seq": seq,
+                "replayed": replayed.__dict__,
+                "from_namespace": plan.from_namespace,
+            }
 
     result = retrying(txn)
-    faults.checkpoint("publish:committed")   # committed, not yet acknowledged
-    refresh_published_export(writer.engine, spec)   # outside readers' copy (BI tools): after the commit, atomically
+    faults.checkpoint("publish:committed")  # committed, not yet acknowledged
+    refresh_published_export(writer.engine, spec)  # outside readers' copy (BI tools): after the commit, atomically
     return result
 
 
-def rollback(writer: Writer, incident_id: str, decision: Decision, *, actor: str = "publish", run_id: str | None = None) -> dict:
+def rollback(
+    writer: Writer, incident_id: str, decision: Decision, *, actor: str = "publish", run_id: str | None = None
+) -> dict:
     """Move the public view back to the decision's complete prior namespace."""
     spec = writer.spec
     rollback_to = decision.rollback_to
     if not decision.is_rollback or not rollback_to:
-        raise RecoveryError(f"the decision for {incident_id} is {decision.choice}, not rollback: "
-                            + "; ".join(decision.reasons))
+        raise RecoveryError(
+            f"the decision for {incident_id} is {decision.choice}, not rollback: " + "; ".join(decision.reasons)
+        )
 
     def txn() -> dict:
         with writer.engine.transaction() as s:
@@ -168,8 +208,15 @@ def rollback(writer: Writer, incident_id: str, decision: Decision, *, actor: str
             if current != decision.current_namespace:
                 raise RecoveryError(f"{spec.target.table} moved since the decision was taken; decide again")
             seq = move_pointer(s, spec, rollback_to, actor=actor, reason=f"rollback for {incident_id}")
-            record_event(s, kind="rollback", dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id,
-                         summary=f"{spec.target.table} rolled back to {decision.rollback_to} (from {current}, kept)")
+            record_event(
+                s,
+                kind="rollback",
+                dataset=spec.dataset,
+                incident_id=incident_id,
+                actor=actor,
+                run_id=run_id,
+                summary=f"{spec.target.table} rolled back to {decision.rollback_to} (from {current}, kept)",
+            )
             return {"already": False, "namespace": decision.rollback_to, "seq": seq, "from_namespace": current}
 
     result = retrying(txn)

@@ -47,38 +47,61 @@ def latest_delta_sql(writer: Writer, plan: RepairPlan, after_seq: int, through_s
     )
 
 
-def replay_in(s: Session, writer: Writer, plan: RepairPlan, *, after_seq: int, through_seq: int, stage: str,
-              run_id: str | None = None) -> ReplayResult:
+def replay_in(
+    s: Session,
+    writer: Writer,
+    plan: RepairPlan,
+    *,
+    after_seq: int,
+    through_seq: int,
+    stage: str,
+    run_id: str | None = None,
+) -> ReplayResult:
     """Replay ``(after_seq, through_seq]`` inside the caller's transaction."""
     spec = writer.spec
     meta = spec.target.metadata
     key = quote_all(spec.key)
     sv = quote(meta.source_version)
     ns = namespace_sql(plan.namespace)
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __latest_delta AS {latest_delta_sql(writer, plan, after_seq, through_seq)}")
+    s.execute(
+        f"CREATE OR REPLACE TEMP TABLE __latest_delta AS {latest_delta_sql(writer, plan, after_seq, through_seq)}"
+    )
     s.execute(
         f"CREATE OR REPLACE TEMP TABLE __replay AS SELECT d.*, r.{sv} AS __held_version FROM __latest_delta d "
         f"LEFT JOIN (SELECT {key}, max({sv}) AS {sv} FROM {ns} GROUP BY ALL) r USING ({key})"
     )
     cols = [c for c, _ in s.columns(ns)]
-    upserts = (f"SELECT {quote_all(cols)} FROM __replay WHERE _delta_op = 'upsert' "
-               f"AND (__held_version IS NULL OR {sv} > __held_version)")
-    deletes = (f"SELECT {key}, {sv} FROM __replay WHERE _delta_op = 'delete' "
-               f"AND __held_version IS NOT NULL AND __held_version <= {sv}")
+    upserts = (
+        f"SELECT {quote_all(cols)} FROM __replay WHERE _delta_op = 'upsert' "
+        f"AND (__held_version IS NULL OR {sv} > __held_version)"
+    )
+    deletes = (
+        f"SELECT {key}, {sv} FROM __replay WHERE _delta_op = 'delete' "
+        f"AND __held_version IS NOT NULL AND __held_version <= {sv}"
+    )
     n_up = int(s.scalar(f"SELECT count(*) FROM ({upserts})") or 0)
     n_del = int(s.scalar(f"SELECT count(*) FROM ({deletes})") or 0)
     total = int(s.scalar("SELECT count(*) FROM __replay") or 0)
     note = f"delta replay ({stage}) of seq ({after_seq}, {through_seq}]"
     if n_up:
         s.execute(f"CREATE OR REPLACE TEMP TABLE __replay_up AS {upserts}")
-        writer.write_in(s, plan.generation, "SELECT * FROM __replay_up", mode="upsert_keys", run_id=run_id, note=note,
-                        keep_stamps=True)
+        writer.write_in(
+            s,
+            plan.generation,
+            "SELECT * FROM __replay_up",
+            mode="upsert_keys",
+            run_id=run_id,
+            note=note,
+            keep_stamps=True,
+        )
     if n_del:
         s.execute(f"CREATE OR REPLACE TEMP TABLE __replay_del AS {deletes}")
         writer.write_in(s, plan.generation, "SELECT * FROM __replay_del", mode="delete_keys", run_id=run_id, note=note)
     result = ReplayResult(after_seq, through_seq, n_up, n_del, total - n_up - n_del)
-    s.execute(f"INSERT INTO {REPLAYS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-              [plan.incident_id, stage, after_seq, through_seq, n_up, n_del, result.skipped_older, utcnow(), run_id])
+    s.execute(
+        f"INSERT INTO {REPLAYS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [plan.incident_id, stage, after_seq, through_seq, n_up, n_del, result.skipped_older, utcnow(), run_id],
+    )
     for t in ("__latest_delta", "__replay", "__replay_up", "__replay_del"):
         s.execute(f"DROP TABLE IF EXISTS {t}")
     return result

@@ -83,8 +83,10 @@ class SqlSuiteRunner:
         from duckdb_engine import ConnectionWrapper
 
         self.source = getattr(self.context.data_sources, f"add_{DATASOURCE_TYPE}")(
-            "warehouse", connection_string="duckdb:///:memory:",       # the dialect; connections come from creator
-            kwargs={"creator": lambda: ConnectionWrapper(connection.cursor())})
+            "warehouse",
+            connection_string="duckdb:///:memory:",  # the dialect; connections come from creator
+            kwargs={"creator": lambda: ConnectionWrapper(connection.cursor())},
+        )
         combined = gx.ExpectationSuite(name="recovery_sql_gates")
         for suite in suites:
             for e in suite.expectations:
@@ -101,7 +103,7 @@ class SqlSuiteRunner:
         try:
             res = batch.validate(self.combined)
         finally:
-            self.source.get_execution_engine().engine.dispose()     # never keep the file open
+            self.source.get_execution_engine().engine.dispose()  # never keep the file open
         trace("great_expectations_sql", time.perf_counter() - t0, f"{len(self.combined.expectations)} expectations")
         results = {s.name: SuiteResult(s.name, batches=1) for s in self.suites}
         for er in res.results:
@@ -110,14 +112,20 @@ class SqlSuiteRunner:
             r.rows = max(r.rows, int(info.get("element_count") or 0))
             label = er.expectation_config.type + _args(er.expectation_config.kwargs)
             observed = info.get("observed_value")
-            shown = observed if observed is not None else (f"{info.get('unexpected_count')} unexpected"
-                                                           if info.get("unexpected_count") is not None else "")
+            shown = (
+                observed
+                if observed is not None
+                else (f"{info.get('unexpected_count')} unexpected" if info.get("unexpected_count") is not None else "")
+            )
             r.checked.append((label, bool(er.success), str(_plain(shown))[:200]))
             if er.success:
                 continue
             error = (er.exception_info or {}).get("exception_message") if er.exception_info else None
             r.failures[label] = int(info.get("unexpected_count") or 1)
-            r.samples[label] = ([f"error: {error}"] if error else
-                                [_plain(x) for x in (info.get("partial_unexpected_list") or [])][:5]
-                                or ([f"observed {_plain(observed)}"] if observed is not None else []))
+            r.samples[label] = (
+                [f"error: {error}"]
+                if error
+                else [_plain(x) for x in (info.get("partial_unexpected_list") or [])][:5]
+                or ([f"observed {_plain(observed)}"] if observed is not None else [])
+            )
         return results

@@ -29,7 +29,7 @@ BATCH_ROWS = 500_000
 
 @dataclass(frozen=True)
 class Expectation:
-    type: str                 # snake_case, e.g. expect_column_values_to_not_be_null
+    type: str  # snake_case, e.g. expect_column_values_to_not_be_null
     kwargs: dict[str, Any]
 
 
@@ -45,9 +45,9 @@ class SuiteResult:
     name: str
     rows: int = 0
     batches: int = 0
-    failures: dict[str, int] = field(default_factory=dict)     # expectation -> unexpected rows
+    failures: dict[str, int] = field(default_factory=dict)  # expectation -> unexpected rows
     samples: dict[str, list] = field(default_factory=dict)
-    checked: list[tuple[str, bool, str]] = field(default_factory=list)   # (expectation, passed, observed), when known
+    checked: list[tuple[str, bool, str]] = field(default_factory=list)  # (expectation, passed, observed), when known
 
     @property
     def passed(self) -> bool:
@@ -91,17 +91,26 @@ def declared_suites(spec: DatasetSpec, columns: list[str]) -> list[Suite]:
             field_name = f"suites[{i}].expectations[{j}]"
             cls = expectation_class(e.type)
             if cls is None:
-                raise SpecError(f"{field_name}.type", f"{e.type!r} is not a Great Expectations expectation",
-                                "use a name from https://greatexpectations.io/expectations (snake_case)")
+                raise SpecError(
+                    f"{field_name}.type",
+                    f"{e.type!r} is not a Great Expectations expectation",
+                    "use a name from https://greatexpectations.io/expectations (snake_case)",
+                )
             for arg in ("column", "column_A", "column_B"):
                 if arg in e.kwargs and e.kwargs[arg] not in columns:
-                    raise SpecError(f"{field_name}.kwargs.{arg}", f"{e.kwargs[arg]!r} is not a column of {spec.target.table}",
-                                    f"use one of {columns}")
+                    raise SpecError(
+                        f"{field_name}.kwargs.{arg}",
+                        f"{e.kwargs[arg]!r} is not a column of {spec.target.table}",
+                        f"use one of {columns}",
+                    )
             try:
                 cls(**e.kwargs)
             except Exception as err:  # GE raises pydantic errors for bad arguments
-                raise SpecError(f"{field_name}.kwargs", f"{e.type}: {str(err).splitlines()[0]}",
-                                "give the arguments the expectation documents") from None
+                raise SpecError(
+                    f"{field_name}.kwargs",
+                    f"{e.type}: {str(err).splitlines()[0]}",
+                    "give the arguments the expectation documents",
+                ) from None
             exps.append(Expectation(e.type, dict(e.kwargs)))
         out.append(Suite(suite.name, tuple(exps), description=f"declared in the spec ({len(exps)} expectations)"))
     return out
@@ -148,7 +157,9 @@ class SuiteRunner:
             label = er.expectation_config.type + _args(er.expectation_config.kwargs)
             info = er.result or {}
             r.failures[label] = r.failures.get(label, 0) + int(info.get("unexpected_count") or 1)
-            r.samples[label] = (r.samples.get(label, []) + [_plain(x) for x in (info.get("partial_unexpected_list") or [])])[:5]
+            r.samples[label] = (
+                r.samples.get(label, []) + [_plain(x) for x in (info.get("partial_unexpected_list") or [])]
+            )[:5]
 
     def run(self, batches: Iterable[pa.RecordBatch]) -> dict[str, SuiteResult]:
         for b in batches:

@@ -30,20 +30,35 @@ from recovery.lib.writer import Writer, retrying
 def gate_wave(writer: Writer, incident_id: str, wave: int, *, run_id: str | None = None) -> list[GateResult]:
     def txn() -> tuple[RepairPlan, list[GateResult]]:
         with writer.engine.transaction() as s:
-            ensure_repair_tables(s)   # a repair started by an earlier version has no fingerprints yet: all count as changed
+            ensure_repair_tables(
+                s
+            )  # a repair started by an earlier version has no fingerprints yet: all count as changed
             plan = require_plan(s, incident_id)
             own = plan.waves[wave]
             earlier = [p for p in plan.rebuild if p in plan.built and p not in own]
             changed = changed_since_gated(s, writer.spec, plan, earlier)
-            results = evaluate_gates(s, writer, plan, stage=wave_name(wave), scope=own + changed, suite_scope=own,
-                                     through_seq=plan.low_seq, run_id=run_id)
+            results = evaluate_gates(
+                s,
+                writer,
+                plan,
+                stage=wave_name(wave),
+                scope=own + changed,
+                suite_scope=own,
+                through_seq=plan.low_seq,
+                run_id=run_id,
+            )
             if changed:
                 results = [_name_changed(r, changed) for r in results]
             failed = [r for r in results if not r.passed]
             if not failed:
                 record_fingerprints(s, writer.spec, plan, own, stage=wave_name(wave))
             record_event(
-                s, kind="repair_wave", dataset=writer.spec.dataset, incident_id=incident_id, actor="repair", run_id=run_id,
+                s,
+                kind="repair_wave",
+                dataset=writer.spec.dataset,
+                incident_id=incident_id,
+                actor="repair",
+                run_id=run_id,
                 summary=f"{wave_name(wave)} of {plan.generation}: {len(own)} partitions rebuilt and gated; "
                 f"{len(earlier) - len(changed)} earlier partitions unchanged since their gate, {len(changed)} changed: "
                 + ("passed" if not failed else "FAILED " + ", ".join(r.gate for r in failed)),
@@ -59,19 +74,25 @@ def gate_wave(writer: Writer, incident_id: str, wave: int, *, run_id: str | None
 
 
 def _fingerprints_sql(spec: DatasetSpec, plan: RepairPlan, partitions: list[str]) -> str:
-    return (f"SELECT CAST({quote(spec.target.partition)} AS VARCHAR) AS partition, count(*) AS rows, "
-            f"sum(hash(t)) AS fingerprint FROM {namespace_sql(plan.namespace)} t "
-            f"WHERE {in_partitions(spec, partitions)} GROUP BY 1")
+    return (
+        f"SELECT CAST({quote(spec.target.partition)} AS VARCHAR) AS partition, count(*) AS rows, "
+        f"sum(hash(t)) AS fingerprint FROM {namespace_sql(plan.namespace)} t "
+        f"WHERE {in_partitions(spec, partitions)} GROUP BY 1"
+    )
 
 
 def record_fingerprints(s: Session, spec: DatasetSpec, plan: RepairPlan, partitions: list[str], *, stage: str) -> None:
     """Remember what the gated partitions hold, to tell later whether anything changed them."""
-    s.execute(f"DELETE FROM {FINGERPRINTS} WHERE incident_id = ? AND partition IN (SELECT unnest(CAST(? AS VARCHAR[])))",
-              [plan.incident_id, partitions])
-    s.execute(f"INSERT INTO {FINGERPRINTS} SELECT ?, partition, coalesce(rows, 0), coalesce(fingerprint, 0), ?, ? "
-              f"FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS partition) p "   # an emptied partition is recorded too
-              f"LEFT JOIN ({_fingerprints_sql(spec, plan, partitions)}) USING (partition)",
-              [plan.incident_id, committed_seq(s), stage, partitions])
+    s.execute(
+        f"DELETE FROM {FINGERPRINTS} WHERE incident_id = ? AND partition IN (SELECT unnest(CAST(? AS VARCHAR[])))",
+        [plan.incident_id, partitions],
+    )
+    s.execute(
+        f"INSERT INTO {FINGERPRINTS} SELECT ?, partition, coalesce(rows, 0), coalesce(fingerprint, 0), ?, ? "
+        f"FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS partition) p "  # an emptied partition is recorded too
+        f"LEFT JOIN ({_fingerprints_sql(spec, plan, partitions)}) USING (partition)",
+        [plan.incident_id, committed_seq(s), stage, partitions],
+    )
 
 
 def changed_since_gated(s: Session, spec: DatasetSpec, plan: RepairPlan, partitions: list[str]) -> list[str]:
@@ -84,12 +105,17 @@ def changed_since_gated(s: Session, spec: DatasetSpec, plan: RepairPlan, partiti
         f"LEFT JOIN (SELECT partition, rows, fingerprint FROM {FINGERPRINTS} WHERE incident_id = ?) gated USING (partition) "
         f"WHERE gated.rows IS NULL OR coalesce(now.rows, 0) <> gated.rows "
         f"OR coalesce(now.fingerprint, 0) <> gated.fingerprint ORDER BY partition",
-        [partitions, plan.incident_id])
+        [partitions, plan.incident_id],
+    )
     return [r[0] for r in rows]
 
 
 def _name_changed(result: GateResult, changed: list[str]) -> GateResult:
     if result.gate != "repair_reconciliation":
         return result
-    return GateResult(result.gate, result.passed, result.observed,
-                      f"{result.details}; {len(changed)} earlier partition(s) changed since their gate: {changed[:5]}")
+    return GateResult(
+        result.gate,
+        result.passed,
+        result.observed,
+        f"{result.details}; {len(changed)} earlier partition(s) changed since their gate: {changed[:5]}",
+    )

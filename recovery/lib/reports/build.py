@@ -37,15 +37,23 @@ class IncidentReports:
         if labels["status"] == NOT_RUN:
             lines.append("reconciliation: not run yet")
         else:
-            lines.append(f"damaged keys: {labels['total']:,} ("
-                         + ", ".join(f"{r['label']} {r['keys']:,}" for r in labels["rows"]) + ")")
+            lines.append(
+                f"damaged keys: {labels['total']:,} ("
+                + ", ".join(f"{r['label']} {r['keys']:,}" for r in labels["rows"])
+                + ")"
+            )
             parts = rec["partitions"]
-            lines.append(f"partitions: {len(parts['damaged']):,} damaged of {parts['compared']:,} compared ("
-                         + ", ".join(f"{k} {v}" for k, v in parts["findings"].items() if v) + ")")
+            lines.append(
+                f"partitions: {len(parts['damaged']):,} damaged of {parts['compared']:,} compared ("
+                + ", ".join(f"{k} {v}" for k, v in parts["findings"].items() if v)
+                + ")"
+            )
         impact = rec["impact"]
         if impact["status"] != NOT_RUN:
-            lines.append(f"consumers: {impact['affected']} affected; material rows: "
-                         + ", ".join(f"{c['consumer']} {c['material_rows']:,}" for c in impact["rows"]))
+            lines.append(
+                f"consumers: {impact['affected']} affected; material rows: "
+                + ", ".join(f"{c['consumer']} {c['material_rows']:,}" for c in impact["rows"])
+            )
         if rec["decisions"]["recorded"]:
             lines.append(f"decision: {rec['decisions']['recorded']['choice']}")
         recovery = self.contexts["recovery"]
@@ -61,8 +69,14 @@ def _summary_json(path: Path | None, incident_id: str) -> dict | None:
     return doc if doc.get("incident_id") == incident_id else None
 
 
-def build_reports(incident: Incident, spec: DatasetSpec, engine: Engine, timeline: Timeline | None, *,
-                  summary_json: Path | None = None) -> IncidentReports:
+def build_reports(
+    incident: Incident,
+    spec: DatasetSpec,
+    engine: Engine,
+    timeline: Timeline | None,
+    *,
+    summary_json: Path | None = None,
+) -> IncidentReports:
     """Read everything in one read-only session, then render (no writes anywhere)."""
     with engine.session(read_only=True) as s:
         recon = reconciliation_context(s, spec, incident)
@@ -74,16 +88,24 @@ def build_reports(incident: Incident, spec: DatasetSpec, engine: Engine, timelin
     common = {"generated_at": utcnow(), "titles": TITLES, "incident_id": incident.incident_id, "dataset": spec.dataset}
     evidence = done.evidence_check(incident.evidence_dir(spec), recorded_sha)
     basis = (recon["summary"] or {}).get("out_of_order_basis") or ("write_log" if write_log else "metadata")
-    checklists = {"timeline": done.timeline_checklist(tl, propagation=propagation, evidence=evidence),
-                  "reconciliation": done.reconciliation_checklist(recon, write_log=write_log, out_of_order_basis=basis),
-                  "recovery": done.recovery_checklist(recovery)}
-    contexts = {"timeline": {"timeline": tl, **common, "done": checklists["timeline"]},
-                "reconciliation": {**recon, **common, "done": checklists["reconciliation"]},
-                "recovery": {**recovery, **common, "done": checklists["recovery"]}}
+    checklists = {
+        "timeline": done.timeline_checklist(tl, propagation=propagation, evidence=evidence),
+        "reconciliation": done.reconciliation_checklist(recon, write_log=write_log, out_of_order_basis=basis),
+        "recovery": done.recovery_checklist(recovery),
+    }
+    contexts = {
+        "timeline": {"timeline": tl, **common, "done": checklists["timeline"]},
+        "reconciliation": {**recon, **common, "done": checklists["reconciliation"]},
+        "recovery": {**recovery, **common, "done": checklists["recovery"]},
+    }
     html = {name: render(f"{name}.html.j2", report=name, **ctx) for name, ctx in contexts.items()}
     markdown = {
-        "timeline": done.with_checklist(render_markdown(timeline) if timeline is not None
-                                        else f"# Incident timeline: {incident.incident_id}\n\n{NOT_RUN}\n", checklists["timeline"]),
+        "timeline": done.with_checklist(
+            render_markdown(timeline)
+            if timeline is not None
+            else f"# Incident timeline: {incident.incident_id}\n\n{NOT_RUN}\n",
+            checklists["timeline"],
+        ),
         "reconciliation": render("reconciliation.md.j2", **contexts["reconciliation"]),
         "recovery": render("recovery.md.j2", **contexts["recovery"]),
     }

@@ -43,8 +43,13 @@ def damage_heatmap(partitions: list[str], labels: list[str], counts: dict[tuple[
     masked = [[v if v else float("nan") for v in row] for row in grid]
     height = min(max(2.5, 0.06 * len(partitions) + 1.5), 16)
     fig, ax = plt.subplots(figsize=(1.0 + 0.75 * len(labels), height))
-    image = ax.imshow(masked, aspect="auto", interpolation="nearest", cmap="magma_r",
-                      norm=LogNorm(vmin=1, vmax=max(max(row) for row in grid)))
+    image = ax.imshow(
+        masked,
+        aspect="auto",
+        interpolation="nearest",
+        cmap="magma_r",
+        norm=LogNorm(vmin=1, vmax=max(max(row) for row in grid)),
+    )
     ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
     step = max(1, len(partitions) // 40)
     ax.set_yticks(range(0, len(partitions), step), partitions[::step])

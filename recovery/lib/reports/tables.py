@@ -27,8 +27,9 @@ def rows_as_dicts(s: Session, sql: str, params: list | None = None) -> list[dict
     return [json.loads(r[0]) for r in s.fetchall(f"SELECT CAST(to_json(__r) AS VARCHAR) FROM ({sql}) __r", params)]
 
 
-def incident_rows(s: Session, name: str, incident_id: str, *, order_by: str | None = None,
-                  limit: int = 200) -> tuple[list[str], list[dict], int]:
+def incident_rows(
+    s: Session, name: str, incident_id: str, *, order_by: str | None = None, limit: int = 200
+) -> tuple[list[str], list[dict], int]:
     """Columns, up to ``limit`` rows and the row count of a control-plane table for one incident
     (all rows when the table has no ``incident_id`` column). For sections whose table is owned by
     a phase still taking shape: the report shows whatever that phase recorded."""
@@ -37,6 +38,11 @@ def incident_rows(s: Session, name: str, incident_id: str, *, order_by: str | No
     shown = [c for c in columns if c != "incident_id"]
     order = f"ORDER BY {order_by}" if order_by else ""
     total = int(s.scalar(f"SELECT count(*) FROM {qualified(name)} {where}", params) or 0)
-    rows = rows_as_dicts(s, f"SELECT * EXCLUDE (incident_id) FROM {qualified(name)} {where} {order} LIMIT {int(limit)}"
-                         if "incident_id" in columns else f"SELECT * FROM {qualified(name)} {order} LIMIT {int(limit)}", params)
+    rows = rows_as_dicts(
+        s,
+        f"SELECT * EXCLUDE (incident_id) FROM {qualified(name)} {where} {order} LIMIT {int(limit)}"
+        if "incident_id" in columns
+        else f"SELECT * FROM {qualified(name)} {order} LIMIT {int(limit)}",
+        params,
+    )
     return shown, rows, total

@@ -21,10 +21,15 @@ def timeline_context(timeline: Timeline) -> dict:
         if e.run_id and e.run_id not in first_kind:
             first_kind[e.run_id] = e.kind
     return {
-        "incident_id": timeline.incident_id, "dataset": timeline.dataset,
-        "failed_generations": list(timeline.failed_generations), "built_at": timeline.built_at,
-        "orchestrator": timeline.orchestrator, "clocks": CLOCKS, "notes": list(timeline.notes),
-        "kinds": timeline.kind_counts, "missing_kinds": timeline.missing_kinds,
+        "incident_id": timeline.incident_id,
+        "dataset": timeline.dataset,
+        "failed_generations": list(timeline.failed_generations),
+        "built_at": timeline.built_at,
+        "orchestrator": timeline.orchestrator,
+        "clocks": CLOCKS,
+        "notes": list(timeline.notes),
+        "kinds": timeline.kind_counts,
+        "missing_kinds": timeline.missing_kinds,
         "events": [e.as_dict() | {"at": e.at, "order_at": e.order_at} for e in timeline.events],
         "runs": [{"run_id": r, "events": n, "first_kind": first_kind[r]} for r, n in runs.most_common()],
     }

@@ -56,12 +56,21 @@ def ensure_ledger(s: Session, spec: DatasetSpec) -> None:
 def _sign_change(kind: str) -> str:
     if kind != "experiment":
         return "false"
-    return ("(i.original_value IS NOT NULL AND i.corrected_value IS NOT NULL "
-            "AND sign(i.original_value) <> sign(i.corrected_value))")
+    return (
+        "(i.original_value IS NOT NULL AND i.corrected_value IS NOT NULL "
+        "AND sign(i.original_value) <> sign(i.corrected_value))"
+    )
 
 
-def write_ledger(s: Session, spec: DatasetSpec, c: DownstreamSpec, *, incident_id: str,
-                 original_namespace: str | None, corrected_namespace: str) -> None:
+def write_ledger(
+    s: Session,
+    spec: DatasetSpec,
+    c: DownstreamSpec,
+    *,
+    incident_id: str,
+    original_namespace: str | None,
+    corrected_namespace: str,
+) -> None:
     """Replace the incident's ledger rows for consumer ``c``; the caller owns the transaction."""
     ensure_ledger(s, spec)
     table = ledger_table(spec)
@@ -72,7 +81,9 @@ def write_ledger(s: Session, spec: DatasetSpec, c: DownstreamSpec, *, incident_i
     corrected = TableName.parse(corrected_namespace).sql()
     corrected_cols = {n for n, _ in s.columns(corrected)}
     values = [n for n, _ in s.columns(original) if n not in c.key and n in corrected_cols]
-    impact = consumer_impact_sql(spec, c, None, values, original_relation=original, corrected_sql=f"SELECT * FROM {corrected}")
+    impact = consumer_impact_sql(
+        spec, c, None, values, original_relation=original, corrected_sql=f"SELECT * FROM {corrected}"
+    )
     flip = _sign_change(c.kind)
     s.execute(
         f"""INSERT INTO {table}
@@ -81,29 +92,60 @@ def write_ledger(s: Session, spec: DatasetSpec, c: DownstreamSpec, *, incident_i
                    CASE WHEN {flip} THEN ? WHEN i.material THEN ? ELSE ? END AS decision,
                    ?, ?, n.delivered_at
             FROM ({impact}) i LEFT JOIN {NOTIFICATIONS} n ON n.dedupe_key = ?""",
-        [incident_id, c.kind, c.owner, SIGN_CHANGE, ROW_DECISIONS[c.kind], BELOW_MATERIALITY,
-         original_namespace, corrected_namespace, notice_key(spec, incident_id, c.name)],
+        [
+            incident_id,
+            c.kind,
+            c.owner,
+            SIGN_CHANGE,
+            ROW_DECISIONS[c.kind],
+            BELOW_MATERIALITY,
+            original_namespace,
+            corrected_namespace,
+            notice_key(spec, incident_id, c.name),
+        ],
     )
 
 
 DECISIONS_LEDGER = f"{SCHEMA}.restatement_decisions"
 
 
-def write_decisions(s: Session, spec: DatasetSpec, c: DownstreamSpec, *, incident_id: str, material_rows: int,
-                    original_total: float | None, corrected_total: float | None) -> None:
+def write_decisions(
+    s: Session,
+    spec: DatasetSpec,
+    c: DownstreamSpec,
+    *,
+    incident_id: str,
+    material_rows: int,
+    original_total: float | None,
+    corrected_total: float | None,
+) -> None:
     """One row per decision the spec says consumer ``c``'s output fed: whether it crossed
     materiality (the restated output has material rows), the remediation owed, and the output's
     original vs corrected total. Replaced per incident and consumer, so a re-run gives the same rows."""
     s.execute(
         f"""CREATE TABLE IF NOT EXISTS {DECISIONS_LEDGER} (
             incident_id VARCHAR, dataset VARCHAR, consumer VARCHAR, decision VARCHAR, material BOOLEAN,
-            material_rows BIGINT, remediation VARCHAR, original_total DOUBLE, corrected_total DOUBLE)""")
-    s.execute(f"DELETE FROM {DECISIONS_LEDGER} WHERE incident_id = ? AND dataset = ? AND consumer = ?",
-              [incident_id, spec.dataset, c.name])
+            material_rows BIGINT, remediation VARCHAR, original_total DOUBLE, corrected_total DOUBLE)"""
+    )
+    s.execute(
+        f"DELETE FROM {DECISIONS_LEDGER} WHERE incident_id = ? AND dataset = ? AND consumer = ?",
+        [incident_id, spec.dataset, c.name],
+    )
     for d in c.decisions:
-        s.execute(f"INSERT INTO {DECISIONS_LEDGER} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                  [incident_id, spec.dataset, c.name, d.name, material_rows > 0, material_rows,
-                   d.remediation if material_rows > 0 else BELOW_MATERIALITY, original_total, corrected_total])
+        s.execute(
+            f"INSERT INTO {DECISIONS_LEDGER} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                incident_id,
+                spec.dataset,
+                c.name,
+                d.name,
+                material_rows > 0,
+                material_rows,
+                d.remediation if material_rows > 0 else BELOW_MATERIALITY,
+                original_total,
+                corrected_total,
+            ],
+        )
 
 
 def ledger_counts(s: Session, spec: DatasetSpec, *, incident_id: str, consumer: str) -> dict[str, int]:
@@ -124,7 +166,9 @@ def output_total(s: Session, namespace: str | None, c: DownstreamSpec) -> float 
     return None if v is None else float(v)
 
 
-def ledger_items(s: Session, spec: DatasetSpec, *, incident_id: str, consumer: str, limit: int | None = None) -> list[tuple]:
+def ledger_items(
+    s: Session, spec: DatasetSpec, *, incident_id: str, consumer: str, limit: int | None = None
+) -> list[tuple]:
     """(consumer_key, change, original, corrected, difference, material, decision): material first, largest first."""
     lim = f" LIMIT {int(limit)}" if limit else ""
     return s.fetchall(

@@ -37,7 +37,9 @@ def compose(spec: DatasetSpec, row: tuple, items: list[tuple]) -> tuple[str, str
     ]
     if column:
         diff = None if orig_total is None or corr_total is None else corr_total - orig_total
-        lines.append(f"Total {column}: original {_fmt(orig_total)}, corrected {_fmt(corr_total)} (difference {_fmt(diff)}).")
+        lines.append(
+            f"Total {column}: original {_fmt(orig_total)}, corrected {_fmt(corr_total)} (difference {_fmt(diff)})."
+        )
     shown_material = [i for i in items if i[5]]
     lines.append(f"Material changes: {material:,}" + (", largest first:" if material else "."))
     for key, change, orig, corr, diff, _, decision in shown_material:
@@ -53,12 +55,16 @@ def qualified_partitions(s, incident_id: str) -> list[tuple[str, str]]:
     """Partitions the incident's repair kept as they were because the source cannot speak for them."""
     if s.object_kind("_recovery", "repair_partitions") is None:
         return []
-    return s.fetchall("SELECT partition, qualified_reason FROM _recovery.repair_partitions "
-                      "WHERE incident_id = ? AND qualified_reason IS NOT NULL ORDER BY partition", [incident_id])
+    return s.fetchall(
+        "SELECT partition, qualified_reason FROM _recovery.repair_partitions "
+        "WHERE incident_id = ? AND qualified_reason IS NOT NULL ORDER BY partition",
+        [incident_id],
+    )
 
 
-def notify_owners(engine: Engine, spec: DatasetSpec, incident_id: str, notifier: Notifier, *,
-                  consumers: list[str] | None = None) -> list[str]:
+def notify_owners(
+    engine: Engine, spec: DatasetSpec, incident_id: str, notifier: Notifier, *, consumers: list[str] | None = None
+) -> list[str]:
     """Deliver each affected consumer's notice once; returns the deliveries that failed (retried next run)."""
     with engine.session(read_only=True) as s:
         rows = s.fetchall(
@@ -68,7 +74,9 @@ def notify_owners(engine: Engine, spec: DatasetSpec, incident_id: str, notifier:
             [incident_id, spec.dataset],
         )
         rows = [r for r in rows if consumers is None or r[1] in consumers]
-        items = {r[1]: ledger_items(s, spec, incident_id=incident_id, consumer=r[1], limit=ITEMS_IN_NOTICE) for r in rows}
+        items = {
+            r[1]: ledger_items(s, spec, incident_id=incident_id, consumer=r[1], limit=ITEMS_IN_NOTICE) for r in rows
+        }
         qualified = qualified_partitions(s, incident_id)
     failures = []
     for row in rows:
@@ -77,9 +85,11 @@ def notify_owners(engine: Engine, spec: DatasetSpec, incident_id: str, notifier:
         if not notifier.already_delivered(key):
             subject, body, severity = compose(spec, row, items[consumer])
             if qualified:
-                body += ("\nQualified (the source holds no authoritative rows; kept as published, not corrected): "
-                         + "; ".join(f"{p}: {why}" for p, why in qualified[:10])
-                         + (f"; and {len(qualified) - 10} more" if len(qualified) > 10 else ""))
+                body += (
+                    "\nQualified (the source holds no authoritative rows; kept as published, not corrected): "
+                    + "; ".join(f"{p}: {why}" for p, why in qualified[:10])
+                    + (f"; and {len(qualified) - 10} more" if len(qualified) > 10 else "")
+                )
             try:
                 notifier.notify(owner, subject, body, severity, key, incident_id=incident_id, dataset=spec.dataset)
             except NotificationError as err:
@@ -91,14 +101,24 @@ def notify_owners(engine: Engine, spec: DatasetSpec, incident_id: str, notifier:
 
 def _stamp(engine: Engine, spec: DatasetSpec, incident_id: str, consumer: str, key: str) -> None:
     """Record when the owner was told (the delivery record's time; now, for a notifier without a warehouse)."""
+
     def txn() -> None:
         with engine.transaction() as s:
-            at = s.scalar(f"SELECT delivered_at FROM {NOTIFICATIONS} WHERE dedupe_key = ?", [key]) \
-                if s.object_kind(SCHEMA, "notifications") else None
+            at = (
+                s.scalar(f"SELECT delivered_at FROM {NOTIFICATIONS} WHERE dedupe_key = ?", [key])
+                if s.object_kind(SCHEMA, "notifications")
+                else None
+            )
             at = at or utcnow()
-            s.execute(f"UPDATE {ledger_table(spec)} SET notified_at = ? WHERE incident_id = ? AND consumer = ? "
-                      f"AND notified_at IS DISTINCT FROM ?", [at, incident_id, consumer, at])
-            s.execute(f"UPDATE {RESTATEMENTS} SET notified_at = ? WHERE incident_id = ? AND dataset = ? AND consumer = ? "
-                      f"AND notified_at IS DISTINCT FROM ?", [at, incident_id, spec.dataset, consumer, at])
+            s.execute(
+                f"UPDATE {ledger_table(spec)} SET notified_at = ? WHERE incident_id = ? AND consumer = ? "
+                f"AND notified_at IS DISTINCT FROM ?",
+                [at, incident_id, consumer, at],
+            )
+            s.execute(
+                f"UPDATE {RESTATEMENTS} SET notified_at = ? WHERE incident_id = ? AND dataset = ? AND consumer = ? "
+                f"AND notified_at IS DISTINCT FROM ?",
+                [at, incident_id, spec.dataset, consumer, at],
+            )
 
     retrying(txn)

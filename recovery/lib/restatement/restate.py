@@ -56,7 +56,7 @@ class ConsumerRestatement(BaseModel):
     decision: str
     original_namespace: str | None
     corrected_namespace: str
-    reused: bool                 # the corrected namespace of an earlier run, still current and exact
+    reused: bool  # the corrected namespace of an earlier run, still current and exact
     rows_changed: int
     rows_missing: int
     rows_extra: int
@@ -64,9 +64,9 @@ class ConsumerRestatement(BaseModel):
     original_total: float | None
     corrected_total: float | None
     watermark: datetime | None
-    mismatches_vs_source: int    # rows where the corrected output differs from the consumer on the source's expected rows
+    mismatches_vs_source: int  # rows where the corrected output differs from the consumer on the source's expected rows
     notified_at: datetime | None = None
-    original_basis: str = ""     # kept as materialized, or computed from the preserved damaged generation
+    original_basis: str = ""  # kept as materialized, or computed from the preserved damaged generation
 
     @property
     def ledger_rows(self) -> int:
@@ -77,26 +77,43 @@ class ConsumerRestatement(BaseModel):
         return self.ledger_rows > 0
 
 
-def check_request(engine: Engine, spec: DatasetSpec, incident_id: str, consumers: list[str] | None) -> list[DownstreamSpec]:
+def check_request(
+    engine: Engine, spec: DatasetSpec, incident_id: str, consumers: list[str] | None
+) -> list[DownstreamSpec]:
     """Validate before writing (read-only): the incident id, the consumer names, and a target
     that exposes no fenced generation's rows. Returns the consumers to restate."""
-    if not isinstance(incident_id, str) or not incident_id or len(incident_id) > 100 or incident_id.startswith(".") \
-            or not all(ch.isalnum() or ch in "-_." for ch in incident_id):
-        raise SpecError("incident_id", f"{incident_id!r} is not an incident id",
-                        "use letters, digits, '-', '_' and '.' only, e.g. INC-2024-031")
+    if (
+        not isinstance(incident_id, str)
+        or not incident_id
+        or len(incident_id) > 100
+        or incident_id.startswith(".")
+        or not all(ch.isalnum() or ch in "-_." for ch in incident_id)
+    ):
+        raise SpecError(
+            "incident_id",
+            f"{incident_id!r} is not an incident id",
+            "use letters, digits, '-', '_' and '.' only, e.g. INC-2024-031",
+        )
     by_name = {c.name: c for c in spec.downstream}
     for i, name in enumerate(consumers or []):
         if name not in by_name:
-            raise SpecError(f"consumers[{i}]", f"{name!r} is not a downstream consumer of {spec.dataset!r} "
-                            f"(known: {', '.join(by_name) or 'none'})", "name consumers listed under downstream in the spec")
+            raise SpecError(
+                f"consumers[{i}]",
+                f"{name!r} is not a downstream consumer of {spec.dataset!r} (known: {', '.join(by_name) or 'none'})",
+                "name consumers listed under downstream in the spec",
+            )
     with engine.session(read_only=True) as s:
         if not control_plane_exists(s):
-            raise RecoveryError(f"{spec.target.table} is not managed yet (no control plane). "
-                                f"Fix: ingest through the writer and publish the repair before restating")
+            raise RecoveryError(
+                f"{spec.target.table} is not managed yet (no control plane). "
+                f"Fix: ingest through the writer and publish the repair before restating"
+            )
         fenced = fenced_generations_in_target(s, spec)
     if fenced:
-        raise RecoveryError(f"{spec.target.table} still exposes rows of fenced generation {fenced[0]!r}; restating now "
-                            f"would re-publish the damage. Fix: publish the repair first, then restate")
+        raise RecoveryError(
+            f"{spec.target.table} still exposes rows of fenced generation {fenced[0]!r}; restating now "
+            f"would re-publish the damage. Fix: publish the repair first, then restate"
+        )
     return [by_name[n] for n in consumers] if consumers else list(spec.downstream)
 
 
@@ -104,77 +121,186 @@ def _mismatches(s: Session, a_sql: str, b_sql: str) -> int:
     """Rows in one relation and not the other (multiset difference, both ways); -1 when their columns differ."""
     if [c for c, _ in s.relation_columns(a_sql)] != [c for c, _ in s.relation_columns(b_sql)]:
         return -1
-    return int(s.scalar(f"SELECT (SELECT count(*) FROM (({a_sql}) EXCEPT ALL ({b_sql}))) "
-                        f"+ (SELECT count(*) FROM (({b_sql}) EXCEPT ALL ({a_sql})))") or 0)
+    return int(
+        s.scalar(
+            f"SELECT (SELECT count(*) FROM (({a_sql}) EXCEPT ALL ({b_sql}))) "
+            f"+ (SELECT count(*) FROM (({b_sql}) EXCEPT ALL ({a_sql})))"
+        )
+        or 0
+    )
 
 
-def _restate_one(s: Session, spec: DatasetSpec, c: DownstreamSpec, *, incident_id: str, failed_generations: list[str] | None,
-                 actor: str, run_id: str | None) -> ConsumerRestatement:
+def _restate_one(
+    s: Session,
+    spec: DatasetSpec,
+    c: DownstreamSpec,
+    *,
+    incident_id: str,
+    failed_generations: list[str] | None,
+    actor: str,
+    run_id: str | None,
+) -> ConsumerRestatement:
     ensure_tables(s)
     fenced = fenced_generations_in_target(s, spec)
     if fenced:  # checked again inside the transaction that publishes
-        raise FencedGenerationError(fenced[0], f"{spec.target.table} still exposes its rows. Fix: publish the repair first")
+        raise FencedGenerationError(
+            fenced[0], f"{spec.target.table} still exposes its rows. Fix: publish the repair first"
+        )
     m = managed(spec, c.name)
     current = adopt_if_plain(s, m, actor=actor)
-    prior = s.fetchone(f"SELECT original_namespace, corrected_namespace FROM {RESTATEMENTS} "
-                       f"WHERE incident_id = ? AND dataset = ? AND consumer = ?", [incident_id, spec.dataset, c.name])
+    prior = s.fetchone(
+        f"SELECT original_namespace, corrected_namespace FROM {RESTATEMENTS} "
+        f"WHERE incident_id = ? AND dataset = ? AND consumer = ?",
+        [incident_id, spec.dataset, c.name],
+    )
     select_sql = consumer_sql(spec, c)
     original = prior[0] if prior else damaged_output(s, spec, c.name, failed_generations)
     if original is None and current is not None and preserved_because(s, current) is not None:
         original = current  # e.g. adopted: what it was built from is unknown, so it is what was published
     if original is None:  # no output was built from the damage: compute what it would have been
         damaged = damaged_target(s, spec, failed_generations)
-        original = build_original(s, spec, c.name, consumer_sql(spec, c, f"SELECT * FROM {TableName.parse(damaged).sql()}"),
-                                  damaged, actor=actor, incident_id=incident_id) if damaged else current
-    reused = bool(prior and current is not None and prior[1] == current and _mismatches(s, f"SELECT * FROM {TableName.parse(current).sql()}", select_sql) == 0)
-    corrected = current if reused and current is not None else publish_output(s, spec, c.name, select_sql, actor=actor,
-                                                      reason=f"restatement of incident {incident_id}")
+        original = (
+            build_original(
+                s,
+                spec,
+                c.name,
+                consumer_sql(spec, c, f"SELECT * FROM {TableName.parse(damaged).sql()}"),
+                damaged,
+                actor=actor,
+                incident_id=incident_id,
+            )
+            if damaged
+            else current
+        )
+    reused = bool(
+        prior
+        and current is not None
+        and prior[1] == current
+        and _mismatches(s, f"SELECT * FROM {TableName.parse(current).sql()}", select_sql) == 0
+    )
+    corrected = (
+        current
+        if reused and current is not None
+        else publish_output(s, spec, c.name, select_sql, actor=actor, reason=f"restatement of incident {incident_id}")
+    )
     write_ledger(s, spec, c, incident_id=incident_id, original_namespace=original, corrected_namespace=corrected)
     counts = ledger_counts(s, spec, incident_id=incident_id, consumer=c.name)
     watermark = applied_watermark(s, spec)
     corrected_rel = f"SELECT * FROM {TableName.parse(corrected).sql()}"
     mismatches = _mismatches(s, corrected_rel, consumer_sql(spec, c, expected_rows_sql(spec, watermark)))
     totals = output_total(s, original, c), output_total(s, corrected, c)
-    write_decisions(s, spec, c, incident_id=incident_id, material_rows=counts["material"],
-                    original_total=totals[0], corrected_total=totals[1])
+    write_decisions(
+        s,
+        spec,
+        c,
+        incident_id=incident_id,
+        material_rows=counts["material"],
+        original_total=totals[0],
+        corrected_total=totals[1],
+    )
     seq = next_seq(s)
-    s.execute(f"DELETE FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ? AND consumer = ?", [incident_id, spec.dataset, c.name])
+    s.execute(
+        f"DELETE FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ? AND consumer = ?",
+        [incident_id, spec.dataset, c.name],
+    )
     s.execute(
         f"INSERT INTO {RESTATEMENTS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
         f"(SELECT max(notified_at) FROM {ledger_table(spec)} WHERE incident_id = ? AND consumer = ?))",
-        [incident_id, spec.dataset, c.name, c.kind, c.owner, original, corrected,
-         counts["changed"] + counts["missing"] + counts["extra"], counts["material"], totals[0], totals[1], watermark,
-         utcnow(), run_id, seq, incident_id, c.name],
+        [
+            incident_id,
+            spec.dataset,
+            c.name,
+            c.kind,
+            c.owner,
+            original,
+            corrected,
+            counts["changed"] + counts["missing"] + counts["extra"],
+            counts["material"],
+            totals[0],
+            totals[1],
+            watermark,
+            utcnow(),
+            run_id,
+            seq,
+            incident_id,
+            c.name,
+        ],
     )
-    notified = s.scalar(f"SELECT notified_at FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ? AND consumer = ?",
-                        [incident_id, spec.dataset, c.name])
+    notified = s.scalar(
+        f"SELECT notified_at FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ? AND consumer = ?",
+        [incident_id, spec.dataset, c.name],
+    )
     result = ConsumerRestatement(
-        incident_id=incident_id, consumer=c.name, kind=c.kind, owner=c.owner, decision=DECISIONS[c.kind],
-        original_namespace=original, corrected_namespace=corrected, reused=reused, rows_changed=counts["changed"],
-        rows_missing=counts["missing"], rows_extra=counts["extra"], material_rows=counts["material"],
-        original_total=totals[0], corrected_total=totals[1], watermark=watermark, mismatches_vs_source=mismatches,
-        notified_at=notified, original_basis=original_basis(s, original))
-    record_event(s, kind="restatement", dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id,
-                 summary=f"{c.name} restated into {corrected}"
-                 + (f" (original kept in {original})" if original and original != corrected else "")
-                 + f": {result.ledger_rows:,} keys changed, {result.material_rows:,} material",
-                 details=json.dumps({"consumer": c.name, "original_namespace": original, "corrected_namespace": corrected,
-                                     "reused": reused, "material_rows": result.material_rows}))
+        incident_id=incident_id,
+        consumer=c.name,
+        kind=c.kind,
+        owner=c.owner,
+        decision=DECISIONS[c.kind],
+        original_namespace=original,
+        corrected_namespace=corrected,
+        reused=reused,
+        rows_changed=counts["changed"],
+        rows_missing=counts["missing"],
+        rows_extra=counts["extra"],
+        material_rows=counts["material"],
+        original_total=totals[0],
+        corrected_total=totals[1],
+        watermark=watermark,
+        mismatches_vs_source=mismatches,
+        notified_at=notified,
+        original_basis=original_basis(s, original),
+    )
+    record_event(
+        s,
+        kind="restatement",
+        dataset=spec.dataset,
+        incident_id=incident_id,
+        actor=actor,
+        run_id=run_id,
+        summary=f"{c.name} restated into {corrected}"
+        + (f" (original kept in {original})" if original and original != corrected else "")
+        + f": {result.ledger_rows:,} keys changed, {result.material_rows:,} material",
+        details=json.dumps(
+            {
+                "consumer": c.name,
+                "original_namespace": original,
+                "corrected_namespace": corrected,
+                "reused": reused,
+                "material_rows": result.material_rows,
+            }
+        ),
+    )
     return result
 
 
-def restate_consumers(engine: Engine, spec: DatasetSpec, incident_id: str, *, failed_generations: list[str] | None = None,
-                      consumers: list[str] | None = None, notifier: Notifier | None = None, actor: str = "restatement",
-                      run_id: str | None = None) -> list[ConsumerRestatement]:
+def restate_consumers(
+    engine: Engine,
+    spec: DatasetSpec,
+    incident_id: str,
+    *,
+    failed_generations: list[str] | None = None,
+    consumers: list[str] | None = None,
+    notifier: Notifier | None = None,
+    actor: str = "restatement",
+    run_id: str | None = None,
+) -> list[ConsumerRestatement]:
     """Restate every consumer (or those named) for ``incident_id``; with a ``notifier``, tell each
     affected owner once (see ``notices.notify_owners``; a failed delivery raises after the others)."""
     selected = check_request(engine, spec, incident_id, consumers)
     results = []
     for c in selected:
+
         def txn(c: DownstreamSpec = c) -> ConsumerRestatement:
             with engine.transaction() as s:
-                return _restate_one(s, spec, c, incident_id=incident_id, failed_generations=failed_generations,
-                                    actor=actor, run_id=run_id)
+                return _restate_one(
+                    s,
+                    spec,
+                    c,
+                    incident_id=incident_id,
+                    failed_generations=failed_generations,
+                    actor=actor,
+                    run_id=run_id,
+                )
 
         results.append(retrying(txn))
     if notifier is not None:
@@ -193,8 +319,12 @@ def refreshed(engine: Engine, spec: DatasetSpec, results: list[ConsumerRestateme
     if not results:
         return results
     with engine.session(read_only=True) as s:
-        stamps = dict(s.fetchall(f"SELECT consumer, notified_at FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ?",
-                                 [results[0].incident_id, spec.dataset]))
+        stamps = dict(
+            s.fetchall(
+                f"SELECT consumer, notified_at FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ?",
+                [results[0].incident_id, spec.dataset],
+            )
+        )
     return [r.model_copy(update={"notified_at": stamps.get(r.consumer)}) for r in results]
 
 

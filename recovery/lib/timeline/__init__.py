@@ -59,23 +59,47 @@ class Timeline:
         return {e.run_id for e in self.events if e.run_id}
 
     def as_dict(self) -> dict:
-        return {"incident_id": self.incident_id, "dataset": self.dataset, "failed_generations": list(self.failed_generations),
-                "built_at": self.built_at.isoformat(), "orchestrator": self.orchestrator, "notes": list(self.notes),
-                "kinds": self.kind_counts, "missing_kinds": self.missing_kinds, "events": [e.as_dict() for e in self.events]}
+        return {
+            "incident_id": self.incident_id,
+            "dataset": self.dataset,
+            "failed_generations": list(self.failed_generations),
+            "built_at": self.built_at.isoformat(),
+            "orchestrator": self.orchestrator,
+            "notes": list(self.notes),
+            "kinds": self.kind_counts,
+            "missing_kinds": self.missing_kinds,
+            "events": [e.as_dict() for e in self.events],
+        }
 
 
 def _incident_events(incident: Incident) -> list[TimelineEvent]:
     """The recovery's own request and approval, timed by the incident file (the only time it carries)."""
     path = incident.incident_path
-    at = (datetime.fromtimestamp(Path(path).stat().st_mtime, UTC).replace(tzinfo=None)
-          if path and Path(path).exists() else None)
+    at = (
+        datetime.fromtimestamp(Path(path).stat().st_mtime, UTC).replace(tzinfo=None)
+        if path and Path(path).exists()
+        else None
+    )
     ev: dict[str, Any] = dict(at=at, clock="file", source="incident file")
-    out = [TimelineEvent(kind="request", actor=incident.requested_by, summary=f"recovery of {', '.join(incident.failed_generations)} "
-                         f"requested as incident {incident.incident_id}" + (f": {incident.notes.strip()}" if incident.notes else ""), **ev)]
-    out += [TimelineEvent(kind="approval", actor=a, summary=f"incident {incident.incident_id} approved by {a}", **ev)
-            for a in incident.approved_by]
+    out = [
+        TimelineEvent(
+            kind="request",
+            actor=incident.requested_by,
+            summary=f"recovery of {', '.join(incident.failed_generations)} "
+            f"requested as incident {incident.incident_id}" + (f": {incident.notes.strip()}" if incident.notes else ""),
+            **ev,
+        )
+    ]
+    out += [
+        TimelineEvent(kind="approval", actor=a, summary=f"incident {incident.incident_id} approved by {a}", **ev)
+        for a in incident.approved_by
+    ]
     if not incident.approved_by:
-        out.append(TimelineEvent(kind="approval", actor=None, summary=f"incident {incident.incident_id} names no approver", **ev))
+        out.append(
+            TimelineEvent(
+                kind="approval", actor=None, summary=f"incident {incident.incident_id} names no approver", **ev
+            )
+        )
     return out
 
 
@@ -90,8 +114,15 @@ def build_timeline(incident: Incident, spec: DatasetSpec, engine: Engine, histor
         clock = commit_clock(s, spec)
     events += run_events(history, incident)
     events += _incident_events(incident)
-    return Timeline(incident.incident_id, spec.dataset, tuple(incident.failed_generations), utcnow(), history.orchestrator,
-                    tuple(order_events(events, clock)), tuple(history.notes))
+    return Timeline(
+        incident.incident_id,
+        spec.dataset,
+        tuple(incident.failed_generations),
+        utcnow(),
+        history.orchestrator,
+        tuple(order_events(events, clock)),
+        tuple(history.notes),
+    )
 
 
 __all__ = ["Timeline", "TimelineEvent", "KINDS", "RUNBOOK_KINDS", "build_timeline", "render_markdown", "write_timeline"]

@@ -22,8 +22,23 @@ import bisect
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-KINDS = ("request", "approval", "input_snapshot", "code", "configuration", "ranges", "runs", "retries", "writes",
-         "alerts", "decisions", "containment", "evidence", "reconciliation", "other")
+KINDS = (
+    "request",
+    "approval",
+    "input_snapshot",
+    "code",
+    "configuration",
+    "ranges",
+    "runs",
+    "retries",
+    "writes",
+    "alerts",
+    "decisions",
+    "containment",
+    "evidence",
+    "reconciliation",
+    "other",
+)
 """The runbook's event kinds (request ... containment), then what later phases add."""
 
 CLOCKS = {
@@ -35,14 +50,14 @@ CLOCKS = {
 
 @dataclass(frozen=True)
 class TimelineEvent:
-    at: datetime | None      # the event's own timestamp, naive UTC
-    clock: str               # a key of CLOCKS
-    kind: str                # one of KINDS
+    at: datetime | None  # the event's own timestamp, naive UTC
+    clock: str  # a key of CLOCKS
+    kind: str  # one of KINDS
     actor: str | None
     summary: str
     run_id: str | None = None
-    seq: int | None = None   # control-plane commit sequence, where the event has one
-    source: str = ""         # where it was read: "_recovery.writes", "dagster:RUN_START", ...
+    seq: int | None = None  # control-plane commit sequence, where the event has one
+    source: str = ""  # where it was read: "_recovery.writes", "dagster:RUN_START", ...
     order_at: datetime | None = None  # wall-clock position (set by order_events)
 
     def as_dict(self) -> dict:
@@ -52,10 +67,14 @@ class TimelineEvent:
 def kind_of(recorded_kind: str) -> str:
     """Map a kind recorded in ``_recovery.timeline`` by any phase onto the timeline's vocabulary."""
     k = recorded_kind.lower()
-    for words, kind in ((("attempt", "alert", "notif", "refus"), "alerts"),
-                        (("contain", "fence", "cancel", "terminat", "strip", "pause"), "containment"),
-                        (("decision", "decide", "rollback", "repair_plan"), "decisions"),
-                        (("approv",), "approval"), (("evidence",), "evidence"), (("reconcil",), "reconciliation")):
+    for words, kind in (
+        (("attempt", "alert", "notif", "refus"), "alerts"),
+        (("contain", "fence", "cancel", "terminat", "strip", "pause"), "containment"),
+        (("decision", "decide", "rollback", "repair_plan"), "decisions"),
+        (("approv",), "approval"),
+        (("evidence",), "evidence"),
+        (("reconcil",), "reconciliation"),
+    ):
         if any(w in k for w in words):
             return kind
     return k if k in KINDS else "other"

@@ -26,17 +26,25 @@ def render_markdown(timeline) -> str:
         "",
         "Events are in story order: by wall clock where an event has one, and by the control plane's commit "
         "sequence (`seq`) where it has only a declared time. Each event keeps its own timestamp and names its clock: "
-        + "; ".join(f"`{k}`: {v}" for k, v in CLOCKS.items()) + ".",
+        + "; ".join(f"`{k}`: {v}" for k, v in CLOCKS.items())
+        + ".",
         "",
-        "**Kinds present:** " + ", ".join(f"{k} ({n})" for k, n in counts.items())
+        "**Kinds present:** "
+        + ", ".join(f"{k} ({n})" for k, n in counts.items())
         + ("  \n**Not recorded yet:** " + ", ".join(timeline.missing_kinds) if timeline.missing_kinds else ""),
     ]
     if timeline.notes:
         lines += ["", "**Notes:**"] + [f"- {_cell(n)}" for n in timeline.notes]
-    lines += ["", "| # | at | clock | seq | kind | actor | summary | run id |", "| ---: | --- | --- | ---: | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "| # | at | clock | seq | kind | actor | summary | run id |",
+        "| ---: | --- | --- | ---: | --- | --- | --- | --- |",
+    ]
     for i, e in enumerate(timeline.events, 1):
-        lines.append(f"| {i} | {_at(e)} | {e.clock} | {_cell(e.seq)} | {e.kind} | {_cell(e.actor)} | {_cell(e.summary)} | "
-                     f"{_cell(e.run_id)} |")
+        lines.append(
+            f"| {i} | {_at(e)} | {e.clock} | {_cell(e.seq)} | {e.kind} | {_cell(e.actor)} | {_cell(e.summary)} | "
+            f"{_cell(e.run_id)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -44,8 +52,10 @@ def write_timeline(timeline, out_dir: Path) -> dict[str, Path]:
     """Write ``timeline.md`` and ``timeline.json`` into ``out_dir`` (replacing an older rendering)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     md, js = out_dir / "timeline.md", out_dir / "timeline.json"
-    for path, text in ((md, render_markdown(timeline)),
-                       (js, json.dumps(timeline.as_dict(), indent=2, default=str) + "\n")):
+    for path, text in (
+        (md, render_markdown(timeline)),
+        (js, json.dumps(timeline.as_dict(), indent=2, default=str) + "\n"),
+    ):
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(text)
         tmp.replace(path)  # readers never see half a report

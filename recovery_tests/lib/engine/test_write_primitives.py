@@ -1,0 +1,62 @@
+"""The engine's write primitives (ADR 0001) on DuckDB: what the writer and a pointer move ask for.
+
+A phase asks an engine for a change (``replace_rows``, ``swap_pointer``) instead of handing it
+DML text; these are the semantics every engine keeps. Spark's own versions are checked against
+the same expectations in ``test_spark_engine.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from recovery.lib.engine.duckdb_engine import DuckDBEngine
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> DuckDBEngine:
+    engine = DuckDBEngine(str(tmp_path / "w.duckdb"))
+    with engine.transaction() as s:
+        s.execute("CREATE SCHEMA raw")
+        s.execute("CREATE TABLE raw.t (k INTEGER, p VARCHAR, v VARCHAR)")
+        s.execute("INSERT INTO raw.t VALUES (1, 'a', 'x'), (2, 'a', 'y'), (3, 'b', 'z'), (4, NULL, 'n')")
+    return engine
+
+
+def _rows(engine: DuckDBEngine) -> list[tuple]:
+    with engine.session(read_only=True) as s:
+        return s.fetchall("SELECT k, p, v FROM raw.t ORDER BY k")
+
+
+def test_replace_rows_removes_what_the_predicate_matches_and_adds_the_select(engine):
+    with engine.transaction() as s:
+        s.replace_rows("raw.t", ["v", "k", "p"], remove="p = 'a'", insert="SELECT ?, 5, 'a'", params=["new"])
+    # the insert names its columns in its own order; the NULL-partition row is kept (NULL is not 'a')
+    assert _rows(engine) == [(3, "b", "z"), (4, None, "n"), (5, "a", "new")]
+
+
+def test_replace_rows_with_one_side_is_an_append_or_a_delete(engine):
+    with engine.transaction() as s:
+        s.replace_rows("raw.t", ["k", "p", "v"], insert="SELECT 9, 'c', 'w'")
+        s.replace_rows("raw.t", ["k", "p", "v"], remove="k IN (1, 3)")
+    assert _rows(engine) == [(2, "a", "y"), (4, None, "n"), (9, "c", "w")]
+
+
+def test_replace_rows_rolls_back_with_the_callers_transaction(engine):
+    before = _rows(engine)
+    with pytest.raises(RuntimeError):
+        with engine.transaction() as s:
+            s.replace_rows("raw.t", ["k", "p", "v"], remove="true", insert="SELECT 7, 'x', 'x'")
+            raise RuntimeError("the step failed after its write")
+    assert _rows(engine) == before
+
+
+def test_swap_pointer_repoints_a_public_view(engine):
+    with engine.transaction() as s:
+        s.execute("CREATE TABLE raw.t2 AS SELECT k, p, upper(v) AS v FROM raw.t")
+        s.swap_pointer("raw.pub", "SELECT k, v FROM raw.t")
+        s.swap_pointer("raw.pub", "SELECT k, v FROM raw.t2")
+    with engine.session(read_only=True) as s:
+        assert s.fetchall("SELECT v FROM raw.pub ORDER BY k") == [("X",), ("Y",), ("Z",), ("N",)]
+        assert s.object_kind("raw", "pub") == "view"
