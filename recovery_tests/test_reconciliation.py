@@ -100,7 +100,7 @@ def test_every_damaged_key_of_the_worked_example_gets_its_true_label(example_cop
 
 @pytest.mark.slow
 def test_reconciliation_is_exact_at_a_second_size(shared_dir, tmp_path):
-    big = build_example(shared_dir, events=500_000)
+    big = build_example(shared_dir, events=300_000)
     spec_path = copy_dataset(big.root, tmp_path / "big")
     spec, incident, summary, _ = _reconcile_example(spec_path, tmp_path / "out")
     _assert_matches_truth(spec, incident)

@@ -142,14 +142,21 @@ def build_truth(
     findings += [(p, "count_mismatch") for p in te.index[te["t"] != te["e"]]]
     if spec.target.amount:
         a = spec.target.amount
-        ta = (
-            T.groupby(part)[a]
-            .sum()
-            .rename("t")
-            .to_frame()
-            .join(E.groupby(part)[a].sum().rename("e"), how="outer")
-            .fillna(0)
+        # the amount is a DECIMAL that pandas reads as float: summing floats in two row orders can
+        # differ in the last bit where the exact totals are equal, so sum whole units of its scale instead
+        amount_type, scale = fetch_row(
+            con,
+            "SELECT data_type, numeric_scale FROM information_schema.columns WHERE table_schema = 'truth' "
+            "AND table_name = 'expected' AND column_name = ?",
+            [a],
         )
+
+        def units(frame: pd.DataFrame) -> pd.Series:
+            if not amount_type.startswith("DECIMAL"):  # compare the sums as they are
+                return frame.groupby(part)[a].sum()
+            return (frame[a] * 10 ** int(scale)).round().astype("Int64").groupby(frame[part]).sum()
+
+        ta = units(T).rename("t").to_frame().join(units(E.reset_index()).rename("e"), how="outer").fillna(0)
         findings += [(p, "total_mismatch") for p in ta.index[ta["t"] != ta["e"]]]
     pf = pd.DataFrame(findings, columns=[part, "finding"])
     # pandas turns DATE partitions into timestamps: store them with the target's partition type
