@@ -87,10 +87,9 @@ class Dataset:
             return s.fetchall(sql, params or [])
 
     def public_hash(self) -> str:
-        return self.query(
-            f"SELECT count(*) || ':' || md5(string_agg(CAST(t AS VARCHAR), '|' ORDER BY ALL)) "
-            f"FROM (SELECT * FROM {self.public}) t"
-        )[0][0]
+        """Digest of the rows consumers read, as a multiset: any changed, added or removed row changes it.
+        (A sorted ``string_agg`` of every row took 3.2 s of each test at 200k rows; this takes 5 ms.)"""
+        return self.query(f"SELECT count(*) || ':' || sum(hash(t)::HUGEINT) FROM (SELECT * FROM {self.public}) t")[0][0]
 
     def launch(self, recompute: str = "transform", **extra):
         request = BackfillRequest(
