@@ -14,6 +14,7 @@ from pathlib import Path
 import dagster as dg
 
 from recovery.launch.state import IncidentState, read_state, require
+from recovery.lib.catalog_checks import checked_once
 from recovery.lib.incident import Incident, check_incident, parse_incident
 from recovery.lib.phases import Phase
 from recovery.lib.spec import DatasetSpec
@@ -34,6 +35,7 @@ class Launcher:
         self.spec = spec
         self._instance = instance
         self._definitions = definitions
+        self._shapes_checked: set[str] = set()  # the spec's SQL shapes, checked by this launcher's first run
 
     @classmethod
     def for_file(cls, incident_file: str | Path, **kwargs) -> Launcher:
@@ -86,10 +88,11 @@ class Launcher:
         all_tags = dict(tags or {})
         if phase.whole_target:
             all_tags.update(reconciliation_tags(self.instance, self.spec))
-        return run_job(
-            self.definitions,
-            phase.job,
-            self.instance,
-            run_config=phase.run_config(self.incident_file, **config),
-            tags=all_tags,
-        )
+        with checked_once(self._shapes_checked):
+            return run_job(
+                self.definitions,
+                phase.job,
+                self.instance,
+                run_config=phase.run_config(self.incident_file, **config),
+                tags=all_tags,
+            )

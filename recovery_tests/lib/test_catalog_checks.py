@@ -1,0 +1,70 @@
+"""The spec's meaning checks against the warehouse: once per launcher for its SQL shapes, every time
+for what ingestion can change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from recovery.lib import catalog_checks
+from recovery.lib.catalog_checks import check_against_warehouse, checked_once
+from recovery.lib.errors import SpecError
+from recovery.lib.spec import parse_spec
+from recovery_tests.small_dataset import SOURCE_TABLE, build_small_dataset
+
+
+@pytest.fixture
+def shape_checks(monkeypatch) -> list[str]:
+    """Counts the shape checks (the transform's and consumers' columns) that actually run."""
+    ran: list[str] = []
+    real = catalog_checks._check_shapes
+
+    def counting(spec, s, cols, fail):
+        ran.append(spec.dataset)
+        return real(spec, s, cols, fail)
+
+    monkeypatch.setattr(catalog_checks, "_check_shapes", counting)
+    return ran
+
+
+def test_within_one_launcher_the_shapes_are_checked_once_and_again_after_the_source_changes(
+    tmp_path: Path, shape_checks: list[str]
+):
+    spec_path = build_small_dataset(tmp_path / "orders", n_orders=40)
+    memo: set[str] = set()
+    with checked_once(memo):
+        for _ in range(3):
+            check_against_warehouse(parse_spec(spec_path))
+        assert len(shape_checks) == 1
+        with duckdb.connect(str(parse_spec(spec_path).warehouse.path)) as con:
+            con.execute(f"ALTER TABLE {SOURCE_TABLE} ADD COLUMN channel VARCHAR")
+        check_against_warehouse(parse_spec(spec_path))  # a new source column: the transform may read it
+        assert len(shape_checks) == 2
+    check_against_warehouse(parse_spec(spec_path))  # outside a launcher: every call checks
+    check_against_warehouse(parse_spec(spec_path))
+    assert len(shape_checks) == 4
+
+
+def test_a_change_to_the_transform_is_checked_even_within_one_launcher(tmp_path: Path, shape_checks: list[str]):
+    spec_path = build_small_dataset(tmp_path / "orders", n_orders=40)
+    spec = parse_spec(spec_path)
+    memo: set[str] = set()
+    with checked_once(memo):
+        check_against_warehouse(spec)
+        transform = spec_path.parent / spec.target.transform.name
+        transform.write_text(transform.read_text().replace("sku", "sku_code", 1))
+        with pytest.raises(SpecError, match="target.transform"):
+            check_against_warehouse(parse_spec(spec_path))
+    assert len(shape_checks) == 2
+
+
+def test_the_change_log_is_checked_every_time_even_within_one_launcher(tmp_path: Path):
+    spec_path = build_small_dataset(tmp_path / "orders", n_orders=40)
+    with checked_once(set()):
+        check_against_warehouse(parse_spec(spec_path))
+        with duckdb.connect(str(parse_spec(spec_path).warehouse.path)) as con:  # ingestion writes a change twice
+            con.execute(f"INSERT INTO {SOURCE_TABLE} SELECT * FROM {SOURCE_TABLE} LIMIT 1")
+        with pytest.raises(SpecError, match="source.key"):
+            check_against_warehouse(parse_spec(spec_path))
