@@ -25,7 +25,7 @@ from dagster._core.storage.dagster_run import FINISHED_STATUSES
 from recovery.defs.containment.jobs import CONTAIN_JOB
 from recovery.defs.containment.patrol import naive_utc
 from recovery.defs.resources import WarehouseResource, warehouse_resource
-from recovery.example.defs import TARGET_KEY, transactions_history
+from recovery.example.defs import PAUSE_TAG, TARGET_KEY, transactions_history
 from recovery.lib.control_plane import SCHEMA, delta_table
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import FencedGenerationError
@@ -41,6 +41,10 @@ ITERATIONS = int(os.environ.get("RECOVERY_RACE_ITERATIONS", "3"))
 
 # 44 plain days (none of the scenario's flaky, dying or staging partitions): two runs, 31 + 13
 PARTITIONS = [(date(2024, 1, 1) + timedelta(days=d)).isoformat() for d in range(44)]
+# Each run waits this long after each partition, so that a run seen writing is still writing when
+# containment reaches it (14-18 s under load): without it, a run of 31 partitions finished first, on a
+# RAM disk every time, and containment only met the next, QUEUED run.
+PARTITION_PAUSE_S = "0.5"
 
 
 def _one(engine, sql: str, params: list):
@@ -67,7 +71,12 @@ def _launch(instance, engine, writer, gens: list[str]) -> dict[str, str]:
         for g in gens:
             writer.register_generation(g, "backfill", note="race test")
             backfills[g] = launch_asset_backfill(
-                instance, TARGET_KEY.path, PARTITIONS, tags={GENERATION_TAG: g}, title=g, context=workspace
+                instance,
+                TARGET_KEY.path,
+                PARTITIONS,
+                tags={GENERATION_TAG: g, PAUSE_TAG: PARTITION_PAUSE_S},
+                title=g,
+                context=workspace,
             )
             with engine.transaction() as s:
                 s.execute(f"UPDATE {SCHEMA}.generations SET backfill_id = ? WHERE generation = ?", [backfills[g], g])

@@ -104,7 +104,7 @@ def test_reconciliation_is_exact_at_a_second_size(shared_dir, tmp_path):
     spec_path = copy_dataset(big.root, tmp_path / "big")
     spec, incident, summary, _ = _reconcile_example(spec_path, tmp_path / "out")
     _assert_matches_truth(spec, incident)
-    assert summary.damaged_keys > 50_000
+    assert summary.damaged_keys > 30_000  # 46k-52k at 300k events: the dead run's share varies with timing
 
 
 def test_reconciliation_rerun_gives_identical_outputs(example_copy, tmp_path):

@@ -9,6 +9,7 @@
   the target in the asset graph.
 """
 
+import time
 from datetime import date, datetime, timedelta
 
 import dagster as dg
@@ -30,6 +31,9 @@ DAILY = dg.DailyPartitionsDefinition(
     start_date=SCENARIO.first_day.isoformat(), end_date=(SCENARIO.last_day + timedelta(days=1)).isoformat()
 )
 SIMULATED_TAG = "example/simulated"
+PAUSE_TAG = "example/partition_pause_s"
+"""Seconds the example's backfill waits after each partition (0 to 10; default 0): a slow backfill, so
+that a test can contain a run while it executes rather than between its runs."""
 
 
 class IngestConfig(dg.Config):
@@ -92,6 +96,10 @@ def transactions_history(context: dg.AssetExecutionContext, warehouse: Warehouse
     generation = _generation_for(context)
     simulated = context.run.tags.get(SIMULATED_TAG) == "true"
     try:
+        pause = min(max(float(context.run.tags.get(PAUSE_TAG, "0")), 0.0), 10.0)
+    except ValueError:
+        pause = 0.0
+    try:
         writer.register_generation(
             generation,
             "backfill",
@@ -149,6 +157,7 @@ def transactions_history(context: dg.AssetExecutionContext, warehouse: Warehouse
         checkpoint[key] = state
         done += 1
         _save_checkpoint(writer, context.run.run_id, checkpoint)
+        time.sleep(pause)
     with writer.engine.transaction() as s:
         s.execute(f"DROP TABLE IF EXISTS {stage}")
     return dg.MaterializeResult(metadata={"generation": generation, "partitions_written": done})

@@ -205,6 +205,7 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
 
 def _check_shapes(spec: DatasetSpec, s, cols: dict, fail) -> None:
     """The transform's and the consumers' output columns, by query analysis (nothing is scanned)."""
+    n: str | None  # a column name; the optional fields below may name none
     try:
         out = dict(s.relation_columns(expected_rows_sql(spec, None)))
     except duckdb.Error as e:

@@ -39,6 +39,10 @@ SYSTEM_DIRS = tuple(
 )
 """Trees no evidence may go into (virtual file systems, the OS, package state, logs)."""
 
+SHARED_SCRATCH = (Path("/dev/shm"),)
+"""Shared RAM-backed scratch inside a system tree: like ``/tmp``, a user's directory below it is fine,
+the shared directory itself is not (test suites and CI put their files there)."""
+
 _FIX = (
     "set evidence_root to a directory you own outside system directories (or omit it: evidence/ beside the warehouse)"
 )
@@ -47,16 +51,17 @@ _FIX = (
 def check_evidence_root(root: Path | None, *, field: str = "evidence_root", source: str | None = None) -> None:
     """Raise ``SpecError`` unless ``root`` (already resolved) is a safe evidence root.
 
-    Safe: not ``/`` nor a top-level directory (``/tmp``, ``/home`` are shared), not in a
-    system tree, and either an existing directory owned by the effective user, or not yet
+    Safe: not ``/`` nor a top-level directory (``/tmp``, ``/home`` are shared) nor ``/dev/shm``, not in
+    a system tree (a directory below ``/dev/shm`` is not), and either an existing directory owned by the effective user, or not yet
     existing below a directory the user may write to (it is created owner-only)."""
     if root is None:
         return
     root = Path(os.path.abspath(root))
-    if root == Path(root.anchor) or len(root.parts) == 2:
+    if root == Path(root.anchor) or len(root.parts) == 2 or root in SHARED_SCRATCH:
         raise SpecError(field, f"{root} is the root or a top-level directory, shared by everyone", _FIX, source=source)
+    scratch = any(d in root.parents for d in SHARED_SCRATCH)
     for system in SYSTEM_DIRS:
-        if root == system or system in root.parents:
+        if not scratch and (root == system or system in root.parents):
             raise SpecError(field, f"{root} is inside the system directory {system}", _FIX, source=source)
     try:
         if root.exists() or root.is_symlink():
