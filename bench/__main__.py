@@ -1,9 +1,9 @@
 """``python -m bench <name> ...``: run one benchmark: ``reconcile`` (the default, ``make bench``), ``recover``,
-``fuzz`` (spec and incident files, ``make fuzz``), ``share`` (one DuckDB file, many users) or ``kill`` (the kill -9 matrix)."""
+``fuzz`` (spec and incident files, ``make fuzz``), ``share`` (one DuckDB file, many users), ``kill`` (the kill -9 matrix) or ``fixed`` (a command's fixed cost)."""
 
 import sys
 
-from bench import fuzz_bench, kill_bench, reconcile_bench, recover_bench, share_bench
+from bench import fixed_cost_bench, fuzz_bench, kill_bench, reconcile_bench, recover_bench, share_bench
 
 BENCHES = {
     "reconcile": reconcile_bench.main,
@@ -11,6 +11,7 @@ BENCHES = {
     "fuzz": fuzz_bench.main,
     "share": share_bench.main,
     "kill": kill_bench.main,
+    "fixed": fixed_cost_bench.main,
 }
 
 if __name__ == "__main__":

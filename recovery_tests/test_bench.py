@@ -58,3 +58,31 @@ def test_recover_bench_runs_every_phase_on_a_small_dataset_and_reports_figures(t
     finally:
         con.close()
     assert still_damaged > 0
+
+
+def test_fixed_cost_bench_times_a_reconcile_to_its_first_classification_statement(tmp_path):
+    build_damaged(tmp_path / "orders")
+    figures = tmp_path / "fixed.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "fixed",
+            "--from",
+            str(tmp_path / "orders"),
+            "--rounds",
+            "1",
+            "--json",
+            str(figures),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run,) = json.loads(figures.read_text())["rounds"]
+    # the mark lies inside the command: after its start, before its end, on both clocks
+    assert 0 < run["fixed_s"] < run["total_s"] and 0 < run["fixed_s_kernel"] < run["total_s"]
+    assert "fixed cost" in proc.stdout

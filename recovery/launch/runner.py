@@ -41,7 +41,11 @@ class Launcher:
     def for_file(cls, incident_file: str | Path, **kwargs) -> Launcher:
         """Validate the incident file (shape, then meaning against the warehouse, read-only) first."""
         incident = parse_incident(Path(incident_file).resolve())
-        return cls(incident, check_incident(incident), **kwargs)
+        checked: set[str] = set()
+        with checked_once(checked):  # the runs this launcher starts do not check the same shapes again
+            launcher = cls(incident, check_incident(incident), **kwargs)
+        launcher._shapes_checked = checked
+        return launcher
 
     @property
     def incident_file(self) -> str:

@@ -26,6 +26,7 @@ from recovery.lib.reconcile.partitions import partition_findings_sql
 from recovery.lib.registry import generations_sql
 from recovery.lib.snapshot import expected_rows_sql, latest_versions_sql, str_list, ts_literal
 from recovery.lib.spec import DatasetSpec
+from recovery.lib.trace import mark
 
 LABELS = (
     "duplicate",
@@ -87,6 +88,7 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
     registry (inference, stated as such in ``facts['basis']``); the log or registry
     is only probed for the few keys that need it (absent keys; keys holding an older version).
     """
+    mark("classification starts")  # a command's fixed cost ends here (``python -m bench fixed``)
     spec = inputs.spec
     src, meta = spec.source, spec.target.metadata
     gens = str_list(list(inputs.failed_generations))
@@ -275,6 +277,7 @@ def reordered_from_metadata_sql(inputs: ReconcileInputs) -> str:
     versions that arrived after the key's newer version m: that write had read m, so writing n
     applied the key's changes out of order. A write whose whole read predates m is ``stale``.
     """
+    mark("classification starts")  # a command's fixed cost ends here (``python -m bench fixed``)
     spec = inputs.spec
     src, meta = spec.source, spec.target.metadata
     gens = str_list(list(inputs.failed_generations))
