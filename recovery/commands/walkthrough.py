@@ -17,7 +17,6 @@ import dagster as dg
 from rich.console import Console
 
 from recovery.commands.restate import restatement_table
-from recovery.example.demo import build_failed_backfill, ingest_during_repair, print_before_after, print_damage
 from recovery.launch.recover import run_recovery
 from recovery.lib.engine import open_engine
 from recovery.lib.impact import impact_summary
@@ -57,6 +56,10 @@ def run_walkthrough(
 ) -> Walkthrough:
     """Build the failed backfill, then (unless ``recover`` is False: the incident is left for a
     person to work through, from the CLI or the UI) run every phase of its recovery."""
+    # the example's generator and truth (1.5 s of imports) only when the example runs: every command
+    # imports this module to build the CLI's parser
+    from recovery.example.demo import build_failed_backfill, ingest_during_repair, print_before_after, print_damage
+
     incident = parse_incident(spec_path.with_name("incident.yaml"))
     _forget_previous_run(incident, parse_spec(spec_path), console)
     result = build_failed_backfill(spec_path, instance=instance, defs=defs, events=events, seed=seed, console=console)
