@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +24,8 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+from bench.measure import recovery_cli
 
 TARGET_S = 3.0
 
@@ -45,19 +46,9 @@ def fixed_cost_once(dataset: Path) -> dict:
             shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
         trace = Path(tmp) / "trace.jsonl"
         env = {**os.environ, "DAGSTER_HOME": str(home), "RECOVERY_TRACE": str(trace), "RECOVERY_TRACE_MIN_S": "999"}
-        recovery = Path(sys.executable).with_name("recovery")
         launched = time.time()
-        done = subprocess.run(
-            [str(recovery), "reconcile", "--incident", str(work / "incident.yaml"), "--out", str(Path(tmp) / "out")],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
+        recovery_cli("reconcile", "--incident", str(work / "incident.yaml"), "--out", str(Path(tmp) / "out"), env=env)
         total = time.time() - launched
-        if done.returncode != 0:
-            raise RuntimeError(
-                f"recovery reconcile exited {done.returncode}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
-            )
         marks = [json.loads(x) for x in trace.read_text().splitlines() if '"kind": "mark"' in x]
         if not marks:
             raise RuntimeError("the command traced no classification mark")

@@ -25,3 +25,17 @@ def report(result: dict) -> None:
     """Called by the worker: print its result with its own peak RSS (bytes)."""
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(result, default=str))
+
+
+def recovery_cli(*args: str, env: dict, cwd=None) -> subprocess.CompletedProcess:
+    """Run the ``recovery`` command (this interpreter's) as a user would; a failure raises with its output's tail."""
+    from pathlib import Path
+
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("recovery")), *args], env=env, capture_output=True, text=True, cwd=cwd
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"recovery {args[0]} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
+    return proc

@@ -18,8 +18,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +26,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from bench.measure import recovery_cli
 from bench.reconcile_bench import build_example as build
 
 
@@ -76,12 +75,7 @@ def recover_once(
             }
             (work / "spec.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
             t0 = time.perf_counter()
-            subprocess.run(
-                [str(Path(sys.executable).with_name("recovery")), "spark-import", "--spec", str(work / "spec.yaml")],
-                check=True,
-                capture_output=True,
-                cwd=PROJECT_ROOT,
-            )
+            recovery_cli("spark-import", "--spec", str(work / "spec.yaml"), env=dict(os.environ), cwd=PROJECT_ROOT)
             import_s = time.perf_counter() - t0
         home = Path(tmp) / "dagster_home"
         home.mkdir()
@@ -92,27 +86,18 @@ def recover_once(
         if trace:
             env["RECOVERY_TRACE"] = str(trace_file)
         t0 = time.perf_counter()
-        proc = subprocess.run(
-            [
-                str(Path(sys.executable).with_name("recovery")),
-                "recover",
-                "--incident",
-                str(work / "incident.yaml"),
-                "--figures",
-                str(figures),
-                "--wave-size",
-                str(wave_size),
-            ],
+        proc = recovery_cli(
+            "recover",
+            "--incident",
+            str(work / "incident.yaml"),
+            "--figures",
+            str(figures),
+            "--wave-size",
+            str(wave_size),
             env=env,
-            capture_output=True,
-            text=True,
             cwd=PROJECT_ROOT,
         )
         wall = time.perf_counter() - t0
-        if proc.returncode != 0:
-            raise RuntimeError(
-                f"recovery recover failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-            )
         phases = json.loads(figures.read_text())
         incident_id = yaml.safe_load((work / "incident.yaml").read_text())["incident_id"]
         reports = sorted(p.name for p in (work / "reports" / incident_id).glob("*.html"))

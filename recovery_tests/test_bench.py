@@ -18,28 +18,17 @@ ROOT = Path(__file__).resolve().parents[1]
 PHASES = ["contain", "evidence", "assess", "repair", "publish", "restate", "verify", "reports"]
 
 
+def _bench(*args: str) -> subprocess.CompletedProcess:
+    """``python -m bench ARGS`` from the repo root, as the README gives it; it must exit 0."""
+    proc = subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
 def test_recover_bench_runs_every_phase_on_a_small_dataset_and_reports_figures(tmp_path):
     damaged = build_damaged(tmp_path / "orders")
     figures = tmp_path / "figures.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "recover",
-            "--from",
-            str(tmp_path / "orders"),
-            "--wave-size",
-            "5",
-            "--json",
-            str(figures),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = _bench("recover", "--from", str(tmp_path / "orders"), "--wave-size", "5", "--json", str(figures))
     (result,) = json.loads(figures.read_text())
     assert [p["phase"] for p in result["phases"]] == PHASES
     assert all(
@@ -63,25 +52,7 @@ def test_recover_bench_runs_every_phase_on_a_small_dataset_and_reports_figures(t
 def test_fixed_cost_bench_times_a_reconcile_to_its_first_classification_statement(tmp_path):
     build_damaged(tmp_path / "orders")
     figures = tmp_path / "fixed.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "fixed",
-            "--from",
-            str(tmp_path / "orders"),
-            "--rounds",
-            "1",
-            "--json",
-            str(figures),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = _bench("fixed", "--from", str(tmp_path / "orders"), "--rounds", "1", "--json", str(figures))
     (run,) = json.loads(figures.read_text())["rounds"]
     # the mark lies inside the command: after its start, before its end, on both clocks
     assert 0 < run["fixed_s"] < run["total_s"] and 0 < run["fixed_s_kernel"] < run["total_s"]
