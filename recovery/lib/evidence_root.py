@@ -51,9 +51,10 @@ _FIX = (
 def check_evidence_root(root: Path | None, *, field: str = "evidence_root", source: str | None = None) -> None:
     """Raise ``SpecError`` unless ``root`` (already resolved) is a safe evidence root.
 
-    Safe: not ``/`` nor a top-level directory (``/tmp``, ``/home`` are shared) nor ``/dev/shm``, not in
-    a system tree (a directory below ``/dev/shm`` is not), and either an existing directory owned by the effective user, or not yet
-    existing below a directory the user may write to (it is created owner-only)."""
+    Safe: not ``/`` nor a top-level directory (``/tmp``, ``/home`` are shared) nor ``/dev/shm``, not
+    in a system tree (a directory below ``/dev/shm`` is not), and either an existing directory owned
+    by the effective user, or not yet existing below a directory the user may write to (it is
+    created owner-only)."""
     if root is None:
         return
     root = Path(os.path.abspath(root))

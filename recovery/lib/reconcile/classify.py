@@ -277,7 +277,6 @@ def reordered_from_metadata_sql(inputs: ReconcileInputs) -> str:
     versions that arrived after the key's newer version m: that write had read m, so writing n
     applied the key's changes out of order. A write whose whole read predates m is ``stale``.
     """
-    mark("classification starts")  # a command's fixed cost ends here (``python -m bench fixed``)
     spec = inputs.spec
     src, meta = spec.source, spec.target.metadata
     gens = str_list(list(inputs.failed_generations))
