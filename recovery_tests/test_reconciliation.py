@@ -364,8 +364,24 @@ def test_reconcile_cli_and_assess_job_run_through_dagster(example_copy, tmp_path
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["labels"] == {k: v for k, v in failed_example.info["truth_labels"].items()}
     with dg.DagsterInstance.get() as instance:
-        partitions = instance.get_materialized_partitions(dg.AssetKey(["incident", "reconciliation"]))
+        key = dg.AssetKey(["incident", "reconciliation"])
+        partitions = instance.get_materialized_partitions(key)
         assert len(partitions) == len(summary["partitions"]) == 187
+        # each partition's materialization carries its own labels and findings beside the run's figures
+        by_partition = summary["labels_by_partition"]
+        damaged = max(by_partition, key=lambda p: sum(by_partition[p].values()))
+        clean = next(
+            p["partition"] for p in summary["partitions"] if not by_partition.get(p["partition"]) and not p["findings"]
+        )
+        for partition in (damaged, clean):
+            [event] = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
+            ).records
+            meta = event.asset_materialization.metadata
+            assert meta["partition/labels"].value == by_partition.get(partition, {})
+            assert meta["partition/damaged_keys"].value == sum(by_partition.get(partition, {}).values())
+            assert meta["damaged_keys"].value == summary["damaged_keys"]
+        assert meta["partition/findings"].value == "none"
         from recovery.definitions import defs
 
         spec = load_spec(example_copy)
