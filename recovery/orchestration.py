@@ -24,10 +24,12 @@ from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES, RunsFilt
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import WorkspaceFileTarget
 
+from recovery import dagster_sqlite
 from recovery.config import PROJECT_ROOT
 from recovery.lib.errors import GateRefusedError, RecoveryError, RunCrashedError
 
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"
+dagster_sqlite.install()  # every process that drives Dagster from here reuses its SQLite connections
 logging.getLogger("dagster.code_server").setLevel(logging.WARNING)  # keep CLI output to what the person asked for
 
 LAUNCH_BACKFILL = """

@@ -21,6 +21,7 @@ LAYERS = [
     "recovery.defs",
     "recovery.orchestration",
     "recovery.dagster_history",
+    "recovery.dagster_sqlite",
     "recovery.lib",
     "recovery.config",
 ]

@@ -1,0 +1,141 @@
+"""Dagster's SQLite storages, with one pooled SQLAlchemy engine per database file in this process.
+
+Dagster's default (SQLite) instance builds a new SQLAlchemy engine and opens a new
+connection for every statement it stores: per event, one for the run's own file and
+one for ``index.db``. A recovery of the 200k worked example stores about 1,400 events
+(a planned and a materialized event per partition of each ranged run), and that
+connection churn was about a fifth of its wall time. Here the three SQLite storages
+(runs, event log, schedules) get their engine from a small cache instead: one engine
+per file, keeping its connections open between statements.
+
+What stays as Dagster has it: every statement still runs in its own transaction (SQLite
+in WAL mode, as Dagster sets it, so other processes, the daemon and the webserver,
+read and write the same files as before); only this process reuses its connections.
+Safeguards a long-lived process (a test session, a notebook, a code server) needs:
+
+- a file that was deleted or replaced since its engine was made (a wiped or re-created
+  instance at the same path) gets a new engine, never the old file's open handle;
+- a forked child never uses its parent's connections (the cache is per process id);
+- at most ``MAX_ENGINES`` files keep an engine (one per run for the run shards), the
+  least recently used is disposed, so open files stay bounded.
+
+Installed when ``recovery.orchestration`` is imported (the CLI, the code location and
+the tests all import it); other instances (Postgres) are untouched. ``RECOVERY_SQLITE_POOL=off``
+leaves Dagster as it ships (to compare, or should a Dagster release disagree with it).
+``recovery_tests/test_dagster_sqlite.py`` fails if Dagster stops looking up
+``create_engine`` in those modules, so the hook is re-examined when Dagster changes.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.pool import QueuePool
+
+MAX_ENGINES = 16
+STORAGE_MODULES = (
+    "dagster._core.storage.event_log.sqlite.sqlite_event_log",
+    "dagster._core.storage.runs.sqlite.sqlite_run_storage",
+    "dagster._core.storage.schedules.sqlite.sqlite_schedule_storage",
+)
+_create_engine = sqlalchemy.create_engine
+
+
+@dataclass
+class _Cached:
+    engine: Engine
+    identity: tuple[int, int] | None  # (device, inode) of the file once it exists
+
+
+class EngineCache:
+    """Pooled engines by SQLite file, least recently used first."""
+
+    def __init__(self, max_engines: int = MAX_ENGINES):
+        self.max_engines = max_engines
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._engines: OrderedDict[str, _Cached] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._engines)
+
+    def create_engine(self, url: Any, **kwargs: Any) -> Engine:
+        """``sqlalchemy.create_engine`` as Dagster's SQLite storages call it; pooled for a file."""
+        path = _sqlite_file(url)
+        if path is None:
+            return _create_engine(url, **kwargs)
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child: the parent's connections are not ours
+                self._engines.clear()
+                self._pid = os.getpid()
+            identity = _identity(path)
+            cached = self._engines.get(path)
+            if cached is not None and cached.identity is not None and cached.identity != identity:
+                self._engines.pop(path)
+                _dispose(cached.engine)  # the file was deleted or replaced: never write to the old one
+                cached = None
+            if cached is None:
+                cached = _Cached(self._pooled(url, kwargs), identity)
+                self._engines[path] = cached
+                while len(self._engines) > self.max_engines:
+                    _, oldest = self._engines.popitem(last=False)
+                    _dispose(oldest.engine)
+            elif cached.identity is None:
+                cached.identity = identity
+            self._engines.move_to_end(path)
+            return cached.engine
+
+    def clear(self) -> None:
+        with self._lock:
+            for cached in self._engines.values():
+                _dispose(cached.engine)
+            self._engines.clear()
+
+    @staticmethod
+    def _pooled(url: Any, kwargs: dict[str, Any]) -> Engine:
+        kwargs = {k: v for k, v in kwargs.items() if k != "poolclass"}
+        engine = _create_engine(url, poolclass=QueuePool, pool_size=1, max_overflow=8, **kwargs)
+        # Dagster disposes its per-statement engine after each use; this one outlives the statement
+        engine.dispose = lambda *args, **kw: None  # type: ignore[method-assign]
+        return engine
+
+
+def _sqlite_file(url: Any) -> str | None:
+    parsed = make_url(str(url))
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return os.path.abspath(parsed.database)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _dispose(engine: Engine) -> None:
+    Engine.dispose(engine)
+
+
+ENGINES = EngineCache()
+
+
+def install() -> None:
+    """Route Dagster's SQLite storages through ``ENGINES`` (idempotent)."""
+    import importlib
+
+    if os.environ.get("RECOVERY_SQLITE_POOL", "").lower() in ("off", "0", "false", "no"):
+        return
+    for name in STORAGE_MODULES:
+        module = importlib.import_module(name)
+        if not hasattr(module, "create_engine"):
+            raise RuntimeError(f"{name} no longer calls create_engine: re-examine recovery/dagster_sqlite.py")
+        module.create_engine = ENGINES.create_engine  # type: ignore[attr-defined]
