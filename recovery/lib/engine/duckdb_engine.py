@@ -135,6 +135,10 @@ class _ProcessFiles:
         with self.cond:
             self.files[path]["turnstile"] = fd
 
+    def holds(self, path: str, fd: int) -> bool:
+        with self.cond:
+            return self.files.get(path, {}).get("turnstile") == fd
+
     def release(self, path: str, *, read_only_slot: bool = False) -> None:
         """Drop a slot; called after its connection closed, so the last one drops the turnstile
         only once the instance (and its checkpoint on close) is gone."""
@@ -180,12 +184,12 @@ def _take_turnstile(location: str, *, writer: bool, deadline: float) -> int | No
                         f"retry when the other job finishes"
                     ) from None
                 time.sleep(0.002 + random.random() * 0.003)
-    except BaseException:
+        if not writer:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        return fd
+    except BaseException:  # an interrupt included: a lost descriptor would keep the lock
         os.close(fd)
         raise
-    if not writer:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    return fd
 
 
 def fetch_row(conn: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | None = None) -> tuple:
@@ -281,18 +285,27 @@ class DuckDBEngine(Engine):
         """Open a connection with the process's configuration for this file, retrying lock and
         configuration clashes with bounded, jittered backoff (see the module docstring)."""
         config = self._config()
+        key = os.path.realpath(self.location)
         deadline = time.monotonic() + self.busy_timeout_s
         delay = 0.005 if not want_read_only else 0.02
-        # joining an instance this process already holds takes no file lock: no turnstile (a
-        # reader inside its own process's write must never wait for another process's writer)
-        fd = None if joined else _take_turnstile(self.location, writer=not want_read_only, deadline=deadline)
+        fd: int | None = None
+        conn: duckdb.DuckDBPyConnection | None = None
+        # Everything from taking the turnstile to handing it to PROCESS_FILES sits in one try: a
+        # run's cancellation raises an interrupt at any bytecode, and a turnstile descriptor lost
+        # on the way kept its flock for the process's life. The process's next writer then waited
+        # on its own lock (flocks of two descriptors conflict) and every other process on it
+        # (seen: a cancelled backfill run's step retry, and the containment, both for 300 s).
         try:
+            # joining an instance this process already holds takes no file lock: no turnstile (a
+            # reader inside its own process's write must never wait for another process's writer)
+            fd = None if joined else _take_turnstile(self.location, writer=not want_read_only, deadline=deadline)
             while True:
                 try:
                     conn = self._connect(database=self.location, read_only=read_only, config=config)
                     conn.execute("SET python_enable_replacements = false")
                     break
                 except (duckdb.IOException, duckdb.ConnectionException) as err:
+                    conn = None
                     retry = _is_lock_error(err) or _is_config_clash(err)
                     if not retry or time.monotonic() >= deadline:
                         if retry:
@@ -304,15 +317,16 @@ class DuckDBEngine(Engine):
                     time.sleep(delay * (0.5 + random.random()))
                     # a writer holding the turnstile only waits for readers already in: poll it tightly
                     delay = min(delay * 1.6, 1.0 if want_read_only else 0.05)
+            if fd is not None and not want_read_only:
+                PROCESS_FILES.hold(key, fd)  # from here PROCESS_FILES closes it
         except BaseException:
-            if fd is not None:
+            if fd is not None and not PROCESS_FILES.holds(key, fd):
                 os.close(fd)
+            if conn is not None:
+                conn.close()
             raise
-        if fd is not None:
-            if want_read_only:
-                os.close(fd)
-            else:
-                PROCESS_FILES.hold(os.path.realpath(self.location), fd)
+        if fd is not None and want_read_only:
+            os.close(fd)  # a reader only passes the turnstile (already unlocked)
         return conn
 
     @contextmanager
