@@ -22,8 +22,9 @@ Safeguards a long-lived process (a test session, a notebook, a code server) need
 Installed when ``recovery.orchestration`` is imported (the CLI, the code location and
 the tests all import it); other instances (Postgres) are untouched. ``RECOVERY_SQLITE_POOL=off``
 leaves Dagster as it ships (to compare, or should a Dagster release disagree with it).
-``recovery_tests/test_dagster_sqlite.py`` fails if Dagster stops looking up
-``create_engine`` in those modules, so the hook is re-examined when Dagster changes.
+If a Dagster release stops looking up ``create_engine`` in those modules, that module is
+left as shipped and ``recovery_tests/test_dagster_sqlite.py`` fails, so the hook is
+re-examined then.
 """
 
 from __future__ import annotations
@@ -91,12 +92,6 @@ class EngineCache:
             self._engines.move_to_end(path)
             return cached.engine
 
-    def clear(self) -> None:
-        with self._lock:
-            for cached in self._engines.values():
-                _dispose(cached.engine)
-            self._engines.clear()
-
     @staticmethod
     def _pooled(url: Any, kwargs: dict[str, Any]) -> Engine:
         kwargs = {k: v for k, v in kwargs.items() if k != "poolclass"}
@@ -136,6 +131,7 @@ def install() -> None:
         return
     for name in STORAGE_MODULES:
         module = importlib.import_module(name)
-        if not hasattr(module, "create_engine"):
-            raise RuntimeError(f"{name} no longer calls create_engine: re-examine recovery/dagster_sqlite.py")
-        module.create_engine = ENGINES.create_engine  # type: ignore[attr-defined]
+        # a Dagster release that builds its engines another way keeps its own (slower, correct)
+        # behaviour rather than failing every command at import; the test says so
+        if hasattr(module, "create_engine"):
+            module.create_engine = ENGINES.create_engine  # type: ignore[attr-defined]
