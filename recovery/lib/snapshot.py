@@ -33,6 +33,42 @@ def latest_versions_sql(
     )
 
 
+def latest_index_sql(spec: DatasetSpec, watermark: datetime | None, keys: str | None = None) -> str:
+    """Each key's latest change as of ``watermark``, narrow: the key, its version, op and arrival.
+
+    An aggregate over four columns instead of ranking whole rows: at millions of keys DuckDB
+    folds it in about a third of the time of a ``row_number()`` window that carries every
+    column. Exact because (key, version) identifies one change (``catalog_checks``)."""
+    s = spec.source
+    key = quote_all(s.key)
+    ver = quote(s.version)
+    where = f" WHERE {quote(s.ingested_at)} <= {ts_literal(watermark)}" if watermark else ""
+    only = f" SEMI JOIN {keys} USING ({key})" if keys else ""
+    return (
+        f"SELECT {key}, max({ver}) AS {ver}, arg_max({quote(s.op)}, {ver}) AS {quote(s.op)}, "
+        f"arg_max({quote(s.ingested_at)}, {ver}) AS {quote(s.ingested_at)} "
+        f"FROM {s.table_name.sql()}{only}{where} GROUP BY ALL"
+    )
+
+
+def expected_from_index_sql(spec: DatasetSpec, index: str, watermark: datetime | None) -> str:
+    """Expected rows (as ``expected_rows_sql``) of the live keys of ``index``, a relation of
+    ``latest_index_sql``: the source's rows at those versions, through the transform, stamped
+    with the version from the index (one join back on the narrow index, not on whole rows)."""
+    s = spec.source
+    meta = spec.target.metadata
+    key_cols = [*s.key, s.version]
+    on = " AND ".join(f"src.{quote(c)} = i.{quote(c)}" for c in key_cols)
+    where = f" WHERE src.{quote(s.ingested_at)} <= {ts_literal(watermark)}" if watermark else ""
+    live = f"SELECT {quote_all(key_cols)} FROM {index} WHERE {quote(s.op)} NOT IN ({str_list(s.delete_ops)})"
+    rows = f"SELECT src.* FROM {s.table_name.sql()} AS src JOIN ({live}) AS i ON {on}{where}"
+    key_join = " AND ".join(f"t.{quote(k)} = i.{quote(k)}" for k in spec.key)
+    return (
+        f"SELECT t.*, i.{quote(s.version)} AS {quote(meta.source_version)} "
+        f"FROM ({render(spec.transform_sql, source=rows)}) AS t JOIN {index} AS i ON {key_join}"
+    )
+
+
 def source_snapshot_sql(spec: DatasetSpec, watermark: datetime | None) -> str:
     """Latest non-deleted version of each key as of ``watermark`` (None: everything there now)."""
     return latest_versions_sql(spec, watermark, include_deleted=False)

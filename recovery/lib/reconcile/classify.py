@@ -24,7 +24,7 @@ from recovery.lib.reconcile.footprint import drift_outside_sql, resolve_footprin
 from recovery.lib.reconcile.inputs import ReconcileInputs, partition_table, recon_table
 from recovery.lib.reconcile.partitions import partition_findings_sql
 from recovery.lib.registry import generations_sql
-from recovery.lib.snapshot import expected_rows_sql, latest_versions_sql, str_list, ts_literal
+from recovery.lib.snapshot import expected_from_index_sql, latest_index_sql, latest_versions_sql, str_list, ts_literal
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.trace import mark
 
@@ -80,9 +80,10 @@ def _log_covers(s: Session, spec: DatasetSpec, start: datetime | None) -> bool:
 def stage(s: Session, inputs: ReconcileInputs) -> dict:
     """Build the temp relations the classification reads. Returns the resolved facts.
 
-    Each big relation is read once: the source's latest version per key (which gives
-    E, presence in the source, tombstones and arrival times), and the target folded
-    to one row per key with its number of copies. What the target held before the
+    Each big relation is read once or twice: the change log folded to each key's latest
+    change (key, version, op, arrival: a narrow aggregate that gives presence in the
+    source, tombstones and arrival times), E from the source's rows at those versions,
+    and the target with each key's number of copies. What the target held before the
     failed generation started, and which concurrent writes it clobbered, come from
     the package's write log where it covers that time, else from the generations'
     registry (inference, stated as such in ``facts['basis']``); the log or registry
@@ -108,12 +109,12 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
     footprint = fp if not inputs.full else None
     if footprint:  # only the footprint's candidate keys are resolved to their latest version
         stage_candidates(s, inputs, footprint, watermark)
+    # each key's latest change, narrow (key, version, op, arrival); E joins the source back at those versions
     s.execute(
         f"CREATE OR REPLACE TEMP TABLE __latest AS "
-        f"{latest_versions_sql(spec, watermark, include_deleted=True, keys='__fp_cand' if footprint else None)}"
+        f"{latest_index_sql(spec, watermark, keys='__fp_cand' if footprint else None)}"
     )
-    live = f"SELECT * FROM __latest WHERE {quote(src.op)} NOT IN ({str_list(src.delete_ops)})"
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __e AS {expected_rows_sql(spec, None, source_relation=live)}")
+    s.execute(f"CREATE OR REPLACE TEMP TABLE __e AS {expected_from_index_sql(spec, '__latest', watermark)}")
     # the target with each row's number of copies (the few duplicated keys are folded to one
     # row after the diff, on the small set of differing rows)
     target = spec.target.table_name.sql()
