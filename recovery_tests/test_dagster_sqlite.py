@@ -45,6 +45,19 @@ def test_one_engine_per_file_a_replaced_file_gets_a_new_one_and_the_oldest_is_di
     assert memory is not cache.create_engine("sqlite://") and len(cache) == 2  # not a file: not cached
 
 
+def test_pooled_connections_commit_without_a_sync_per_statement_unless_asked(tmp_path: Path, monkeypatch):
+    """WAL with ``synchronous=NORMAL``: a commit no longer waits for the disk (the last commits
+    may be lost on power loss, never the file's consistency); ``RECOVERY_SQLITE_SYNC=full`` restores Dagster's."""
+
+    def synchronous(cache: EngineCache, name: str) -> int:
+        with cache.create_engine(f"sqlite:///{tmp_path / name}").connect() as conn:
+            return conn.exec_driver_sql("PRAGMA synchronous").scalar()
+
+    assert synchronous(EngineCache(), "normal.db") == 1  # NORMAL
+    monkeypatch.setenv("RECOVERY_SQLITE_SYNC", "full")
+    assert synchronous(EngineCache(), "full.db") == 2  # FULL, SQLite's default
+
+
 READ_RUNS = """
 import sys, dagster as dg
 with dg.DagsterInstance.from_ref(dg._core.instance.InstanceRef.from_dir(sys.argv[1])) as instance:

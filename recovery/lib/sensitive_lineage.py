@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 
 import sqlglot
 import sqlglot.expressions as exp
-from sqlglot.lineage import lineage
-from sqlglot.optimizer.qualify import qualify
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
@@ -53,6 +51,10 @@ def derived_outputs(sql: str, placeholder: str, columns: dict[str, str], sensiti
     name = f"__{placeholder}__"
     text = _PLACEHOLDER.sub(name, sql.strip().rstrip(";"))
     schema: dict[str, object] = {name: dict(columns)}
+    # sqlglot's lineage and optimizer load here, not with every command (a tenth of a second)
+    from sqlglot.lineage import lineage
+    from sqlglot.optimizer.qualify import qualify
+
     try:
         tree = qualify(sqlglot.parse_one(text, read="duckdb"), schema=schema, dialect="duckdb")
         if not isinstance(tree, exp.Query):  # only a query has output columns to follow

@@ -9,15 +9,18 @@ this package disables. Each copies the object into the table slice in one statem
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import duckdb
-import pandas as pd
-import pyarrow as pa
 from dagster import InputContext, OutputContext
 from dagster._core.storage.db_io_manager import DbTypeHandler, TableSlice
 from dagster_duckdb.io_manager import DuckDbClient
 
 from recovery.lib.engine.duckdb_engine import fetch_row
+
+if TYPE_CHECKING:  # pandas and pyarrow load when a run stores or loads a frame, not with the code location
+    import pandas as pd
+    import pyarrow as pa
 
 _VIEW = "__recovery_io_output"
 
@@ -32,7 +35,7 @@ def _store(obj, table_slice: TableSlice, connection: duckdb.DuckDBPyConnection) 
     return {"dagster/row_count": int(rows)}
 
 
-class PandasTypeHandler(DbTypeHandler[pd.DataFrame]):
+class PandasTypeHandler(DbTypeHandler["pd.DataFrame"]):
     def handle_output(self, context: OutputContext, table_slice: TableSlice, obj: pd.DataFrame, connection):
         return _store(obj, table_slice, connection)
 
@@ -41,10 +44,12 @@ class PandasTypeHandler(DbTypeHandler[pd.DataFrame]):
 
     @property
     def supported_types(self) -> Sequence[type[object]]:
+        import pandas as pd
+
         return [pd.DataFrame]
 
 
-class ArrowTypeHandler(DbTypeHandler[pa.Table]):
+class ArrowTypeHandler(DbTypeHandler["pa.Table"]):
     def handle_output(self, context: OutputContext, table_slice: TableSlice, obj: pa.Table, connection):
         return _store(obj, table_slice, connection)
 
@@ -53,6 +58,8 @@ class ArrowTypeHandler(DbTypeHandler[pa.Table]):
 
     @property
     def supported_types(self) -> Sequence[type[object]]:
+        import pyarrow as pa
+
         return [pa.Table]
 
 

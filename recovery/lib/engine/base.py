@@ -7,13 +7,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from recovery.lib.errors import RecoveryError
 from recovery.lib.identifiers import quote_all
 
 if TYPE_CHECKING:
     import duckdb
+    import pyarrow as pa
 
 
 class Session(ABC):

@@ -32,15 +32,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from recovery.lib.engine.base import Engine, RetryableConflict, Session
 from recovery.lib.errors import RecoveryError, WarehouseBusyError
 from recovery.lib.identifiers import quote
 from recovery.lib.trace import trace
+
+if TYPE_CHECKING:  # DuckDB loads pyarrow itself when a result is fetched as Arrow
+    import pyarrow as pa
 
 
 def _is_lock_error(err: BaseException) -> bool:

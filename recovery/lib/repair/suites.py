@@ -16,13 +16,14 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from recovery.lib.errors import SpecError
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.trace import trace
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 BATCH_ROWS = 500_000
 
