@@ -184,15 +184,25 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
                     f"key {spec.key} + version is not unique in {s_table}: {dup[:-1]} occurs {dup[-1]} times",
                     "add the missing key columns so that (key, version) identifies one change",
                 )
-            bad_op = s.fetchone(
-                f"SELECT DISTINCT {quote(spec.source.op)} FROM {s_table.sql()} "
-                f"WHERE CAST({quote(spec.source.op)} AS VARCHAR) NOT IN ({str_list(ops)}) LIMIT 1"
+            # one scan for both: an op outside the lists, and changes without a version (a key's latest
+            # change is its highest version, so a NULL one could never be resolved)
+            op, version = quote(spec.source.op), quote(spec.source.version)
+            bad = s.fetchone(
+                f"SELECT count(*) FILTER (WHERE CAST({op} AS VARCHAR) NOT IN ({str_list(ops)})), "
+                f"min({op}) FILTER (WHERE CAST({op} AS VARCHAR) NOT IN ({str_list(ops)})), "
+                f"count(*) FILTER (WHERE {version} IS NULL) FROM {s_table.sql()}"
             )
-            if bad_op:
+            if bad and bad[0]:
                 fail(
                     "source.op",
-                    f"value {bad_op[0]!r} is neither an upsert nor a delete op {ops}",
+                    f"value {bad[1]!r} is neither an upsert nor a delete op {ops}",
                     "list it under source.upsert_ops or source.delete_ops",
+                )
+            if bad and bad[2]:
+                fail(
+                    "source.version",
+                    f"{bad[2]:,} changes in {s_table} have no version (NULL)",
+                    "give every change a version (the key's latest change is its highest version)",
                 )
             _SCANNED_SOURCES.add(scanned)
         memo, fingerprint = _SHAPES_CHECKED.get(), _shape_fingerprint(spec, cols)

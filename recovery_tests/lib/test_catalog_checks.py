@@ -68,3 +68,16 @@ def test_the_change_log_is_checked_every_time_even_within_one_launcher(tmp_path:
             con.execute(f"INSERT INTO {SOURCE_TABLE} SELECT * FROM {SOURCE_TABLE} LIMIT 1")
         with pytest.raises(SpecError, match="source.key"):
             check_against_warehouse(parse_spec(spec_path))
+
+
+def test_a_change_without_a_version_is_refused_naming_source_version(tmp_path: Path):
+    """Latest versions are resolved by the highest version per key; a NULL one is bad input, said as such."""
+    spec_path = build_small_dataset(tmp_path / "orders", n_orders=40)
+    spec = parse_spec(spec_path)
+    with duckdb.connect(str(spec.warehouse.path)) as con:
+        con.execute(
+            f"INSERT INTO {SOURCE_TABLE} SELECT * REPLACE (NULL AS {spec.source.version}) FROM {SOURCE_TABLE} LIMIT 1"
+        )
+    with checked_once(set()), pytest.raises(SpecError, match="source.version") as err:
+        check_against_warehouse(parse_spec(spec_path))
+    assert "1 changes" in str(err.value) and "no version" in str(err.value)
