@@ -10,6 +10,7 @@ import inspect
 import duckdb
 import pytest
 
+from recovery.lib.errors import RecoveryError
 from recovery.lib.repair.sql_suites import SqlSuiteRunner, engine_classes
 from recovery.lib.repair.suites import Expectation, Suite, _gx
 
@@ -79,12 +80,38 @@ def test_aggregates_are_computed_over_the_whole_relation_in_the_engine(table):
     assert dup["right"].failures == {"expect_column_values_to_be_unique(id)": 2}
 
 
-def test_the_runner_reads_through_the_sessions_connection_inside_its_transaction(table):
-    """No second DuckDB instance: the GE connections are cursors of the session's connection."""
+def test_the_runner_sees_the_callers_uncommitted_rows_and_leaves_its_transaction_open(table):
+    """A gate runs inside the transaction that wrote what it checks: GE reads through the session's own
+    connection (its uncommitted rows and temporary tables), never commits nor rolls back, and the
+    caller's rollback still undoes everything."""
     table.execute("BEGIN")
-    table.execute("CREATE TEMP TABLE scratch AS SELECT 1")
+    table.execute('INSERT INTO "analytics"."t" VALUES (7, 7, \'x\')')  # a duplicate id, not committed
+    table.execute('CREATE TEMP TABLE scratch AS SELECT * FROM "analytics"."t" WHERE id < 5000')
+    runner = SqlSuiteRunner(table, [_suite("u", E("expect_column_values_to_be_unique", {"column": "id"}))])
+    assert runner.validate('SELECT * FROM "analytics"."t"')["u"].failures == {
+        "expect_column_values_to_be_unique(id)": 2
+    }
+    assert runner.validate("SELECT * FROM scratch")["u"].rows == 5001
+    assert table.execute('SELECT count(*) FROM "analytics"."t"').fetchone() == (100_001,)  # still in the transaction
+    table.execute("ROLLBACK")
+    assert table.execute('SELECT count(*) FROM "analytics"."t"').fetchone() == (100_000,)
+    assert runner.validate('SELECT * FROM "analytics"."t"')["u"].passed
+
+
+def test_a_query_that_fails_in_the_engine_is_named_instead_of_writing_to_an_aborted_transaction(table):
+    """DuckDB aborts the transaction on a failed query: the runner says so, naming the expectation."""
+    table.execute("BEGIN")
     runner = SqlSuiteRunner(
-        table, [_suite("m", E("expect_column_max_to_be_between", {"column": "v", "min_value": 99, "max_value": 99}))]
+        table, [_suite("bad", E("expect_column_values_to_be_between", {"column": "s", "min_value": 0, "max_value": 1}))]
     )
-    assert runner.validate('SELECT v FROM "analytics"."t" WHERE id < 5000')["m"].passed
-    table.execute("COMMIT")
+    with pytest.raises(RecoveryError, match=r"expect_column_values_to_be_between\(s\).*aborted the transaction"):
+        runner.validate('SELECT * FROM "analytics"."t"')
+    table.execute("ROLLBACK")
+
+
+def test_each_validation_can_take_its_own_suites(table):
+    keys = _suite("keys", E("expect_column_values_to_be_unique", {"column": "id"}))
+    values = _suite("values", E("expect_column_max_to_be_between", {"column": "v", "min_value": 99, "max_value": 99}))
+    runner = SqlSuiteRunner(table, [keys, values])
+    assert set(runner.validate('SELECT id FROM "analytics"."t"', [keys])) == {"keys"}
+    assert runner.validate('SELECT v FROM "analytics"."t"', [values])["values"].passed

@@ -15,13 +15,15 @@ import json
 
 from recovery.lib.control_plane import SCHEMA, utcnow
 from recovery.lib.engine.base import Session
+from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote, quote_all, ts_literal
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.repair.build import in_partitions
 from recovery.lib.repair.plan import RepairPlan
 from recovery.lib.repair.replay import committed_seq, latest_delta_sql
-from recovery.lib.repair.suites import BATCH_ROWS, Expectation, Suite, SuiteRunner, declared_suites
+from recovery.lib.repair.sql_suites import SqlSuiteRunner
+from recovery.lib.repair.suites import BATCH_ROWS, Expectation, Suite, SuiteResult, SuiteRunner, declared_suites
 from recovery.lib.repair.tables import GATES, snapshot_table
 from recovery.lib.snapshot import str_list
 from recovery.lib.spec import DatasetSpec
@@ -118,8 +120,9 @@ def reference_sql(s: Session, spec: DatasetSpec, plan: RepairPlan, through_seq: 
     """
 
 
-def row_frame_sql(spec: DatasetSpec, plan: RepairPlan, scope: list[str]) -> str:
-    """Every row of the scope with the facts the row-level suites check."""
+def row_frame_sql(spec: DatasetSpec, plan: RepairPlan, scope: list[str], *, payload: bool = True) -> str:
+    """Every row of the scope with the facts the row-level suites check (``payload=False``: the
+    key and those facts only, what the built-in suites read)."""
     src = spec.source
     meta = spec.target.metadata
     key = quote_all(spec.key)
@@ -138,13 +141,14 @@ def row_frame_sql(spec: DatasetSpec, plan: RepairPlan, scope: list[str]) -> str:
         tomb AS (SELECT {key}, max({quote(src.version)}) AS __tomb_version FROM {src.table_name.sql()}
                  WHERE {quote(src.op)} IN ({str_list(src.delete_ops)}) AND {quote(src.ingested_at)} <= {wm}
                  AND ({key}) IN (SELECT ({key}) FROM c) GROUP BY ALL)
-        SELECT c.*, CAST(c.{part} AS VARCHAR) AS __partition, der.__derived_partition,
+        SELECT {"c.*" if payload else ", ".join(f"c.{quote(k)}" for k in spec.key)},
+               CAST(c.{part} AS VARCHAR) AS __partition, der.__derived_partition,
                coalesce(copies.__key_copies, 1) AS __key_copies,
                coalesce(tomb.__tomb_version > c.{sv}, false) AS __tombstoned,
                coalesce(c.{gen} IN ({str_list(plan.failed_generations)})
                         OR c.{gen} IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL), false) AS __fenced
         FROM c LEFT JOIN copies USING ({key}) LEFT JOIN der USING ({key}) LEFT JOIN tomb USING ({key})
-        ORDER BY __partition
+        {"ORDER BY __partition" if payload else ""}
     """
 
 
@@ -202,23 +206,32 @@ def evaluate_gates(
     later change to an earlier wave's rows is still caught by the reconciliation."""
     suite_scope = scope if suite_scope is None else suite_scope
     spec = writer.spec
-    reference = reference_sql(s, spec, plan, through_seq, writer)
+    # computed once (it overlays the snapshot with the replayed delta): the key-by-key gate and the
+    # partition totals both read it
+    s.execute(
+        f"CREATE OR REPLACE TEMP TABLE __gate_reference AS SELECT * FROM "
+        f"({reference_sql(s, spec, plan, through_seq, writer)}) WHERE {in_partitions(spec, scope)}"
+    )
+    reference = "SELECT * FROM __gate_reference"
     results = [reconciliation_gate(s, spec, plan, scope, reference)]
     columns = [c for c, _ in s.columns(namespace_sql(plan.namespace))]
-    suites = builtin_suites(spec) + declared_suites(spec, columns)
-    runner = SuiteRunner(suites)
-    runner.run(s.arrow_batches(row_frame_sql(spec, plan, suite_scope), batch_rows))
-    for r in runner.results.values():
-        results.append(GateResult(r.name, r.passed, r.unexpected, r.describe()))
-    parts = SuiteRunner([partition_suite()])
-    frame = s.arrow(
+    builtin, declared = builtin_suites(spec), declared_suites(spec, columns)
+    totals_sql = (
         f"SELECT partition, coalesce(a.n, 0) AS rows, coalesce(r.n, 0) AS reference_rows, a.t AS total, r.t AS reference_total "
         f"FROM ({_per_partition(spec, f'SELECT * FROM {namespace_sql(plan.namespace)}', suite_scope)}) a "
         f"FULL OUTER JOIN ({_per_partition(spec, reference, suite_scope)}) r USING (partition) ORDER BY partition"
-    ).to_pandas()
-    parts.validate(frame)
-    pr = parts.results["repair_partition_totals"]
-    results.append(GateResult(pr.name, pr.passed, pr.unexpected, pr.describe()))
+    )
+    if isinstance(s, DuckDBSession):
+        suite_results = _suites_in_engine(s, spec, plan, suite_scope, builtin, declared, totals_sql)
+    else:  # Spark: bounded pandas batches (aggregates are per batch)
+        runner = SuiteRunner(builtin + declared)
+        runner.run(s.arrow_batches(row_frame_sql(spec, plan, suite_scope), batch_rows))
+        parts = SuiteRunner([partition_suite()])
+        parts.validate(s.arrow(totals_sql).to_pandas())
+        suite_results = list(runner.results.values()) + list(parts.results.values())
+    for r in suite_results:
+        results.append(GateResult(r.name, r.passed, r.unexpected, r.describe()))
+    s.execute("DROP TABLE __gate_reference")
     seq = committed_seq(s)
     for g in results:
         s.execute(
@@ -226,6 +239,36 @@ def evaluate_gates(
             [plan.incident_id, plan.generation, stage, g.gate, g.passed, g.observed, g.details, seq, utcnow(), run_id],
         )
     return results
+
+
+def _suites_in_engine(
+    s: DuckDBSession,
+    spec: DatasetSpec,
+    plan: RepairPlan,
+    scope: list[str],
+    builtin: list[Suite],
+    declared: list[Suite],
+    totals_sql: str,
+) -> list[SuiteResult]:
+    """Every suite computed by DuckDB over the whole scope, inside the caller's transaction.
+
+    The built-in suites read a narrow frame (key, partition, derived partition, copies,
+    tombstone, fence) computed once into a temporary table, since each expectation is its
+    own query and the frame's joins should not run once per expectation; the declared
+    suites read the namespace's rows as they are; the partition totals read their own
+    small table. Uniqueness and every aggregate are thus over the whole scope, not per batch."""
+    runner = SqlSuiteRunner(s.conn, builtin + declared + [partition_suite()])
+    # created in the caller's transaction: a failure rolls them back with it
+    s.execute(f"CREATE OR REPLACE TEMP TABLE __gate_rows AS {row_frame_sql(spec, plan, scope, payload=False)}")
+    s.execute(f"CREATE OR REPLACE TEMP TABLE __gate_partition_totals AS {totals_sql}")
+    results = runner.validate("SELECT * FROM __gate_rows", builtin)
+    if declared:
+        ns = namespace_sql(plan.namespace)
+        results |= runner.validate(f"SELECT * FROM {ns} WHERE {in_partitions(spec, scope)}", declared)
+    results |= runner.validate("SELECT * FROM __gate_partition_totals", [partition_suite()])
+    s.execute("DROP TABLE __gate_rows")
+    s.execute("DROP TABLE __gate_partition_totals")
+    return list(results.values())
 
 
 def latest_gates(s: Session, incident_id: str, stage: str | None = None) -> dict[str, dict]:

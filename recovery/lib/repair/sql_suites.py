@@ -15,11 +15,15 @@ overrides that one method to buffer the rows inside the connection
 (``result.freeze()()``); ``recovery_tests/test_sql_suites.py`` fails if upstream changes
 the method it replaces, so the override is re-examined then.
 
-SQLAlchemy does not open the file again: its connections are cursors of the recovery
-session's own DuckDB connection (``creator``), so they share its database instance
-(DuckDB refuses a second instance of a file with another configuration, and
-duckdb-engine always adds one) and read what that instance committed. The pool is
-disposed after each validation.
+SQLAlchemy does not open the file again: its connections are the recovery session's own
+DuckDB connection (``creator``), so GE reads exactly what the session sees, its
+uncommitted writes and temporary tables included (a gate runs inside the transaction
+that wrote what it checks; a cursor would be a second connection that sees only what
+was committed). The caller owns that transaction: the wrapper's begin, commit, rollback
+and close do nothing, so SQLAlchemy's autobegin, its reset-on-return and the pool's
+disposal (after each validation) leave it alone. A query GE sends that fails in the
+engine aborts the caller's transaction (DuckDB has no savepoints); ``validate`` then
+raises, naming the expectation, rather than let the caller write to a dead transaction.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import time
 from functools import lru_cache
 from typing import ClassVar, Literal
 
+from recovery.lib.errors import RecoveryError
 from recovery.lib.repair.suites import (
     Suite,
     SuiteResult,
@@ -65,6 +70,40 @@ def engine_classes() -> tuple[type, type]:
     return BufferedExecutionEngine, WarehouseDatasource
 
 
+@lru_cache(maxsize=1)
+def _caller_transaction_class() -> type:
+    from duckdb_engine import ConnectionWrapper
+
+    class CallerTransaction(ConnectionWrapper):
+        """The session's connection as SQLAlchemy's DBAPI connection, its transaction left to the caller."""
+
+        def begin(self) -> None:
+            pass
+
+        def commit(self) -> None:
+            pass
+
+        def rollback(self) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    return CallerTransaction
+
+
+def _raised(exception_info: dict | None) -> str | None:
+    """The first exception message of an expectation's result (GE nests them per metric), if any."""
+    if not exception_info:
+        return None
+    if exception_info.get("raised_exception"):
+        return str(exception_info.get("exception_message") or "error")
+    for value in exception_info.values():
+        if isinstance(value, dict) and value.get("raised_exception"):
+            return str(value.get("exception_message") or "error")
+    return None
+
+
 class SqlSuiteRunner:
     """Validates SQL relations of one DuckDB file against suites, each expectation computed in the engine."""
 
@@ -80,32 +119,35 @@ class SqlSuiteRunner:
             self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
         except Exception:  # noqa: BLE001, S110 (progress bars are cosmetic)
             pass
-        from duckdb_engine import ConnectionWrapper
-
+        wrapper = _caller_transaction_class()
+        self.connection = connection
         self.source = getattr(self.context.data_sources, f"add_{DATASOURCE_TYPE}")(
             "warehouse",
             connection_string="duckdb:///:memory:",  # the dialect; connections come from creator
-            kwargs={"creator": lambda: ConnectionWrapper(connection.cursor())},
+            kwargs={"creator": lambda: wrapper(connection)},
         )
-        combined = gx.ExpectationSuite(name="recovery_sql_gates")
+        self._n = 0
+
+    def validate(self, query: str, suites: list[Suite] | None = None) -> dict[str, SuiteResult]:
+        """Each suite (default: every suite of the runner) over the whole relation ``query`` (one SELECT)."""
+        gx = _gx()
+        suites = self.suites if suites is None else suites
+        self._n += 1
+        combined = gx.ExpectationSuite(name=f"recovery_sql_gates_{self._n}")
         for suite in suites:
             for e in suite.expectations:
                 combined.add_expectation(expectation_class(e.type)(**e.kwargs, meta={"suite": suite.name}))
-        self.combined = self.context.suites.add(combined)
-        self._n = 0
-
-    def validate(self, query: str) -> dict[str, SuiteResult]:
-        """Every suite over the whole relation ``query`` (one SELECT); results per suite."""
-        self._n += 1
+        combined = self.context.suites.add(combined)
         asset = self.source.add_query_asset(f"relation_{self._n}", query=query)
         batch = asset.add_batch_definition_whole_table("whole").get_batch()
         t0 = time.perf_counter()
         try:
-            res = batch.validate(self.combined)
+            res = batch.validate(combined)
         finally:
-            self.source.get_execution_engine().engine.dispose()  # never keep the file open
-        trace("great_expectations_sql", time.perf_counter() - t0, f"{len(self.combined.expectations)} expectations")
-        results = {s.name: SuiteResult(s.name, batches=1) for s in self.suites}
+            self.source.get_execution_engine().engine.dispose()  # the pool's connections are the session's
+        trace("great_expectations_sql", time.perf_counter() - t0, f"{len(combined.expectations)} expectations")
+        self._require_live_transaction(res)
+        results = {s.name: SuiteResult(s.name, batches=1) for s in suites}
         for er in res.results:
             r = results[er.expectation_config.meta["suite"]]
             info = er.result or {}
@@ -120,7 +162,7 @@ class SqlSuiteRunner:
             r.checked.append((label, bool(er.success), str(_plain(shown))[:200]))
             if er.success:
                 continue
-            error = (er.exception_info or {}).get("exception_message") if er.exception_info else None
+            error = _raised(er.exception_info)
             r.failures[label] = int(info.get("unexpected_count") or 1)
             r.samples[label] = (
                 [f"error: {error}"]
@@ -129,3 +171,21 @@ class SqlSuiteRunner:
                 or ([f"observed {_plain(observed)}"] if observed is not None else [])
             )
         return results
+
+    def _require_live_transaction(self, res) -> None:
+        """Raise when a query GE sent failed in the engine: the caller's transaction is aborted then."""
+        import duckdb
+
+        try:
+            self.connection.execute("SELECT 1")
+        except duckdb.Error as err:
+            broken = [
+                er.expectation_config.type + _args(er.expectation_config.kwargs)
+                for er in res.results
+                if _raised(er.exception_info)
+            ]
+            raise RecoveryError(
+                f"a Great Expectations query failed in the engine ({', '.join(broken) or 'unknown expectation'}), "
+                f"which aborted the transaction ({str(err).splitlines()[0]}); nothing was recorded: fix or remove "
+                f"that expectation in the spec's suites and rerun"
+            ) from err
