@@ -143,7 +143,9 @@ class _Files:
         if hashed:
             select, params = hashed_select(copy.sql, list(copy.params), hashed)
         path = self._path(copy.path)
-        rows = s.fetchrow(f"COPY ({select}) TO ? (FORMAT parquet, COMPRESSION zstd)", [*params, str(path)])[0]
+        rows = s.fetchrow(
+            f"COPY ({select}) TO ? (FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1)", [*params, str(path)]
+        )[0]
         self._add(copy.path, copy.description, int(rows), hashed_columns=hashed)
 
     def data(self, rel: str, payload: bytes, description: str, rows: int | None = None) -> None:
