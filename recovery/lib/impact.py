@@ -111,6 +111,10 @@ def assess_impact(
         f"original_value DOUBLE, corrected_value DOUBLE, difference DOUBLE, material BOOLEAN)"
     )
     s.execute(f"DELETE FROM {table} WHERE incident_id = ?", [incident_id])
+    # the expected rows, once for every consumer: each consumer's corrected side reads them, and
+    # computing them per consumer resolved the whole change log again each time
+    if spec.downstream:
+        s.execute(f"CREATE OR REPLACE TEMP TABLE __impact_expected AS {expected_rows_sql(spec, watermark)}")
     for c in spec.downstream:
         original = None
         if s.object_kind("consumers", c.name) is None:
@@ -120,10 +124,10 @@ def assess_impact(
             values = [n for n, _ in s.relation_columns(consumer_sql(spec, c)) if n not in c.key]
         else:
             values = [n for n, _ in s.columns(consumer_table(spec, c).sql()) if n not in c.key]
-        s.execute(
-            f"INSERT INTO {table} SELECT ?, * FROM ({consumer_impact_sql(spec, c, watermark, values, original_relation=original)})",
-            [incident_id],
-        )
+        corrected = consumer_sql(spec, c, "SELECT * FROM __impact_expected")
+        impact = consumer_impact_sql(spec, c, watermark, values, original_relation=original, corrected_sql=corrected)
+        s.execute(f"INSERT INTO {table} SELECT ?, * FROM ({impact})", [incident_id])
+    s.execute("DROP TABLE IF EXISTS __impact_expected")
     return impact_summary(s, spec, incident_id=incident_id)
 
 
