@@ -30,6 +30,7 @@ from recovery.lib.notify import Notifier, WebhookChannel
 from recovery.lib.phases import RESTATE
 from recovery.lib.restatement import restate_consumers
 from recovery.lib.restatement.ledger import SIGN_CHANGE, ledger_table, write_ledger
+from recovery.lib.restatement.restate import source_mismatches
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DownstreamSpec
 from recovery_tests.repaired_small import FAILED, INCIDENT, Receiver, build_damaged, build_repaired, publish_repair
@@ -122,6 +123,20 @@ def test_restated_consumers_equal_the_consumer_on_the_source_and_the_ledger_keep
         diffs = [abs(float(i.rsplit("(difference ", 1)[1].split(")")[0].replace(",", ""))) for i in items]
         assert diffs == sorted(diffs, reverse=True)
         assert m["dedupe_key"] == f"restatement:orders:{INCIDENT}:{m['body'].split()[2]}"
+
+
+def test_a_restated_output_that_differs_from_the_consumer_on_the_source_is_counted(tmp_path):
+    """The cross-check is computed after the consumers' transactions (the expected rows once per
+    watermark): a row missing from one restated output is counted for that consumer only."""
+    r = build_repaired(tmp_path / "orders")
+    results = restate_consumers(r.engine, r.spec, INCIDENT, failed_generations=[FAILED])
+    assert [x.mismatches_vs_source for x in results] == [0, 0]
+    tampered = results[0].corrected_namespace
+    with r.engine.transaction() as s:
+        s.execute(f"DELETE FROM {tampered} WHERE rowid IN (SELECT min(rowid) FROM {tampered})")
+    again = source_mismatches(r.engine, r.spec, results)
+    assert [x.mismatches_vs_source for x in again] == [1, 0]
+    assert [x.consumer for x in again] == [x.consumer for x in results]
 
 
 def test_the_job_rerun_changes_nothing_and_each_owner_is_notified_once(tmp_path, receiver):
