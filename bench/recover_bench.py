@@ -50,6 +50,7 @@ def recover_once(
     wave_size: int,
     trace: bool = False,
     engine: str = "duckdb",
+    keep_trace: Path | None = None,
 ) -> dict:
     """Copy ``dataset`` (a folder with spec.yaml, incident.yaml and the warehouse) and run
     ``recovery recover`` on it in a fresh process; returns its figures (with ``trace``, also
@@ -111,6 +112,8 @@ def recover_once(
         }
         if trace:
             out["trace"] = summarize_trace(trace_file)
+            if keep_trace and trace_file.exists():
+                shutil.copy(trace_file, keep_trace)
         return out
 
 
@@ -122,6 +125,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--wave-size", type=int, default=30)
     p.add_argument("--json", type=Path, help="also write the figures here")
     p.add_argument("--trace", action="store_true", help="also report the slowest engine statements and GE batches")
+    p.add_argument("--keep-trace", type=Path, help="with --trace: copy the whole trace (JSON lines) here")
     p.add_argument(
         "--engine",
         choices=["duckdb", "spark"],
@@ -147,6 +151,7 @@ def main(argv: list[str]) -> int:
                 wave_size=args.wave_size,
                 trace=args.trace,
                 engine=args.engine,
+                keep_trace=args.keep_trace,
             )
         moved = f"; spark-import {r['import_s']:.1f} s before" if r["import_s"] is not None else ""
         t = Table(title=f"{label} on {args.engine}: {r['wall_s']:.1f} s end to end (process start to exit){moved}")
