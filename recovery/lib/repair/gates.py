@@ -122,7 +122,11 @@ def reference_sql(s: Session, spec: DatasetSpec, plan: RepairPlan, through_seq: 
 
 def row_frame_sql(spec: DatasetSpec, plan: RepairPlan, scope: list[str], *, payload: bool = True) -> str:
     """Every row of the scope with the facts the row-level suites check (``payload=False``: the
-    key and those facts only, what the built-in suites read)."""
+    key and those facts only, what the built-in suites read).
+
+    A key's copies are counted across the whole generation but only for the scope's keys: a
+    wave's frame then groups its own keys, not the generation's (at 10M events, 0.54 s instead
+    of 1.41 s for a 30-partition wave; 3.4 s instead of 3.0 s for the whole candidate)."""
     src = spec.source
     meta = spec.target.metadata
     key = quote_all(spec.key)
@@ -136,7 +140,8 @@ def row_frame_sql(spec: DatasetSpec, plan: RepairPlan, scope: list[str], *, payl
     wm = ts_literal(plan.source_watermark)
     return f"""
         WITH c AS (SELECT * FROM {ns} WHERE {in_partitions(spec, scope)}),
-        copies AS (SELECT {key}, count(*) AS __key_copies FROM {ns} GROUP BY ALL HAVING count(*) > 1),
+        copies AS (SELECT {key}, count(*) AS __key_copies FROM {ns} SEMI JOIN c USING ({key})
+                   GROUP BY ALL HAVING count(*) > 1),
         der AS ({derived}),
         tomb AS (SELECT {key}, max({quote(src.version)}) AS __tomb_version FROM {src.table_name.sql()}
                  WHERE {quote(src.op)} IN ({str_list(src.delete_ops)}) AND {quote(src.ingested_at)} <= {wm}
