@@ -64,8 +64,10 @@ class ConsumerRestatement(BaseModel):
     original_total: float | None
     corrected_total: float | None
     watermark: datetime | None
-    mismatches_vs_source: int  # rows where the corrected output differs from the consumer on the source's expected rows
     notified_at: datetime | None = None
+    # rows where the corrected output differs from the consumer on the source's expected rows;
+    # None until source_mismatches has compared them (restate_consumers always does)
+    mismatches_vs_source: int | None = None
     original_basis: str = ""  # kept as materialized, or computed from the preserved damaged generation
 
     @property
@@ -244,7 +246,6 @@ def _restate_one(
         original_total=totals[0],
         corrected_total=totals[1],
         watermark=watermark,
-        mismatches_vs_source=0,  # set by source_mismatches, for every consumer in one pass
         notified_at=notified,
         original_basis=original_basis(s, original),
     )
