@@ -37,3 +37,27 @@ def test_each_row_gets_the_hmac_of_its_value_and_nulls_stay_null():
         (4, None, _mac(8), "x"),
         (5, _mac("carol"), _mac(9), "y"),
     ]
+
+
+def test_a_map_joined_on_the_value_gives_each_row_the_hmac_of_its_own_text():
+    """Columns whose equal values have equal text are looked up by value, the rest by text: a
+    DOUBLE's -0.0 and 0.0 are one value but two texts, and each keeps the HMAC of its own text."""
+    con = duckdb.connect()
+    inner, outer = hmac_pads(SECRET)
+    con.execute(f"SET VARIABLE {_INNER} = ?", [inner])
+    con.execute(f"SET VARIABLE {_OUTER} = ?", [outer])
+    con.execute(
+        "CREATE TABLE t AS SELECT id, CAST(customer AS BIGINT) AS customer, name, CAST(score AS DOUBLE) AS score "
+        "FROM (VALUES (1, 7, 'alice', '-0.0'), (2, 7, 'bob', '0.0'), (3, NULL, 'alice', '0.5'), (4, 9, NULL, NULL)) "
+        "AS v(id, customer, name, score)"
+    )
+    types = {r[0]: r[1] for r in con.execute("DESCRIBE t").fetchall()}
+    select, params = hashed_select("SELECT * FROM t", [], ["customer", "name", "score"], types)
+    got = con.execute(f"SELECT * FROM ({select}) ORDER BY id", params).fetchall()
+    assert [d[0] for d in con.description] == ["id", "customer", "name", "score"]
+    assert got == [
+        (1, _mac(7), _mac("alice"), _mac("-0.0")),
+        (2, _mac(7), _mac("bob"), _mac("0.0")),
+        (3, None, _mac("alice"), _mac("0.5")),
+        (4, _mac(9), None, None),
+    ]
