@@ -49,7 +49,8 @@ def fixed_cost_once(dataset: Path) -> dict:
         launched = time.time()
         recovery_cli("reconcile", "--incident", str(work / "incident.yaml"), "--out", str(Path(tmp) / "out"), env=env)
         total = time.time() - launched
-        marks = [json.loads(x) for x in trace.read_text().splitlines() if '"kind": "mark"' in x]
+        lines = [json.loads(x) for x in trace.read_text().splitlines()]
+        marks = [x for x in lines if x["kind"] == "mark" and x["what"] == "classification starts"]
         if not marks:
             raise RuntimeError("the command traced no classification mark")
         first = marks[0]

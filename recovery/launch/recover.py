@@ -27,6 +27,7 @@ from recovery.lib.incident import Incident
 from recovery.lib.phases import ASSESS, CONTAIN, EVIDENCE, REPORT, RESTATE, TIMELINE, VERIFY
 from recovery.lib.repair.plan import wave_name
 from recovery.lib.spec import DatasetSpec
+from recovery.lib.trace import mark
 
 
 @dataclass
@@ -91,6 +92,7 @@ def run_recovery(
     out = RecoveryRun(incident, spec)
 
     def phase(name: str, fn: Callable[[], tuple[list[str], str]]) -> None:
+        mark(f"phase {name} starts")  # a trace's statements fall between these
         _reset_peak()
         engine_before, t0 = duckdb_engine.ENGINE_SECONDS.total, time.perf_counter()
         with console.status(f"{name} …"):

@@ -1,7 +1,7 @@
 """Where a long phase spends its time, for whoever asks (``RECOVERY_TRACE=FILE``).
 
 When the variable names a file, every traced step slower than ``RECOVERY_TRACE_MIN_S``
-(default 0.5 s) is appended there as one JSON line (kind, seconds, process, what):
+(default 0.5 s) is appended there as one JSON line (kind, seconds, when it ended, process, what):
 the engine's statements and Great Expectations' batch validations. Off by default;
 ``python -m bench recover --trace`` turns it on and sums it per kind. A ``mark`` is a
 moment, traced whatever the threshold: ``python -m bench fixed`` reads the first one to
@@ -24,7 +24,15 @@ def trace(kind: str, seconds: float, what: str) -> None:
         return
     with open(path, "a") as f:
         f.write(
-            json.dumps({"kind": kind, "s": round(seconds, 3), "pid": os.getpid(), "what": " ".join(what.split())[:600]})
+            json.dumps(
+                {
+                    "kind": kind,
+                    "s": round(seconds, 3),
+                    "at": round(time.time(), 3),
+                    "pid": os.getpid(),
+                    "what": " ".join(what.split())[:600],
+                }
+            )
             + "\n"
         )
 
