@@ -31,14 +31,23 @@ from bench.reconcile_bench import build_example as build
 
 
 def summarize_trace(path: Path, top: int = 12) -> dict:
-    """Seconds per kind (engine statements, Great Expectations batches) and the slowest statements."""
+    """Seconds per kind (engine statements, Great Expectations batches) and per phase (the steps
+    between two of recover's phase marks), and the slowest steps."""
     lines = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
     per_kind: dict[str, float] = {}
+    per_phase: dict[str, float] = {}
+    phase = "before the first phase"
     for x in lines:
+        if x["kind"] == "mark":
+            if x["what"].startswith("phase "):
+                phase = x["what"].split()[1]
+            continue
         per_kind[x["kind"]] = per_kind.get(x["kind"], 0.0) + x["s"]
+        per_phase[phase] = per_phase.get(phase, 0.0) + x["s"]
     return {
         "seconds_per_kind": {k: round(v, 1) for k, v in per_kind.items()},
-        "slowest": sorted(lines, key=lambda x: -x["s"])[:top],
+        "seconds_per_phase": {k: round(v, 1) for k, v in per_phase.items()},
+        "slowest": sorted((x for x in lines if x["kind"] != "mark"), key=lambda x: -x["s"])[:top],
     }
 
 
@@ -169,6 +178,7 @@ def main(argv: list[str]) -> int:
         console.print(t)
         if "trace" in r:
             console.print(f"traced seconds per kind: {r['trace']['seconds_per_kind']}")
+            console.print(f"traced seconds per phase: {r['trace']['seconds_per_phase']}")
             for x in r["trace"]["slowest"]:
                 console.print(f"  {x['s']:7.1f} s  {x['kind']:<18} {x['what'][:110]}", highlight=False)
         results.append({"events": events, "dataset": str(dataset), **{k: v for k, v in r.items() if k != "stdout"}})

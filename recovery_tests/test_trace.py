@@ -36,3 +36,24 @@ def test_statements_over_the_threshold_are_traced_and_nothing_is_written_when_of
     summary = summarize_trace(trace, top=2)
     assert set(summary["seconds_per_kind"]) == {"sql"} and len(summary["slowest"]) == 2
     assert summary["slowest"][0]["s"] >= summary["slowest"][1]["s"]
+
+
+def test_a_trace_splits_by_the_phase_marks_and_marks_are_not_steps(tmp_path, monkeypatch):
+    from recovery.lib.trace import mark, trace
+
+    path = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("RECOVERY_TRACE", str(path))
+    monkeypatch.setenv("RECOVERY_TRACE_MIN_S", "0")
+    trace("sql", 1.0, "SELECT 1")
+    mark("phase evidence starts")
+    trace("sql", 2.0, "COPY a")
+    mark("classification starts")  # not a phase: the steps after it stay in evidence
+    trace("great_expectations_sql", 0.5, "3 expectations")
+    mark("phase assess starts")
+    trace("sql", 4.0, "SELECT 2")
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert all("at" in x for x in lines)
+    summary = summarize_trace(path, top=10)
+    assert summary["seconds_per_phase"] == {"before the first phase": 1.0, "evidence": 2.5, "assess": 4.0}
+    assert summary["seconds_per_kind"] == {"sql": 7.0, "great_expectations_sql": 0.5}
+    assert [x["what"] for x in summary["slowest"]] == ["SELECT 2", "COPY a", "SELECT 1", "3 expectations"]
