@@ -19,6 +19,14 @@ bench exits 1.
 failed backfill's keys and its 8 of ~84 months, widened to the month it misfiled into) timed against
 the same whole-table floor; its labels must be the floor's on every key it labels, and the floor's
 other keys exactly the whole run's drift outside the footprint. Target: footprint / floor <= 0.35.
+
+``--spark`` adds, for each lineitem size, the package's reconciliation on the Spark engine (local[2]) over a
+copy of the dataset whose data plane ``recovery spark-import`` moved into Parquet (made once, beside the
+dataset: ``<root>-spark``). Its labels must be the DuckDB package's key by key, or the bench exits 1 (after
+the table); the table gives spark / duckdb. The JVM is a child of the step's process: its peak RSS is
+reported apart.
+
+    python -m bench reconcile --rows 6000000 --example-events --peers --spark
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import lineitem
-from bench.measure import in_subprocess
+from bench.measure import in_subprocess, recovery_cli
 
 CACHE = Path(__file__).resolve().parent / ".cache"
 EXAMPLE_FAILED = "backfill-0042"
@@ -73,6 +81,41 @@ def build_example(events: int, console: Console, memory_limit: str) -> Path:
             json.dumps({"events": events, "build_s": time.perf_counter() - t0, "counts": result.counts})
         )
     return spec_path
+
+
+def spark_dataset(spec_path: Path, memory_limit: str) -> tuple[Path, float]:
+    """The dataset's folder copied once to ``<root>-spark``, its warehouse on the Spark engine (local[2])
+    and its data plane spark-imported; returns the copy's spec path and how long the import took. The
+    copy is redone when the dataset was rebuilt since. Local mode runs the tasks in the driver: its heap
+    gets DuckDB's memory_limit, so neither engine has more memory to work in."""
+    from recovery.config import PROJECT_ROOT
+
+    root = spec_path.parent.with_name(spec_path.parent.name + "-spark")
+    built = json.loads((spec_path.parent / "built.json").read_text())
+    done = root / "imported.json"
+    if done.exists() and json.loads(done.read_text())["built"] == built:
+        return root / spec_path.name, json.loads(done.read_text())["import_s"]
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(
+        spec_path.parent, root, ignore=shutil.ignore_patterns("bench-runs", "built.json", "*.turnstile", "*.wal")
+    )
+    doc = yaml.safe_load((root / spec_path.name).read_text())
+    heap = memory_limit.lower().removesuffix("b").removesuffix("i")  # 3GB -> 3g
+    doc["warehouse"] = {
+        "engine": "spark",
+        "path": doc["warehouse"]["path"],
+        "spark": {
+            "data_path": "spark_data",
+            "master": "local[2]",
+            "conf": {"spark.driver.memory": heap} if heap[-1:] in ("k", "m", "g", "t") else {},
+        },
+    }
+    (root / spec_path.name).write_text(yaml.safe_dump(doc, sort_keys=False))
+    t0 = time.perf_counter()
+    recovery_cli("spark-import", "--spec", str(root / spec_path.name), env=dict(os.environ), cwd=PROJECT_ROOT)
+    import_s = time.perf_counter() - t0
+    done.write_text(json.dumps({"built": built, "import_s": import_s}))
+    return root / spec_path.name, import_s
 
 
 def disagreements(recon: Path, floor: Path, key: list[str]) -> list[tuple[str, str, int]]:
@@ -125,31 +168,44 @@ def measure(
     work: Path,
     console: Console,
     footprint: bool = False,
+    spark_spec: Path | None = None,
 ) -> dict:
     """``repeat`` rounds of every step, alternating the order; the floor checked against the package each round.
     ``footprint``: also the package's footprint reconciliation, whose labels must be the floor's on every
-    footprint key, the floor's other keys being exactly the whole run's drift outside the footprint."""
+    footprint key, the floor's other keys being exactly the whole run's drift outside the footprint.
+    ``spark_spec``: also the package's reconciliation on that Spark copy (step ``spark``), whose labels
+    must be the DuckDB run's key by key. A floor that disagrees stops the bench at once (every ratio is
+    to it); Spark's disagreements (the last round's, in the row) end it with exit 1 after the table, as
+    the time of a run whose labels are wrong in places still says what Spark costs."""
     from bench.reconcile_worker import prepare_peers
     from recovery.lib.catalog_checks import load_spec
 
     spec = load_spec(spec_path)
     if peers:
         prepare_peers(spec)
-    steps = ["recon", "floor", *(["footprint"] if footprint else []), *peers]
+    steps = ["recon", "floor", *(["footprint"] if footprint else []), *(["spark"] if spark_spec else []), *peers]
     runs: dict[str, list[dict]] = {s: [] for s in steps}
+    spark_bad: list[tuple[str, str, int]] = []
     work.mkdir(parents=True, exist_ok=True)
     for i in range(repeat):
         for step in steps if i % 2 == 0 else steps[::-1]:
             with console.status(f"{name}: {step} ({i + 1}/{repeat})"):
                 out = work / f"{step}.parquet"
-                runs[step].append(in_subprocess("bench.reconcile_worker", step, str(spec_path), failed, str(out)))
-        bad = disagreements(work / "recon.parquet", work / "floor.parquet", spec.key)
-        if bad:
+                mode, path = ("recon", spark_spec) if step == "spark" else (step, spec_path)
+                runs[step].append(in_subprocess("bench.reconcile_worker", mode, str(path), failed, str(out)))
+        for other in ["floor", *(["spark"] if spark_spec else [])]:
+            bad = disagreements(work / "recon.parquet", work / f"{other}.parquet", spec.key)
             for p, f, n in bad:
                 console.print(
-                    f"[red]floor disagrees[/] on {n:,} keys of {name}: package {p!r}, floor {f!r}", highlight=False
+                    f"[red]{other} disagrees[/] on {n:,} keys of {name}: package {p!r}, {other} {f!r}",
+                    highlight=False,
                 )
-            raise FloorDisagrees(f"{name}: " + ", ".join(f"package {p} vs floor {f} ({n:,} keys)" for p, f, n in bad))
+            if bad and other == "floor":
+                raise FloorDisagrees(
+                    f"{name}: " + ", ".join(f"package {p} vs floor {f} ({n:,} keys)" for p, f, n in bad)
+                )
+            if other == "spark":
+                spark_bad = bad
         if footprint:
             bad, outside = footprint_disagreements(work / "footprint.parquet", work / "floor.parquet", spec.key)
             drift = runs["recon"][-1]["drift_outside_footprint"]
@@ -181,6 +237,12 @@ def measure(
         row["footprint_keys"] = med["footprint"]["damaged_keys"]
         row["footprint_range"] = med["footprint"]["footprint_range"]
         row["drift_outside_footprint"] = med["recon"]["drift_outside_footprint"]
+    if spark_spec:
+        row["spark_ratio"] = row["spark_s"] / row["recon_s"]
+        row["spark_jvm_peak_mb"] = med["spark"]["jvm_peak_rss_mb"]
+        row["spark_process_s"] = med["spark"]["wall_s_outer"]  # + interpreter, spec check and the JVM's start
+        row["spark_labels_exact"] = not spark_bad
+        row["spark_disagreements"] = [{"package": p, "spark": f, "keys": n} for p, f, n in spark_bad]
     console.print(row, highlight=False)
     return row
 
@@ -222,6 +284,12 @@ def main(argv: list[str]) -> int:
         help="also time the package's footprint reconciliation (the backfill's ~10%% of the partitions) "
         "against the whole-table floor (lineitem only)",
     )
+    p.add_argument(
+        "--spark",
+        action="store_true",
+        help="also time the package's reconciliation on the Spark engine (local[2]; lineitem only), "
+        "its labels checked against DuckDB's",
+    )
     args = p.parse_args(argv)
     console = Console()
     if not console.is_terminal:  # piped: wide enough for the table
@@ -234,11 +302,15 @@ def main(argv: list[str]) -> int:
     try:
         for name, n, kind in datasets:
             console.rule(name)
+            spark_spec = None
             if kind == "lineitem":
                 root = args.cache / f"lineitem-{n}-{args.memory_limit}"
                 with console.status(f"building {name} (cached in {root})"):
                     spec_path = lineitem.build(root, n, memory_limit=args.memory_limit, cache=args.cache)
                 failed = lineitem.FAILED
+                if args.spark:
+                    with console.status(f"{name}: spark-import (cached in {root}-spark)"):
+                        spark_spec, import_s = spark_dataset(spec_path, args.memory_limit)
             else:
                 spec_path, failed = build_example(n, console, args.memory_limit), EXAMPLE_FAILED
             use = [x for x in peers if not (x == "datacompy" and n > args.datacompy_max_rows)]
@@ -251,8 +323,11 @@ def main(argv: list[str]) -> int:
                 spec_path.parent / "bench-runs",
                 console,
                 footprint=args.footprint and kind == "lineitem",
+                spark_spec=spark_spec,
             )
             row["rows"] = n
+            if spark_spec:
+                row["spark_import_s"] = import_s
             rows.append(row)
     except FloorDisagrees as err:
         console.print(f"[red]the floor's labels differ from the package's[/]: {err}", highlight=False)
@@ -260,13 +335,21 @@ def main(argv: list[str]) -> int:
     print_table(console, rows, args)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
-    return 0
+    wrong = [r["dataset"] for r in rows if not r.get("spark_labels_exact", True)]
+    if wrong:
+        console.print(f"[red]Spark's labels differ from DuckDB's[/] on {', '.join(wrong)} (above)", highlight=False)
+    return 1 if wrong else 0
 
 
 def print_table(console: Console, rows: list[dict], args) -> None:
     t = Table(
         title=f"Reconciliation vs the single-query floor vs peers: medians of {args.repeat} alternating rounds, "
-        f"fresh processes (DuckDB memory_limit {args.memory_limit}, {os.cpu_count()} cores)"
+        f"fresh processes (DuckDB memory_limit {args.memory_limit}, {os.cpu_count()} cores)",
+        caption="MB: the step's process's peak RSS. Spark's JVM is a child process, not in it: JVM MB is its own "
+        "peak RSS (driver heap = memory_limit). spark / duckdb: spark s / package s. Every s starts after the spec's "
+        "check against the warehouse, which on Spark starts the JVM: its start is not in spark s (spark_process_s is)."
+        if any("spark_s" in r for r in rows)
+        else None,
     )
     for col in (
         "dataset",
@@ -277,6 +360,8 @@ def print_table(console: Console, rows: list[dict], args) -> None:
         "labels",
         "footprint s / MB",
         "footprint ratio",
+        "spark s / MB / JVM MB",
+        "spark / duckdb",
         "reladiff s / MB",
         "datacompy s / MB",
     ):
@@ -289,9 +374,16 @@ def print_table(console: Console, rows: list[dict], args) -> None:
             fig(r, "recon"),
             fig(r, "floor"),
             f"{r['ratio']:.2f}",
-            "exact" if r["labels_exact"] else "DIFFER",
+            ("exact" if r["labels_exact"] else "DIFFER")
+            + (
+                ""
+                if r.get("spark_labels_exact", True)
+                else f"; spark: {sum(d['keys'] for d in r['spark_disagreements']):,} DIFFER"
+            ),
             fig(r, "footprint"),
             f"{r['footprint_ratio']:.2f}" if "footprint_ratio" in r else "-",
+            f"{fig(r, 'spark')} / {r['spark_jvm_peak_mb']:,.0f}" if "spark_s" in r else "-",
+            f"{r['spark_ratio']:.2f}" if "spark_ratio" in r else "-",
             fig(r, "reladiff"),
             fig(r, "datacompy"),
         )

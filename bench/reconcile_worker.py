@@ -1,7 +1,9 @@
 """One measured step of the reconciliation benchmark, in its own process.
 
 ``recon``: the package's reconciliation (classification, partition findings, summary),
-then (untimed) its labels per key to ``OUT`` (Parquet).
+then (untimed) its labels per key to ``OUT`` (Parquet). On a Spark spec (the bench's ``--spark``) the
+same (the JVM starts untimed, in the spec's check against the warehouse); then the JVM is stopped and its
+peak RSS reported (``jvm_peak_rss_mb``).
 ``footprint``: the package's footprint reconciliation (the failed generation's keys and the keys held or
 expected in its partition range, ``incident.yaml``'s beside the spec), its labels per key to ``OUT``.
 ``floor``: the single hand-written query of ``bench/floor.py``, its labels per key to ``OUT``.
@@ -60,6 +62,21 @@ def incident_range(spec_path: str) -> tuple | None:
     return (rng["start"], rng["end"]) if rng else None
 
 
+def stop_jvm(engine) -> float:
+    """Stop the Spark JVM this process started and return its peak RSS (MB). It is a child process, so
+    the worker's own peak RSS leaves it out; once reaped, the kernel reports it as the largest child's
+    peak (``RUSAGE_CHILDREN``: the JVM, or its brief launcher, are its only children)."""
+    import resource
+
+    from pyspark import SparkContext
+
+    engine.spark().stop()
+    proc = SparkContext._gateway.proc
+    proc.stdin.close()  # the JVM's gateway exits when its stdin closes
+    proc.wait(timeout=120)
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
 def main(mode: str, spec_path: str, gens: str, out: str | None = None) -> None:
     from recovery.lib.catalog_checks import load_spec
     from recovery.lib.engine import open_engine
@@ -81,11 +98,14 @@ def main(mode: str, spec_path: str, gens: str, out: str | None = None) -> None:
             "drift_outside_footprint": sum((summary.drift_outside_footprint or {}).values()),
         }
         wall = time.perf_counter() - t0
-        with open_engine(spec.warehouse).session(read_only=True) as s:
+        engine = open_engine(spec.warehouse)
+        with engine.session(read_only=True) as s:  # on Spark too: its session runs the COPY as Arrow to Parquet
             table = recon_table(spec, summary.contained)
             s.execute(
                 f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH') TO {_literal(out)} (FORMAT parquet)"
             )
+        if spec.warehouse.engine == "spark":
+            result["jvm_peak_rss_mb"] = stop_jvm(engine)
     elif mode == "footprint":
         from recovery.lib.reconcile.classify import recon_table
         from recovery.lib.reconcile.run import run_reconciliation
