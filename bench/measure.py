@@ -7,6 +7,7 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def in_subprocess(module: str, *args: str) -> dict:
@@ -21,16 +22,26 @@ def in_subprocess(module: str, *args: str) -> dict:
     return result
 
 
+def peak_rss_mb() -> float:
+    """This process's own peak RSS. Linux keeps ``ru_maxrss`` across ``exec``, so a worker forked by
+    a bench that had just built a 3 GB dataset reported 3 GB whatever it used; ``VmHWM`` is its own."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def report(result: dict) -> None:
-    """Called by the worker: print its result with its own peak RSS (bytes)."""
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Called by the worker: print its result with its own peak RSS (MB)."""
+    result["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(result, default=str))
 
 
 def recovery_cli(*args: str, env: dict, cwd=None) -> subprocess.CompletedProcess:
     """Run the ``recovery`` command (this interpreter's) as a user would; a failure raises with its output's tail."""
-    from pathlib import Path
-
     proc = subprocess.run(
         [str(Path(sys.executable).with_name("recovery")), *args], env=env, capture_output=True, text=True, cwd=cwd
     )
