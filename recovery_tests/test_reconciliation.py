@@ -406,3 +406,47 @@ def test_reconcile_cli_and_assess_job_run_through_dagster(example_copy, tmp_path
     assert sorted(impact["lineage_downstream_of_target"].value) == sorted(
         [f"consumers/{c.name}" for c in spec.downstream] + [f"restatement/{c.name}" for c in spec.downstream]
     )
+
+
+def test_a_partition_only_the_source_holds_is_registered_and_materialized_by_the_first_run(
+    example_copy, tmp_path, monkeypatch
+):
+    """A fresh instance learns the target's partitions before the first run (one pass over the
+    target); a partition the backfill emptied entirely is found by the classification itself,
+    registered, and materialized with its own damage."""
+    import shutil
+
+    import dagster as dg
+    import duckdb
+
+    from recovery.cli import main
+    from recovery.defs.reconciliation.partitions import TARGET_PARTITIONS_NAME
+
+    spec = load_spec(example_copy)
+    con = duckdb.connect(str(spec.warehouse.path))
+    emptied = str(con.execute("SELECT min(event_date) FROM analytics.transactions").fetchone()[0])
+    gone = con.execute(
+        "SELECT count(DISTINCT txn_id) FROM analytics.transactions__g0001 WHERE event_date = CAST(? AS DATE)", [emptied]
+    ).fetchone()[0]
+    con.execute("DELETE FROM analytics.transactions__g0001 WHERE event_date = CAST(? AS DATE)", [emptied])
+    con.close()
+    assert gone > 0
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("RECOVERY_SPEC", str(example_copy))
+    incident_file = example_copy.with_name("incident.yaml")
+    assert main(["reconcile", "--incident", str(incident_file), "--out", str(tmp_path / "out")]) == 0
+    with dg.DagsterInstance.get() as instance:
+        assert emptied in instance.get_dynamic_partitions(TARGET_PARTITIONS_NAME)
+        key = dg.AssetKey(["incident", "reconciliation"])
+        assert emptied in instance.get_materialized_partitions(key)
+        [event] = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, asset_partitions=[emptied]), limit=1
+        ).records
+    meta = event.asset_materialization.metadata
+    # every expected key of the emptied partition is now absent from the target
+    absent = sum(n for label, n in meta["partition/labels"].value.items() if label in ("missing", "deleted"))
+    assert absent > gone // 2 and meta["partition/damaged_keys"].value >= absent
