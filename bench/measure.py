@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -22,20 +21,10 @@ def in_subprocess(module: str, *args: str) -> dict:
     return result
 
 
-def peak_rss_mb() -> float:
-    """This process's own peak RSS. Linux keeps ``ru_maxrss`` across ``exec``, so a worker forked by
-    a bench that had just built a 3 GB dataset reported 3 GB whatever it used; ``VmHWM`` is its own."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def report(result: dict) -> None:
     """Called by the worker: print its result with its own peak RSS (MB)."""
+    from recovery.lib.trace import peak_rss_mb  # VmHWM: ru_maxrss survives exec
+
     result["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(result, default=str))
 

@@ -7,6 +7,7 @@ is damaged by hand, one key per label, and reconciled from its spec alone.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -341,24 +342,31 @@ def test_consumers_refuse_to_materialize_from_a_fenced_generation(tmp_path):
         materialize_consumer(writer.engine, spec, spec.downstream[0])
 
 
-def test_reconcile_cli_and_assess_job_run_through_dagster(example_copy, tmp_path, monkeypatch, failed_example):
-    """The CLI launches the partitioned reconciliation asset over every target partition in one run;
-    assess_incident materializes reconciliation, impact and decision from the launchpad config."""
+def _reconcile_in_a_fresh_instance(spec_path: Path, tmp_path: Path, monkeypatch) -> Path:
+    """``recovery reconcile`` (the CLI's entry point) on a Dagster instance of its own; returns the incident file."""
     import shutil
 
-    import dagster as dg
-
     from recovery.cli import main
-    from recovery.defs.reconciliation.partitions import reconciliation_tags
-    from recovery.orchestration import run_job
 
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(Path(__file__).resolve().parents[1] / "dagster.yaml", home / "dagster.yaml")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
-    monkeypatch.setenv("RECOVERY_SPEC", str(example_copy))
-    incident_file = example_copy.with_name("incident.yaml")
+    monkeypatch.setenv("RECOVERY_SPEC", str(spec_path))
+    incident_file = spec_path.with_name("incident.yaml")
     assert main(["reconcile", "--incident", str(incident_file), "--out", str(tmp_path / "out")]) == 0
+    return incident_file
+
+
+def test_reconcile_cli_and_assess_job_run_through_dagster(example_copy, tmp_path, monkeypatch, failed_example):
+    """The CLI launches the partitioned reconciliation asset over every target partition in one run;
+    assess_incident materializes reconciliation, impact and decision from the launchpad config."""
+    import dagster as dg
+
+    from recovery.defs.reconciliation.partitions import reconciliation_tags
+    from recovery.orchestration import run_job
+
+    incident_file = _reconcile_in_a_fresh_instance(example_copy, tmp_path, monkeypatch)
     import json
 
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -414,12 +422,8 @@ def test_a_partition_only_the_source_holds_is_registered_and_materialized_by_the
     """A fresh instance learns the target's partitions before the first run (one pass over the
     target); a partition the backfill emptied entirely is found by the classification itself,
     registered, and materialized with its own damage."""
-    import shutil
-
     import dagster as dg
-    import duckdb
 
-    from recovery.cli import main
     from recovery.defs.reconciliation.partitions import TARGET_PARTITIONS_NAME
 
     spec = load_spec(example_copy)
@@ -432,13 +436,7 @@ def test_a_partition_only_the_source_holds_is_registered_and_materialized_by_the
     con.close()
     assert gone > 0
 
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(Path(__file__).resolve().parents[1] / "dagster.yaml", home / "dagster.yaml")
-    monkeypatch.setenv("DAGSTER_HOME", str(home))
-    monkeypatch.setenv("RECOVERY_SPEC", str(example_copy))
-    incident_file = example_copy.with_name("incident.yaml")
-    assert main(["reconcile", "--incident", str(incident_file), "--out", str(tmp_path / "out")]) == 0
+    _reconcile_in_a_fresh_instance(example_copy, tmp_path, monkeypatch)
     with dg.DagsterInstance.get() as instance:
         assert emptied in instance.get_dynamic_partitions(TARGET_PARTITIONS_NAME)
         key = dg.AssetKey(["incident", "reconciliation"])
@@ -447,6 +445,9 @@ def test_a_partition_only_the_source_holds_is_registered_and_materialized_by_the
             dg.AssetRecordsFilter(asset_key=key, asset_partitions=[emptied]), limit=1
         ).records
     meta = event.asset_materialization.metadata
+    # like every partition's, its materialization carries the run's figures beside its own
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert meta["damaged_keys"].value == summary["damaged_keys"] > 0
     # every expected key of the emptied partition is now absent from the target
     absent = sum(n for label, n in meta["partition/labels"].value.items() if label in ("missing", "deleted"))
     assert absent > gone // 2 and meta["partition/damaged_keys"].value >= absent

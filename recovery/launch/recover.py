@@ -10,7 +10,6 @@ say where the time goes.
 
 from __future__ import annotations
 
-import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from recovery.lib.incident import Incident
 from recovery.lib.phases import ASSESS, CONTAIN, EVIDENCE, REPORT, RESTATE, TIMELINE, VERIFY
 from recovery.lib.repair.plan import wave_name
 from recovery.lib.spec import DatasetSpec
-from recovery.lib.trace import mark
+from recovery.lib.trace import mark, peak_rss_mb
 
 
 @dataclass
@@ -53,26 +52,12 @@ class RecoveryRun:
         return {p.phase: p.run_ids for p in self.phases}
 
 
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def _reset_peak() -> None:
     """Reset this process's high-water mark of resident memory (Linux), so each phase reports its own."""
     try:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
         pass
-
-
-def _vm_hwm_mb() -> float:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return _peak_rss_mb()
 
 
 def run_recovery(
@@ -101,7 +86,7 @@ def run_recovery(
             name,
             time.perf_counter() - t0,
             duckdb_engine.ENGINE_SECONDS.total - engine_before,
-            _vm_hwm_mb(),
+            peak_rss_mb(),
             run_ids,
             note,
         )

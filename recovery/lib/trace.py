@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 from pathlib import Path
 
@@ -68,3 +69,16 @@ def seconds_since_process_start() -> float:
         return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime
     except (OSError, ValueError, IndexError):
         return time.monotonic() - _IMPORTED
+
+
+def peak_rss_mb() -> float:
+    """This process's own peak resident memory (MB): ``VmHWM``, which ``exec`` starts afresh and
+    ``/proc/self/clear_refs`` resets; ``ru_maxrss`` (elsewhere) survives ``exec``, so a process forked
+    from a large one reports the parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -18,11 +18,17 @@ def _mac(value: object) -> str:
     return hmac.new(SECRET.encode(), str(value).encode(), hashlib.sha256).hexdigest()
 
 
-def test_each_row_gets_the_hmac_of_its_value_and_nulls_stay_null():
+def _keyed_connection() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB holding the evidence key's padded halves, as a bundle's session does."""
     con = duckdb.connect()
     inner, outer = hmac_pads(SECRET)
     con.execute(f"SET VARIABLE {_INNER} = ?", [inner])
     con.execute(f"SET VARIABLE {_OUTER} = ?", [outer])
+    return con
+
+
+def test_each_row_gets_the_hmac_of_its_value_and_nulls_stay_null():
+    con = _keyed_connection()
     con.execute(
         "CREATE TABLE t AS SELECT * FROM (VALUES (1, 'alice', 7, 'x'), (2, 'bob', 7, 'y'), (3, 'alice', NULL, 'z'), "
         "(4, NULL, 8, 'x'), (5, 'carol', 9, 'y')) AS v(id, name, account, gen)"
@@ -42,10 +48,7 @@ def test_each_row_gets_the_hmac_of_its_value_and_nulls_stay_null():
 def test_a_map_joined_on_the_value_gives_each_row_the_hmac_of_its_own_text():
     """Columns whose equal values have equal text are looked up by value, the rest by text: a
     DOUBLE's -0.0 and 0.0 are one value but two texts, and each keeps the HMAC of its own text."""
-    con = duckdb.connect()
-    inner, outer = hmac_pads(SECRET)
-    con.execute(f"SET VARIABLE {_INNER} = ?", [inner])
-    con.execute(f"SET VARIABLE {_OUTER} = ?", [outer])
+    con = _keyed_connection()
     con.execute(
         "CREATE TABLE t AS SELECT id, CAST(customer AS BIGINT) AS customer, name, CAST(score AS DOUBLE) AS score "
         "FROM (VALUES (1, 7, 'alice', '-0.0'), (2, 7, 'bob', '0.0'), (3, NULL, 'alice', '0.5'), (4, 9, NULL, NULL)) "

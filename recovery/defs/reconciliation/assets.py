@@ -6,6 +6,7 @@ code) and runs as set-based SQL inside the warehouse.
 
 import json
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
@@ -60,33 +61,35 @@ def reconciliation(
         full=not config.footprint,
         partitions=rng,
     )
-    # partitions that appeared since Dagster last learnt the target's (the run covers those it knew):
-    # registered from the classification's own findings and materialized here with their own figures
+    table = "\n".join(["| label | keys |", "| --- | ---: |"] + [f"| {k} | {v:,} |" for k, v in summary.labels.items()])
+    findings = ", ".join(f"{k}: {v}" for k, v in summary.partition_findings.items())
+    metadata: dict[str, Any] = {  # Dagster's raw metadata values: numbers, text, MetadataValue
+        "dagster/row_count": summary.damaged_keys,
+        "damaged_keys": summary.damaged_keys,
+        "unexplained": summary.unexplained,
+        "damaged_partitions": len(summary.damaged_partitions),
+        "labels": dg.MetadataValue.md(table),
+        "partition_findings": findings,
+        "watermark": str(summary.watermark),
+        "scope": summary.scope,
+        "footprint_range": " .. ".join(summary.footprint_range or []) or "none",
+        "drift_outside_footprint": sum((summary.drift_outside_footprint or {}).values()),
+        "summary": dg.MetadataValue.path(str(files["summary"])),
+    }
+    # partitions Dagster did not know when the run started (a fresh instance learns only the target's
+    # first): registered from the classification's own findings and materialized here, with the run's
+    # figures beside their own like every other partition's
     found = register_found(context.instance, [p.partition for p in summary.partitions])
     per_partition = _partition_metadata(files["summary"], list(context.partition_keys) + found)
     for key in found:
         context.log_event(
-            dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata=per_partition[key])
+            dg.AssetMaterialization(
+                asset_key=context.asset_key, partition=key, metadata={**metadata, **per_partition[key]}
+            )
         )
     for key in context.partition_keys:
         context.add_asset_metadata(per_partition[key], partition_key=key)
-    table = "\n".join(["| label | keys |", "| --- | ---: |"] + [f"| {k} | {v:,} |" for k, v in summary.labels.items()])
-    findings = ", ".join(f"{k}: {v}" for k, v in summary.partition_findings.items())
-    return dg.MaterializeResult(
-        metadata={
-            "dagster/row_count": summary.damaged_keys,
-            "damaged_keys": summary.damaged_keys,
-            "unexplained": summary.unexplained,
-            "damaged_partitions": len(summary.damaged_partitions),
-            "labels": dg.MetadataValue.md(table),
-            "partition_findings": findings,
-            "watermark": str(summary.watermark),
-            "scope": summary.scope,
-            "footprint_range": " .. ".join(summary.footprint_range or []) or "none",
-            "drift_outside_footprint": sum((summary.drift_outside_footprint or {}).values()),
-            "summary": dg.MetadataValue.path(str(files["summary"])),
-        }
-    )
+    return dg.MaterializeResult(metadata=metadata)
 
 
 reconcile_incident = dg.define_asset_job(
