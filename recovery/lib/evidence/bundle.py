@@ -84,7 +84,7 @@ def hashed_select(sql: str, params: list, hashed: list[str], types: dict[str, st
     ``t.x``, so a DOUBLE's -0.0 and 0.0 (equal values, two texts) shared one hash. Lookups are scalar
     subqueries, not joins: Spark's SQL path replaces columns of one relation only. The relation is
     read once more per hashed column for its distinct values."""
-    maps, replace, texts = [], [], []
+    maps, replace, texts, text_names = [], [], [], []
     for i, c in enumerate(hashed):
         col, m = quote(c), f"__hmac{i}"
         by_value = _JOINED_ON_VALUE.fullmatch((types or {}).get(c, "").upper()) is not None
@@ -95,10 +95,11 @@ def hashed_select(sql: str, params: list, hashed: list[str], types: dict[str, st
         )
         if not by_value:  # looked up by a text column: the engine's lookup groups rows by what it is given
             texts.append(f"{value} AS __text{i}")
+            text_names.append(f"__text{i}")
         looked_up = f"t.{col}" if by_value else f"t.__text{i}"
         replace.append(f"(SELECT __h FROM {m} WHERE {m}.__v = {looked_up}) AS {col}")
     rows = f"(SELECT *, {', '.join(texts)} FROM ({sql}))" if texts else f"({sql})"
-    dropped = f"EXCLUDE ({', '.join(t.rsplit(' AS ', 1)[1] for t in texts)}) " if texts else ""
+    dropped = f"EXCLUDE ({', '.join(text_names)}) " if texts else ""
     select = f"WITH {', '.join(maps)} SELECT * {dropped}REPLACE ({', '.join(replace)}) FROM {rows} AS t"
     return select, params * (len(hashed) + 1)
 
