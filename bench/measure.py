@@ -39,3 +39,17 @@ def recovery_cli(*args: str, env: dict, cwd=None) -> subprocess.CompletedProcess
             f"recovery {args[0]} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         )
     return proc
+
+
+def use_spark(spec_path, conf: dict[str, str] | None = None) -> None:
+    """Rewrite a spec's warehouse to the Spark engine on ``local[2]``, data beside the spec, the
+    same control file (``recovery spark-import`` then moves the data plane)."""
+    import yaml
+
+    doc = yaml.safe_load(Path(spec_path).read_text())
+    doc["warehouse"] = {
+        "engine": "spark",
+        "path": doc["warehouse"]["path"],
+        "spark": {"data_path": "spark_data", "master": "local[2]", "conf": conf or {}},
+    }
+    Path(spec_path).write_text(yaml.safe_dump(doc, sort_keys=False))

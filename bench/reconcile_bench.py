@@ -45,7 +45,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import lineitem
-from bench.measure import in_subprocess, recovery_cli
+from bench.measure import in_subprocess, recovery_cli, use_spark
 
 CACHE = Path(__file__).resolve().parent / ".cache"
 EXAMPLE_FAILED = "backfill-0042"
@@ -99,18 +99,8 @@ def spark_dataset(spec_path: Path, memory_limit: str) -> tuple[Path, float]:
     shutil.copytree(
         spec_path.parent, root, ignore=shutil.ignore_patterns("bench-runs", "built.json", "*.turnstile", "*.wal")
     )
-    doc = yaml.safe_load((root / spec_path.name).read_text())
     heap = memory_limit.lower().removesuffix("b").removesuffix("i")  # 3GB -> 3g
-    doc["warehouse"] = {
-        "engine": "spark",
-        "path": doc["warehouse"]["path"],
-        "spark": {
-            "data_path": "spark_data",
-            "master": "local[2]",
-            "conf": {"spark.driver.memory": heap} if heap[-1:] in ("k", "m", "g", "t") else {},
-        },
-    }
-    (root / spec_path.name).write_text(yaml.safe_dump(doc, sort_keys=False))
+    use_spark(root / spec_path.name, {"spark.driver.memory": heap} if heap[-1:] in ("k", "m", "g", "t") else None)
     t0 = time.perf_counter()
     recovery_cli("spark-import", "--spec", str(root / spec_path.name), env=dict(os.environ), cwd=PROJECT_ROOT)
     import_s = time.perf_counter() - t0

@@ -26,7 +26,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from bench.measure import recovery_cli
+from bench.measure import recovery_cli, use_spark
 from bench.reconcile_bench import build_example as build
 
 
@@ -77,13 +77,7 @@ def recover_once(
             (work / "spec.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
         import_s = None
         if engine == "spark":  # the same warehouse, its data plane moved to Spark's layout first
-            doc = yaml.safe_load((work / "spec.yaml").read_text())
-            doc["warehouse"] = {
-                "engine": "spark",
-                "path": doc["warehouse"]["path"],
-                "spark": {"data_path": "spark_data", "master": "local[2]"},
-            }
-            (work / "spec.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+            use_spark(work / "spec.yaml")
             t0 = time.perf_counter()
             recovery_cli("spark-import", "--spec", str(work / "spec.yaml"), env=dict(os.environ), cwd=PROJECT_ROOT)
             import_s = time.perf_counter() - t0

@@ -16,9 +16,9 @@ from pathlib import Path
 import dagster as dg
 import pyarrow as pa
 import pytest
-import yaml
 from rich.console import Console
 
+from bench.measure import use_spark
 from recovery.cli import main as cli
 from recovery.launch.recover import run_recovery
 from recovery.lib.engine import open_engine
@@ -31,21 +31,6 @@ from recovery_tests.example_build import build_example, copy_dataset, env
 
 SMALL_EVENTS = 20_000
 FAILED = "backfill-0042"
-
-
-def _use_spark(spec_path: Path) -> None:
-    raw = yaml.safe_load(spec_path.read_text())
-    raw["warehouse"] = {
-        "engine": "spark",
-        "path": raw["warehouse"]["path"],
-        "spark": {
-            "data_path": "spark_data",
-            "master": "local[2]",
-            # small data: adaptive planning and many shuffle tasks only add latency
-            "conf": {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "2"},
-        },
-    }
-    spec_path.write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
 def _recover(spec_path: Path, home: Path) -> None:
@@ -70,7 +55,8 @@ def recovered_twice(shared_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
         home = base / engine / "dagster_home"
         shutil.copytree(built.dagster_home, home, ignore=shutil.ignore_patterns("*.log"))
         if engine == "spark":
-            _use_spark(spec_path)
+            # small data: adaptive planning and many shuffle tasks only add latency
+            use_spark(spec_path, {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "2"})
             assert cli(["spark-import", "--spec", str(spec_path)]) == 0
         _recover(spec_path, home)
         specs[engine] = spec_path
