@@ -202,6 +202,27 @@ def test_publish_moved_the_pointer_once_and_kept_the_prior_generation(repaired_l
     assert {"canary", "candidate"} <= {g[0] for g in gates}
 
 
+def test_the_expected_rows_the_repair_resolved_are_kept_and_are_the_change_log_at_its_watermark(repaired_live):
+    """The repair's fixed snapshot and its before/after classification read E resolved once, not
+    again; what is kept is exactly the change log resolved at the plan's watermark, though ingestion
+    kept appending to the change log the whole time."""
+    spec, plan = repaired_live["spec"], repaired_live["plan"]
+    wh = spec.warehouse.path
+    kept = _query(wh, "SELECT watermark FROM _recovery.expected_rows_kept WHERE dataset = ?", [spec.dataset])
+    assert kept == [(plan.source_watermark,)]
+    assert (
+        _query(wh, "SELECT count(*) FROM raw.transaction_events WHERE ingested_at > ?", [plan.source_watermark])[0][0]
+        > 0
+    ), "ingestion must have appended past the kept watermark"
+    expected = expected_rows_sql(spec, plan.source_watermark)
+    differ = _query(
+        wh,
+        f"SELECT count(*) FROM ((SELECT * FROM _recovery.expected__transactions EXCEPT ALL {expected}) "
+        f"UNION ALL ({expected} EXCEPT ALL SELECT * FROM _recovery.expected__transactions))",
+    )[0][0]
+    assert differ == 0
+
+
 def test_each_phase_rerun_with_the_same_inputs_changes_nothing(repaired_live):
     spec, plan = repaired_live["spec"], repaired_live["plan"]
     wh = spec.warehouse.path

@@ -14,6 +14,7 @@ PER_DATASET_TABLES = (
     "repair_snapshot",
     "restatement_ledger",
     "convergence",
+    "expected",
 )
 """The control plane's per-dataset tables, each named ``_recovery."<kind>__<dataset>"``: every module
 asks here for the name rather than building it."""

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from recovery.lib.consumers import consumer_sql, consumer_table
 from recovery.lib.control_plane import dataset_table
 from recovery.lib.engine.base import Session
+from recovery.lib.expected_cache import drop_staged, stage_expected
 from recovery.lib.identifiers import quote
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec, DownstreamSpec
@@ -114,7 +115,7 @@ def assess_impact(
     # the expected rows, once for every consumer: each consumer's corrected side reads them, and
     # computing them per consumer resolved the whole change log again each time
     if spec.downstream:
-        s.execute(f"CREATE OR REPLACE TEMP TABLE __impact_expected AS {expected_rows_sql(spec, watermark)}")
+        stage_expected(s, spec, watermark, "__impact_expected", keep=True)
     for c in spec.downstream:
         original = None
         if s.object_kind("consumers", c.name) is None:
@@ -127,7 +128,7 @@ def assess_impact(
         corrected = consumer_sql(spec, c, "SELECT * FROM __impact_expected")
         impact = consumer_impact_sql(spec, c, watermark, values, original_relation=original, corrected_sql=corrected)
         s.execute(f"INSERT INTO {table} SELECT ?, * FROM ({impact})", [incident_id])
-    s.execute("DROP TABLE IF EXISTS __impact_expected")
+    drop_staged(s, "__impact_expected")
     return impact_summary(s, spec, incident_id=incident_id)
 
 

@@ -27,6 +27,7 @@ from recovery.lib.convergence.drift import stage_drift
 from recovery.lib.convergence.scope import applied_watermark, pending_changes, recent_partitions, repaired_partitions
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError, SpecError
+from recovery.lib.expected_cache import drop_staged
 from recovery.lib.identifiers import quote
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.writer import retrying
@@ -219,7 +220,7 @@ def _check(
         watermark_basis=basis,
     )
     s.execute("DROP TABLE IF EXISTS __cv_drift")
-    s.execute("DROP TABLE IF EXISTS __cv_e")
+    drop_staged(s, "__cv_e")
     record_event(
         s,
         kind="convergence",

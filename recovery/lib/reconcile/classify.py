@@ -18,7 +18,9 @@ from datetime import datetime
 
 from recovery.lib.control_plane import SCHEMA, dataset_table_name, delta_table, has_dataset_table
 from recovery.lib.engine.base import Session
+from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.errors import SpecError
+from recovery.lib.expected_cache import drop_staged, stage_kept
 from recovery.lib.identifiers import quote, quote_all, string_literal
 from recovery.lib.reconcile.footprint import drift_outside_sql, resolve_footprint, stage_candidates, stage_footprint
 from recovery.lib.reconcile.inputs import ReconcileInputs, partition_table, recon_table
@@ -114,7 +116,10 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
         f"CREATE OR REPLACE TEMP TABLE __latest AS "
         f"{latest_index_sql(spec, watermark, keys='__fp_cand' if footprint else None)}"
     )
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __e AS {expected_from_index_sql(spec, '__latest', watermark)}")
+    if not (inputs.reuse_kept and not footprint and watermark and stage_kept(s, spec, watermark, "__e")):
+        if isinstance(s, DuckDBSession):  # a view of kept rows from an earlier run in this session
+            drop_staged(s, "__e")
+        s.execute(f"CREATE OR REPLACE TEMP TABLE __e AS {expected_from_index_sql(spec, '__latest', watermark)}")
     # the target with each row's number of copies (the few duplicated keys are folded to one
     # row after the diff, on the small set of differing rows)
     target = spec.target.table_name.sql()

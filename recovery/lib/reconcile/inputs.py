@@ -21,6 +21,9 @@ class ReconcileInputs:
     # held or expected in their partition range
     full: bool = True
     partitions: tuple[date | int | str, date | int | str] | None = None  # the incident's range (start, end)
+    # True: E is read from the expected rows kept at (or caught up to) the watermark when they serve
+    # (``expected_cache.py``); a recovery's later classification of its repair generation does this
+    reuse_kept: bool = False
 
     @property
     def scope(self) -> str:

@@ -20,6 +20,7 @@ import json
 
 from recovery.lib.control_plane import SCHEMA, record_event, utcnow
 from recovery.lib.errors import RecoveryError
+from recovery.lib.expected_cache import expected_rows
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.incident import Incident
 from recovery.lib.namespaces import current_namespace, namespace_sql, published_namespace
@@ -34,7 +35,7 @@ from recovery.lib.repair.plan import (
     wave_name,
 )
 from recovery.lib.repair.tables import PARTITIONS, PLANS, ensure_repair_tables, snapshot_table
-from recovery.lib.snapshot import expected_rows_sql, str_list
+from recovery.lib.snapshot import str_list
 from recovery.lib.writer import Writer, retrying
 
 
@@ -118,7 +119,7 @@ def start_repair(
             snap = snapshot_table(spec)
             part = quote(spec.target.partition)
             s.execute(
-                f"CREATE OR REPLACE TABLE {snap} AS SELECT * FROM ({expected_rows_sql(spec, watermark)}) "
+                f"CREATE OR REPLACE TABLE {snap} AS SELECT * FROM ({expected_rows(s, spec, watermark, keep=True)}) "
                 f"WHERE {in_partitions(spec, rebuilt)}"
             )
             # carried: every row outside the rebuilt partitions, except a key the snapshot rebuilds

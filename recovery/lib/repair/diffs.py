@@ -34,7 +34,10 @@ def record_diffs(s: Session, spec: DatasetSpec, plan: RepairPlan, writer: Writer
     ns_spec = spec.model_copy(update={"target": spec.target.model_copy(update={"table": plan.namespace})})
     after = after_id(plan.incident_id)
     reconcile(
-        s, ReconcileInputs(ns_spec, tuple(plan.failed_generations), watermark=plan.source_watermark, incident_id=after)
+        s,
+        ReconcileInputs(
+            ns_spec, tuple(plan.failed_generations), watermark=plan.source_watermark, incident_id=after, reuse_kept=True
+        ),
     )
     recon = recon_table(spec)
     key = quote_all(spec.key)

@@ -174,8 +174,12 @@ def reconciliation_gate(
     key = quote_all(spec.key)
     ns = namespace_sql(plan.namespace)
     same = " AND ".join(f"a.{quote(c)} IS NOT DISTINCT FROM r.{quote(c)}" for c in cols)
+    # a key's copies counted by a grouping of the few duplicated keys joined back, not a window over every
+    # row (a 30-partition wave at 10M events: 1.3 s instead of 1.7 s)
     s.execute(f"""CREATE OR REPLACE TEMP TABLE __gate_diff AS
-        WITH a AS (SELECT *, count(*) OVER (PARTITION BY {key}) AS __n FROM {ns} WHERE {in_partitions(spec, scope)}),
+        WITH a0 AS (SELECT * FROM {ns} WHERE {in_partitions(spec, scope)}),
+             dup AS (SELECT {key}, count(*) AS __n FROM a0 GROUP BY ALL HAVING count(*) > 1),
+             a AS (SELECT a0.*, coalesce(dup.__n, 1) AS __n FROM a0 LEFT JOIN dup USING ({key})),
              r AS (SELECT *, true AS __in_ref FROM ({reference}) WHERE {in_partitions(spec, scope)})
         SELECT {key}, CASE WHEN a.__n IS NULL THEN 'missing' WHEN r.__in_ref IS NULL THEN 'extra'
                            WHEN a.__n > 1 THEN 'duplicate' ELSE 'changed' END AS kind
@@ -211,13 +215,20 @@ def evaluate_gates(
     later change to an earlier wave's rows is still caught by the reconciliation."""
     suite_scope = scope if suite_scope is None else suite_scope
     spec = writer.spec
-    # computed once (it overlays the snapshot with the replayed delta): the key-by-key gate and the
-    # partition totals both read it
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __gate_reference AS SELECT * FROM "
-        f"({reference_sql(s, spec, plan, through_seq, writer)}) WHERE {in_partitions(spec, scope)}"
-    )
-    reference = "SELECT * FROM __gate_reference"
+    overlaid = through_seq > plan.low_seq or not set(scope) <= set(plan.rebuild)
+    if overlaid:
+        # computed once (it overlays the snapshot with the replayed delta): the key-by-key gate and the
+        # partition totals both read it
+        s.execute(
+            f"CREATE OR REPLACE TEMP TABLE __gate_reference AS SELECT * FROM "
+            f"({reference_sql(s, spec, plan, through_seq, writer)}) WHERE {in_partitions(spec, scope)}"
+        )
+        reference = "SELECT * FROM __gate_reference"
+    else:
+        # a wave's gate: no delta replayed yet and only rebuilt partitions, so the reference is the
+        # fixed snapshot's rows as they are (at 10M events, 0.27 s to copy a 30-partition wave's
+        # rows; the overlay with the empty window took 0.77 s), read in place, not copied
+        reference = f"SELECT * FROM {snapshot_table(spec)} WHERE {in_partitions(spec, scope)}"
     results = [reconciliation_gate(s, spec, plan, scope, reference)]
     columns = [c for c, _ in s.columns(namespace_sql(plan.namespace))]
     builtin, declared = builtin_suites(spec), declared_suites(spec, columns)
@@ -236,7 +247,8 @@ def evaluate_gates(
         suite_results = list(runner.results.values()) + list(parts.results.values())
     for r in suite_results:
         results.append(GateResult(r.name, r.passed, r.unexpected, r.describe()))
-    s.execute("DROP TABLE __gate_reference")
+    if overlaid:
+        s.execute("DROP TABLE __gate_reference")
     seq = committed_seq(s)
     for g in results:
         s.execute(

@@ -35,12 +35,12 @@ from recovery.lib.control_plane import control_plane_exists, next_seq, record_ev
 from recovery.lib.convergence.scope import applied_watermark
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import FencedGenerationError, RecoveryError, SpecError
+from recovery.lib.expected_cache import drop_staged, stage_expected
 from recovery.lib.identifiers import TableName, quote_all
 from recovery.lib.impact import DECISIONS
 from recovery.lib.managed_names import adopt_if_plain
 from recovery.lib.notify import Notifier
 from recovery.lib.restatement.ledger import ledger_counts, ledger_table, output_total, write_decisions, write_ledger
-from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec, DownstreamSpec
 from recovery.lib.writer import retrying
 
@@ -327,8 +327,9 @@ def source_mismatches(
     """Each restated output against its consumer's SQL over the source's expected rows at the
     watermark it was restated at (``mismatches_vs_source``; 0: they agree row for row).
 
-    After the consumers' transactions, in one session: the expected rows are resolved from
-    the change log once per watermark, not once per consumer (that was most of the phase).
+    After the consumers' transactions, in one session: the expected rows are staged once per
+    watermark, not once per consumer (that was most of the phase), from the rows kept earlier in
+    the recovery when they serve (``expected_cache.py``).
     Exact after the fact: a restated namespace is never rewritten (it is recorded), and the
     expected rows at a fixed watermark do not move (the change log is append-only)."""
     if not results:
@@ -337,12 +338,12 @@ def source_mismatches(
     out = {}
     with engine.session() as s:
         for watermark in sorted({r.watermark for r in results}, key=lambda w: (w is not None, w)):
-            s.execute(f"CREATE OR REPLACE TEMP TABLE __restated_expected AS {expected_rows_sql(spec, watermark)}")
+            stage_expected(s, spec, watermark, "__restated_expected", keep=True)
             for r in (r for r in results if r.watermark == watermark):
                 corrected = f"SELECT * FROM {TableName.parse(r.corrected_namespace).sql()}"
                 expected = consumer_sql(spec, by_name[r.consumer], "SELECT * FROM __restated_expected")
                 out[r.consumer] = r.model_copy(update={"mismatches_vs_source": _mismatches(s, corrected, expected)})
-        s.execute("DROP TABLE IF EXISTS __restated_expected")
+        drop_staged(s, "__restated_expected")
     return [out[r.consumer] for r in results]
 
 
