@@ -202,23 +202,30 @@ def test_publish_moved_the_pointer_once_and_kept_the_prior_generation(repaired_l
     assert {"canary", "candidate"} <= {g[0] for g in gates}
 
 
-def test_the_expected_rows_the_repair_resolved_are_kept_and_are_the_change_log_at_its_watermark(repaired_live):
-    """The repair's fixed snapshot and its before/after classification read E resolved once, not
-    again; what is kept is exactly the change log resolved at the plan's watermark, though ingestion
-    kept appending to the change log the whole time."""
+def test_the_expected_rows_are_kept_once_and_are_the_change_log_at_their_watermark(repaired_live):
+    """The reconciliation keeps E for the phases after it; the repair's fixed snapshot and its
+    before/after classification catch it up to the plan's watermark instead of resolving the change
+    log again. What is kept is exactly the change log resolved at its watermark, though ingestion
+    appended to the change log the whole time."""
     spec, plan = repaired_live["spec"], repaired_live["plan"]
     wh = spec.warehouse.path
-    kept = _query(wh, "SELECT watermark FROM _recovery.expected_rows_kept WHERE dataset = ?", [spec.dataset])
-    assert kept == [(plan.source_watermark,)]
-    assert (
-        _query(wh, "SELECT count(*) FROM raw.transaction_events WHERE ingested_at > ?", [plan.source_watermark])[0][0]
-        > 0
-    ), "ingestion must have appended past the kept watermark"
-    expected = expected_rows_sql(spec, plan.source_watermark)
+    [(kept,)] = _query(wh, "SELECT watermark FROM _recovery.expected_rows_kept WHERE dataset = ?", [spec.dataset])
+    assert kept <= plan.source_watermark
+    appended = _query(wh, "SELECT count(*) FROM raw.transaction_events WHERE ingested_at > ?", [kept])[0][0]
+    assert appended > 0, "ingestion must have appended past the kept watermark"
+    expected = expected_rows_sql(spec, kept)
     differ = _query(
         wh,
         f"SELECT count(*) FROM ((SELECT * FROM _recovery.expected__transactions EXCEPT ALL {expected}) "
         f"UNION ALL ({expected} EXCEPT ALL SELECT * FROM _recovery.expected__transactions))",
+    )[0][0]
+    assert differ == 0
+    # the snapshot the waves were built from is the change log at the plan's watermark, caught up or not
+    snap = "_recovery.repair_snapshot__transactions"
+    at_plan = f"SELECT * FROM ({expected_rows_sql(spec, plan.source_watermark)}) WHERE event_date IN (SELECT event_date FROM {snap})"
+    differ = _query(
+        wh,
+        f"SELECT count(*) FROM ((SELECT * FROM {snap} EXCEPT ALL {at_plan}) UNION ALL ({at_plan} EXCEPT ALL SELECT * FROM {snap}))",
     )[0][0]
     assert differ == 0
 

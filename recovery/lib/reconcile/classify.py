@@ -20,7 +20,7 @@ from recovery.lib.control_plane import SCHEMA, dataset_table_name, delta_table, 
 from recovery.lib.engine.base import Session
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.errors import SpecError
-from recovery.lib.expected_cache import drop_staged, stage_kept
+from recovery.lib.expected_cache import drop_staged, keep_expected, stage_kept
 from recovery.lib.identifiers import quote, quote_all, string_literal
 from recovery.lib.reconcile.footprint import drift_outside_sql, resolve_footprint, stage_candidates, stage_footprint
 from recovery.lib.reconcile.inputs import ReconcileInputs, partition_table, recon_table
@@ -116,10 +116,17 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
         f"CREATE OR REPLACE TEMP TABLE __latest AS "
         f"{latest_index_sql(spec, watermark, keys='__fp_cand' if footprint else None)}"
     )
-    if not (inputs.reuse_kept and not footprint and watermark and stage_kept(s, spec, watermark, "__e")):
+    whole = not footprint and watermark is not None and isinstance(s, DuckDBSession)
+    if not (whole and inputs.reuse_kept and stage_kept(s, spec, watermark, "__e")):
+        expected = expected_from_index_sql(spec, "__latest", watermark)
         if isinstance(s, DuckDBSession):  # a view of kept rows from an earlier run in this session
             drop_staged(s, "__e")
-        s.execute(f"CREATE OR REPLACE TEMP TABLE __e AS {expected_from_index_sql(spec, '__latest', watermark)}")
+        if whole and inputs.persist and spec.downstream and isinstance(s, DuckDBSession):
+            # impact assessment reads E next: kept for it (and the phases after it) as the reconciliation
+            # resolves it (at 10M events ~0.6 s more than a temp table, and impact's 4.4 s saved)
+            s.execute(f"CREATE TEMP VIEW __e AS {keep_expected(s, spec, watermark, expected)}")
+        else:
+            s.execute(f"CREATE OR REPLACE TEMP TABLE __e AS {expected}")
     # the target with each row's number of copies (the few duplicated keys are folded to one
     # row after the diff, on the small set of differing rows)
     target = spec.target.table_name.sql()
