@@ -142,6 +142,4 @@ def drift_outside_sql(s: Session, inputs: ReconcileInputs, fp: Footprint) -> str
     inside = written_keys_sql(inputs, fp, has_delta, within="__recon") + [
         f"SELECT {key} FROM __e SEMI JOIN __recon USING ({key}) WHERE {fp.between(quote(spec.target.partition))}"
     ]
-    return (
-        f"SELECT label, count(*) FROM __recon ANTI JOIN ({' UNION '.join(inside)}) USING ({key}) GROUP BY 1 ORDER BY 1"
-    )
+    return f"SELECT label, count(*) FROM __recon ANTI JOIN ({' UNION ALL '.join(inside)}) USING ({key}) GROUP BY 1 ORDER BY 1"
