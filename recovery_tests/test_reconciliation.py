@@ -18,11 +18,13 @@ from recovery.lib.catalog_checks import load_spec
 from recovery.lib.consumers import consumer_sql, consumer_table, materialize_consumer
 from recovery.lib.decision import decide
 from recovery.lib.engine import open_engine
+from recovery.lib.expected_cache import kept_watermark
 from recovery.lib.impact import assess_impact, impact_table
 from recovery.lib.incident import check_incident, parse_incident
 from recovery.lib.ingest import apply_changes
 from recovery.lib.namespaces import move_pointer
-from recovery.lib.reconcile.classify import LABELS, partition_table, recon_table
+from recovery.lib.reconcile.classify import LABELS, partition_table, recon_table, reconcile
+from recovery.lib.reconcile.inputs import ReconcileInputs
 from recovery.lib.reconcile.run import run_reconciliation
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.writer import Writer
@@ -451,3 +453,24 @@ def test_a_partition_only_the_source_holds_is_registered_and_materialized_by_the
     # every expected key of the emptied partition is now absent from the target
     absent = sum(n for label, n in meta["partition/labels"].value.items() if label in ("missing", "deleted"))
     assert absent > gone // 2 and meta["partition/damaged_keys"].value >= absent
+
+
+def test_a_classification_reading_the_kept_expected_rows_labels_every_key_as_the_change_log_does(
+    example_copy, tmp_path
+):
+    """The repair's before/after classification reads E kept by the reconciliation and resolves each
+    key's latest change only for the keys that differ: on the damaged example, every key's label and
+    evidence are those of the classification that resolves the whole change log."""
+    spec, incident, summary, _ = _reconcile_example(example_copy, tmp_path / "out")
+    with open_engine(spec.warehouse).transaction() as s:
+        assert kept_watermark(s, spec) is not None  # the reconciliation kept E (the example has consumers)
+        reconcile(s, ReconcileInputs(spec, tuple(incident.failed_generations), incident_id="reused", reuse_kept=True))
+        # the kept rows were read (the latest changes were resolved for the differing keys only)
+        assert s.scalar("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = '__diff_keys'") == 1
+        rows = f"SELECT * EXCLUDE (incident_id) FROM {recon_table(spec)} WHERE incident_id = ?"
+        differ = s.scalar(
+            f"SELECT count(*) FROM (({rows} EXCEPT ALL {rows}) UNION ALL ({rows} EXCEPT ALL {rows}))",
+            [incident.incident_id, "reused", "reused", incident.incident_id],
+        )
+        reused = s.scalar(f"SELECT count(*) FROM ({rows})", ["reused"])
+    assert differ == 0 and reused == summary.damaged_keys > 0

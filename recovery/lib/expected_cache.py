@@ -32,6 +32,8 @@ from recovery.lib.spec import DatasetSpec
 
 KEPT = f"{SCHEMA}.expected_rows_kept"
 CHANGED = "__expected_changed"
+REKEEP_SHARE = 0.1
+"""A writer catching up more changed keys than this share of the kept rows keeps the caught-up rows."""
 
 
 def resolution_key(spec: DatasetSpec) -> str:
@@ -84,6 +86,13 @@ def expected_rows(s: Session, spec: DatasetSpec, watermark: datetime | None, *, 
         if upto is None or undated:
             return plain
     from_kept = _from_kept(s, spec, upto)
+    if from_kept is not None and keep and CHANGED in from_kept and _changed_share(s, spec) > REKEEP_SHARE:
+        # a writer long after the kept watermark (a scheduled verification, weeks of ingestion later):
+        # keep the caught-up rows, so the next caller does not re-resolve every key changed since
+        s.execute(f"CREATE OR REPLACE TEMP TABLE __expected_caught_up AS {from_kept}")
+        kept = keep_expected(s, spec, upto, "SELECT * FROM __expected_caught_up")
+        s.execute("DROP TABLE __expected_caught_up")
+        return kept
     if from_kept is not None:
         return from_kept
     if not keep:
@@ -109,6 +118,12 @@ def _from_kept(s: DuckDBSession, spec: DatasetSpec, upto: datetime) -> str | Non
         spec, upto, source_relation=latest_versions_sql(spec, upto, include_deleted=False, keys=CHANGED)
     )
     return f"SELECT * FROM {table} ANTI JOIN {CHANGED} USING ({key}) UNION ALL BY NAME SELECT * FROM ({fresh})"
+
+
+def _changed_share(s: DuckDBSession, spec: DatasetSpec) -> float:
+    """The keys changed since the kept watermark (``__expected_changed``) as a share of the kept rows."""
+    kept_rows = s.scalar(f"SELECT count(*) FROM {dataset_table('expected', spec.dataset)}") or 0
+    return (s.scalar(f"SELECT count(*) FROM {CHANGED}") or 0) / max(kept_rows, 1)
 
 
 def stage_kept(s: Session, spec: DatasetSpec, upto: datetime, name: str) -> bool:

@@ -111,13 +111,14 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
     footprint = fp if not inputs.full else None
     if footprint:  # only the footprint's candidate keys are resolved to their latest version
         stage_candidates(s, inputs, footprint, watermark)
-    # each key's latest change, narrow (key, version, op, arrival); E joins the source back at those versions
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __latest AS "
-        f"{latest_index_sql(spec, watermark, keys='__fp_cand' if footprint else None)}"
-    )
     whole = not footprint and watermark is not None and isinstance(s, DuckDBSession)
-    if not (whole and inputs.reuse_kept and stage_kept(s, spec, watermark, "__e")):
+    reused = whole and inputs.reuse_kept and stage_kept(s, spec, watermark, "__e")
+    if not reused:
+        # each key's latest change, narrow (key, version, op, arrival); E joins the source back at those versions
+        s.execute(
+            f"CREATE OR REPLACE TEMP TABLE __latest AS "
+            f"{latest_index_sql(spec, watermark, keys='__fp_cand' if footprint else None)}"
+        )
         expected = expected_from_index_sql(spec, "__latest", watermark)
         if isinstance(s, DuckDBSession):  # a view of kept rows from an earlier run in this session
             drop_staged(s, "__e")
@@ -142,12 +143,15 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
         f"CREATE OR REPLACE TEMP VIEW __t1 AS SELECT x.*, coalesce(d.__n, 1) AS __n "
         f"FROM {target} x LEFT JOIN __dups d USING ({key})"
     )
+    columns = [c for c, _ in s.columns("__e")]
+    s.execute(f"CREATE OR REPLACE TEMP TABLE __diff AS {diff_sql(inputs, columns)}")
+    if reused:  # E came kept: each key's latest change (op, arrival) is read for the keys that differ only
+        s.execute(f"CREATE OR REPLACE TEMP TABLE __diff_keys AS SELECT DISTINCT {key} FROM __diff")
+        s.execute(f"CREATE OR REPLACE TEMP TABLE __latest AS {latest_index_sql(spec, watermark, keys='__diff_keys')}")
     s.execute(
         f"CREATE OR REPLACE TEMP TABLE __tomb AS SELECT {key} FROM __latest "
         f"WHERE {quote(src.op)} IN ({str_list(src.delete_ops)})"
     )
-    columns = [c for c, _ in s.columns("__e")]
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __diff AS {diff_sql(inputs, columns)}")
     s.execute(f"CREATE OR REPLACE TEMP TABLE __absent AS SELECT {key} FROM __diff WHERE __n IS NULL")
     s.execute(
         f"CREATE OR REPLACE TEMP TABLE __older AS SELECT {key}, {side('t', meta.source_version)} AS __tsv, "
