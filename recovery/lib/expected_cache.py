@@ -13,9 +13,11 @@ keys and a 0.1 s check instead of 4.1 s.
 
 The kept table is trusted only while the source rows up to its watermark are the
 ones it was resolved from (their count and the sum of their rows' hashes, checked on
-every use), and only for the spec's current source, target and transform. A source
+every use), and only for the spec's current source declaration and transform. A source
 purged, rewritten or backfilled below the watermark, or a changed transform,
-resolves afresh. DuckDB only: another engine resolves every time.
+resolves afresh. DuckDB only, and only for a naive TIMESTAMP arrival column (the
+control plane's own kind of time): another engine, or an arrival column of DATE or
+TIMESTAMPTZ, resolves every time.
 """
 
 from __future__ import annotations
@@ -43,6 +45,17 @@ def resolution_key(spec: DatasetSpec) -> str:
     h.update(spec.target.metadata.source_version.encode())
     h.update(spec.transform_sql.encode())
     return h.hexdigest()[:16]
+
+
+def keepable(s: Session, watermark: object) -> bool:
+    """Whether expected rows at ``watermark`` can be kept and compared: a DuckDB session and a naive
+    timestamp (a DATE or zoned arrival would compare with the kept TIMESTAMP as another type)."""
+    return isinstance(s, DuckDBSession) and type(watermark) is datetime and watermark.tzinfo is None
+
+
+def kept_select(spec: DatasetSpec) -> str:
+    """The SELECT of the kept rows, exactly as they are."""
+    return f"SELECT * FROM {dataset_table('expected', spec.dataset)}"
 
 
 def source_state(s: Session, spec: DatasetSpec, upto: datetime) -> tuple[int, str]:
@@ -76,17 +89,17 @@ def expected_rows(s: Session, spec: DatasetSpec, watermark: datetime | None, *, 
     the SELECT is read in this session). Otherwise resolved from the change log, and
     with ``keep`` (a writer) kept for the next caller."""
     plain = expected_rows_sql(spec, watermark)
-    if not isinstance(s, DuckDBSession):
+    if not isinstance(s, DuckDBSession) or (watermark is not None and not keepable(s, watermark)):
         return plain
     src = spec.source
     at, source = quote(src.ingested_at), src.table_name.sql()
     upto = watermark
     if upto is None:  # "everything" is "up to the latest arrival" when every row has one
         [(upto, undated)] = s.fetchall(f"SELECT max({at}), count(*) FILTER (WHERE {at} IS NULL) FROM {source}")
-        if upto is None or undated:
+        if upto is None or undated or not keepable(s, upto):
             return plain
     from_kept = _from_kept(s, spec, upto)
-    if from_kept is not None and keep and CHANGED in from_kept and _changed_share(s, spec) > REKEEP_SHARE:
+    if from_kept is not None and keep and from_kept != kept_select(spec) and _changed_share(s, spec) > REKEEP_SHARE:
         # a writer long after the kept watermark (a scheduled verification, weeks of ingestion later):
         # keep the caught-up rows, so the next caller does not re-resolve every key changed since
         s.execute(f"CREATE OR REPLACE TEMP TABLE __expected_caught_up AS {from_kept}")
@@ -103,11 +116,11 @@ def expected_rows(s: Session, spec: DatasetSpec, watermark: datetime | None, *, 
 def _from_kept(s: DuckDBSession, spec: DatasetSpec, upto: datetime) -> str | None:
     """The expected rows as of ``upto`` from the kept rows, or None when they cannot serve."""
     kept = kept_watermark(s, spec)
-    if kept is None or kept > upto:
+    if kept is None or not keepable(s, upto) or kept > upto:
         return None
     table = dataset_table("expected", spec.dataset)
     if kept == upto:
-        return f"SELECT * FROM {table}"
+        return kept_select(spec)
     src = spec.source
     key, at = quote_all(src.key), quote(src.ingested_at)
     s.execute(
@@ -129,7 +142,7 @@ def _changed_share(s: DuckDBSession, spec: DatasetSpec) -> float:
 def stage_kept(s: Session, spec: DatasetSpec, upto: datetime, name: str) -> bool:
     """Stage temp relation ``name`` from the kept rows if they serve ``upto``; False (nothing staged)
     when they do not, so the caller resolves the change log its own way."""
-    if not isinstance(s, DuckDBSession):
+    if not isinstance(s, DuckDBSession) or not keepable(s, upto):
         return False
     relation = _from_kept(s, spec, upto)
     if relation is None:
@@ -154,7 +167,7 @@ def keep_expected(s: DuckDBSession, spec: DatasetSpec, upto: datetime, sql: str)
         f"INSERT INTO {KEPT} VALUES (?, ?, ?, ?, ?, ?)",
         [spec.dataset, resolution_key(spec), upto, rows, hashed, utcnow()],
     )
-    return f"SELECT * FROM {table}"
+    return kept_select(spec)
 
 
 def stage_expected(s: Session, spec: DatasetSpec, watermark: datetime | None, name: str, *, keep: bool) -> None:
@@ -164,7 +177,7 @@ def stage_expected(s: Session, spec: DatasetSpec, watermark: datetime | None, na
 
 
 def _stage(s: Session, spec: DatasetSpec, relation: str, name: str) -> None:
-    if relation == f"SELECT * FROM {dataset_table('expected', spec.dataset)}":
+    if relation == kept_select(spec):
         drop_staged(s, name)
         s.execute(f"CREATE TEMP VIEW {name} AS {relation}")
         return

@@ -20,7 +20,7 @@ from recovery.lib.control_plane import SCHEMA, dataset_table_name, delta_table, 
 from recovery.lib.engine.base import Session
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.errors import SpecError
-from recovery.lib.expected_cache import drop_staged, keep_expected, stage_kept
+from recovery.lib.expected_cache import drop_staged, keep_expected, keepable, stage_kept
 from recovery.lib.identifiers import quote, quote_all, string_literal
 from recovery.lib.reconcile.footprint import drift_outside_sql, resolve_footprint, stage_candidates, stage_footprint
 from recovery.lib.reconcile.inputs import ReconcileInputs, partition_table, recon_table
@@ -111,7 +111,7 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
     footprint = fp if not inputs.full else None
     if footprint:  # only the footprint's candidate keys are resolved to their latest version
         stage_candidates(s, inputs, footprint, watermark)
-    whole = not footprint and watermark is not None and isinstance(s, DuckDBSession)
+    whole = not footprint and keepable(s, watermark)
     reused = whole and inputs.reuse_kept and stage_kept(s, spec, watermark, "__e")
     if not reused:
         # each key's latest change, narrow (key, version, op, arrival); E joins the source back at those versions
