@@ -318,6 +318,38 @@ def test_an_unexplained_difference_in_a_wave_stops_the_expansion_and_keeps_both_
         )
 
 
+def test_a_row_outside_the_partition_its_source_row_derives_fails_the_partitioning_gate(example_copy):
+    """Two rows of the canary moved to another canary partition: one is the snapshot's row (its
+    partition is the snapshot's derivation), one holds an older version of its key (derived from
+    that source row by the transform again). The canary's gate names both."""
+    spec = load_spec(example_copy)
+    incident = parse_incident(example_copy.with_name("incident.yaml"))
+    plan = repair_through_library(spec, incident, wave_size=40, waves=1)
+    a, b = plan.waves[0][:2]
+    ns = plan.namespace
+    with open_engine(spec.warehouse).transaction() as s:
+        # a key with an older version whose source row derives partition a as well
+        older = s.fetchone(
+            f"SELECT t.txn_id, max(e.version) FROM {ns} t JOIN raw.transaction_events e USING (txn_id) "
+            f"WHERE CAST(t.event_date AS VARCHAR) = ? AND e.version < t._source_version AND e.op = 'upsert' "
+            f"AND CAST(e.event_ts AS DATE) = t.event_date GROUP BY ALL ORDER BY ALL LIMIT 1",
+            [a],
+        )
+        assert older is not None
+        snapshot_row = s.scalar(
+            f"SELECT min(txn_id) FROM {ns} WHERE CAST(event_date AS VARCHAR) = ? AND txn_id <> ?", [a, older[0]]
+        )
+        s.execute(f"UPDATE {ns} SET event_date = CAST(? AS DATE) WHERE txn_id = ?", [b, snapshot_row])
+        s.execute(
+            f"UPDATE {ns} SET event_date = CAST(? AS DATE), _source_version = ? WHERE txn_id = ?",
+            [b, older[1], older[0]],
+        )
+    results = {r.gate: r for r in gate_wave(Writer(open_engine(spec.warehouse), spec), INCIDENT, 0)}
+    assert not results["repair_partitioning"].passed
+    assert results["repair_partitioning"].observed == 2
+    assert results["repair_keys"].passed and results["repair_fencing"].passed
+
+
 def _gates(spec, stage):
     with open_engine(spec.warehouse).session(read_only=True) as s:
         return latest_gates(s, INCIDENT, stage)

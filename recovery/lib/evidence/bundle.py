@@ -72,7 +72,9 @@ _JOINED_ON_VALUE = re.compile(
 )
 
 
-def hashed_select(sql: str, params: list, hashed: list[str], types: dict[str, str] | None = None) -> tuple[str, list]:
+def hashed_select(
+    sql: str, params: list, hashed: list[str], types: dict[str, str] | None = None, values_from: str | None = None
+) -> tuple[str, list]:
     """``SELECT * FROM (sql)`` with each ``hashed`` column replaced by its HMAC, and its parameters.
 
     Each distinct value is hashed once (a map per column), not once per row: two SHA-256 per row
@@ -83,7 +85,9 @@ def hashed_select(sql: str, params: list, hashed: list[str], types: dict[str, st
     else on its text, cast once per row beforehand: a lookup by ``CAST(t.x AS VARCHAR)`` is grouped by
     ``t.x``, so a DOUBLE's -0.0 and 0.0 (equal values, two texts) shared one hash. Lookups are scalar
     subqueries, not joins: Spark's SQL path replaces columns of one relation only. The relation is
-    read once more per hashed column for its distinct values."""
+    read once more per hashed column for its distinct values; ``values_from`` (a relation holding
+    every value the copy can, without parameters) is read instead where the copy is costly to compute
+    twice (a source snapshot ranks the change log: 0.7 s of a 5.5 s copy at 10M events)."""
     maps, replace, texts, text_names = [], [], [], []
     for i, c in enumerate(hashed):
         col, m = quote(c), f"__hmac{i}"
@@ -91,7 +95,7 @@ def hashed_select(sql: str, params: list, hashed: list[str], types: dict[str, st
         value = col if by_value else f"CAST({col} AS VARCHAR)"
         maps.append(
             f"{m} AS (SELECT __v, {HASH_SQL.format(col='__v')} AS __h FROM "
-            f"(SELECT DISTINCT {value} AS __v FROM ({sql}) WHERE {col} IS NOT NULL))"
+            f"(SELECT DISTINCT {value} AS __v FROM ({values_from or sql}) WHERE {col} IS NOT NULL))"
         )
         if not by_value:  # looked up by a text column: the engine's lookup groups rows by what it is given
             texts.append(f"{value} AS __text{i}")
@@ -101,7 +105,7 @@ def hashed_select(sql: str, params: list, hashed: list[str], types: dict[str, st
     rows = f"(SELECT *, {', '.join(texts)} FROM ({sql}))" if texts else f"({sql})"
     dropped = f"EXCLUDE ({', '.join(text_names)}) " if texts else ""
     select = f"WITH {', '.join(maps)} SELECT * {dropped}REPLACE ({', '.join(replace)}) FROM {rows} AS t"
-    return select, params * (len(hashed) + 1)
+    return select, params * (1 if values_from else len(hashed) + 1)
 
 
 def hmac_pads(secret: str) -> tuple[bytes, bytes]:
@@ -162,7 +166,7 @@ class _Files:
         hashed = [c for c in types if c.lower() in self.sensitive or c.lower() in extra]
         select, params = f"SELECT * FROM ({copy.sql}) AS t", list(copy.params)
         if hashed:
-            select, params = hashed_select(copy.sql, list(copy.params), hashed, types)
+            select, params = hashed_select(copy.sql, list(copy.params), hashed, types, copy.values_from)
         path = self._path(copy.path)
         rows = s.fetchrow(
             f"COPY ({select}) TO ? (FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1)", [*params, str(path)]

@@ -31,6 +31,7 @@ class TableCopy:
     sql: str  # one SELECT
     description: str
     params: list = field(default_factory=list)
+    values_from: str | None = None  # a relation holding every value of the copy's columns (see hashed_select)
 
 
 def safe_name(text: str) -> str:
@@ -69,6 +70,7 @@ def planned_copies(s: Session, spec: DatasetSpec, facts: list[GenerationFacts]) 
                     f"source/snapshot_at_{_stamp(wm)}.parquet",
                     source_snapshot_sql(spec, wm),
                     f"source snapshot as of {wm} ({basis} of {f.generation}): latest non-deleted version per key",
+                    values_from=f"SELECT * FROM {src}",
                 )
             )
     copies.append(
@@ -76,6 +78,7 @@ def planned_copies(s: Session, spec: DatasetSpec, facts: list[GenerationFacts]) 
             "source/snapshot_now.parquet",
             source_snapshot_sql(spec, None),
             "source snapshot as of the bundle: latest non-deleted version per key",
+            values_from=f"SELECT * FROM {src}",
         )
     )
 

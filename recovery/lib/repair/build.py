@@ -19,11 +19,12 @@ from __future__ import annotations
 import json
 
 from recovery.lib.control_plane import SCHEMA, record_event, utcnow
-from recovery.lib.errors import RecoveryError
+from recovery.lib.errors import FencedGenerationError, RecoveryError
 from recovery.lib.expected_cache import expected_rows
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.incident import Incident
 from recovery.lib.namespaces import current_namespace, namespace_sql, published_namespace
+from recovery.lib.partition_filter import in_partitions
 from recovery.lib.repair.plan import (
     RepairPlan,
     choose_canary,
@@ -35,8 +36,7 @@ from recovery.lib.repair.plan import (
     wave_name,
 )
 from recovery.lib.repair.tables import PARTITIONS, PLANS, ensure_repair_tables, snapshot_table
-from recovery.lib.snapshot import str_list
-from recovery.lib.writer import Writer, retrying
+from recovery.lib.writer import Writer, WriteResult, retrying
 
 
 def repair_generation_id(incident_id: str) -> str:
@@ -46,13 +46,6 @@ def repair_generation_id(incident_id: str) -> str:
 def partition_total_sql(spec) -> str:
     """The amount total of a group of rows, as DOUBLE (NULL when the spec declares no amount)."""
     return f"CAST(sum({quote(spec.target.amount)}) AS DOUBLE)" if spec.target.amount else "CAST(NULL AS DOUBLE)"
-
-
-def in_partitions(spec, partitions: list[str]) -> str:
-    """A predicate on the partition column's text (partitions of any type are handled as text)."""
-    if not partitions:
-        return "false"
-    return f"CAST({quote(spec.target.partition)} AS VARCHAR) IN ({str_list(partitions)})"
 
 
 def start_repair(
@@ -120,7 +113,7 @@ def start_repair(
             part = quote(spec.target.partition)
             s.execute(
                 f"CREATE OR REPLACE TABLE {snap} AS SELECT * FROM ({expected_rows(s, spec, watermark, keep=True)}) "
-                f"WHERE {in_partitions(spec, rebuilt)}"
+                f"WHERE {in_partitions(s, spec, rebuilt)}"
             )
             # carried: every row outside the rebuilt partitions, except a key the snapshot rebuilds
             # elsewhere (a stray copy of a duplicated or mispartitioned key)
@@ -128,7 +121,7 @@ def start_repair(
                 s,
                 generation,
                 f"SELECT t.* FROM {namespace_sql(current)} t ANTI JOIN {snap} USING ({quote_all(spec.key)}) "
-                f"WHERE NOT ({in_partitions(spec, rebuilt)})",
+                f"WHERE NOT ({in_partitions(s, spec, rebuilt)})",
                 mode="append",
                 at=stamped_at,
                 run_id=run_id,
@@ -210,31 +203,37 @@ def build_wave(writer: Writer, plan: RepairPlan, wave: int, *, run_id: str | Non
             f"build the waves in order (canary first)"
         )
     partitions = plan.waves[wave]
-    result = writer.write(
-        plan.generation,
-        f"SELECT * FROM {snapshot_table(spec)} WHERE {in_partitions(spec, partitions)}",
-        mode="replace_partitions",
-        partitions=partitions,
-        at=plan.stamped_at,
-        run_id=run_id,
-        note=f"{wave_name(wave)} of the repair of {plan.incident_id}",
-    )
     part = quote(spec.target.partition)
 
-    def txn() -> None:
+    # the wave's rows and its partitions' "built" status commit together
+    def txn() -> WriteResult:
         with writer.engine.transaction() as s:
+            result = writer.write_in(
+                s,
+                plan.generation,
+                f"SELECT * FROM {snapshot_table(spec)} WHERE {in_partitions(s, spec, partitions)}",
+                mode="replace_partitions",
+                partitions=partitions,
+                at=plan.stamped_at,
+                run_id=run_id,
+                note=f"{wave_name(wave)} of the repair of {plan.incident_id}",
+            )
             s.execute(
                 f"""UPDATE {PARTITIONS} SET status = 'built', built_seq = ?, built_run_id = ?, rows_after = coalesce(a.n, 0),
                        total_after = a.t
                 FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS p) w
                 LEFT JOIN (SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {partition_total_sql(spec)} AS t
-                           FROM {namespace_sql(plan.namespace)} WHERE {in_partitions(spec, partitions)} GROUP BY 1) a ON a.p = w.p
+                           FROM {namespace_sql(plan.namespace)} WHERE {in_partitions(s, spec, partitions)} GROUP BY 1) a ON a.p = w.p
                 WHERE incident_id = ? AND partition = w.p""",
                 [result.seq, run_id, partitions, plan.incident_id],
             )
+            return result
 
-    retrying(txn)
-    return result.rows_inserted
+    try:
+        return retrying(txn).rows_inserted
+    except FencedGenerationError as err:
+        writer.record_fence_attempt(plan.generation, "write:replace_partitions", run_id=run_id, detail=str(err))
+        raise
 
 
 def stop_expansion(writer: Writer, plan: RepairPlan, reason: str, *, run_id: str | None = None) -> None:

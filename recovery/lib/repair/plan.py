@@ -22,6 +22,7 @@ from recovery.lib.engine.base import Session
 from recovery.lib.errors import RecoveryError, SpecError
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.namespaces import namespace_sql
+from recovery.lib.partition_filter import in_partitions
 from recovery.lib.reconcile.classify import partition_table, recon_table
 from recovery.lib.repair.tables import PARTITIONS, PLANS
 from recovery.lib.snapshot import str_list
@@ -175,12 +176,21 @@ def qualified_partitions(
         ):
             out[p] = f"before source.available_from ({src.available_from}): the source holds no authoritative rows"
     key = quote_all(spec.key)
-    rest = [p for p in partitions if p not in out]
+    # only a partition the source yields no expected row for can qualify: the others are not looked
+    # at (their keys' lookup in the change log took 3.9 s at 10M events, to find nothing)
+    expected = {
+        p
+        for (p,) in s.fetchall(
+            f"SELECT CAST(partition AS VARCHAR) FROM {partition_table(spec)} WHERE incident_id = ? AND expected_rows > 0",
+            [incident_id],
+        )
+    }
+    rest = [p for p in partitions if p not in out and p not in expected]
     if rest:
         rows = s.fetchall(
             f"""
             WITH t AS (SELECT CAST({part} AS VARCHAR) AS p, {key} FROM {namespace_sql(current_ns)}
-                       WHERE CAST({part} AS VARCHAR) IN ({str_list(rest)})),
+                       WHERE {in_partitions(s, spec, rest)}),
                  k AS (SELECT DISTINCT {key}, true AS __known FROM {src.table_name.sql()}
                        WHERE ({key}) IN (SELECT ({key}) FROM t)),
                  e AS (SELECT CAST("partition" AS VARCHAR) AS p, expected_rows FROM {partition_table(spec)}

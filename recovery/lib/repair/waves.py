@@ -18,7 +18,8 @@ from recovery.lib.engine.base import Session
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import namespace_sql
-from recovery.lib.repair.build import in_partitions, stop_expansion
+from recovery.lib.partition_filter import in_partitions
+from recovery.lib.repair.build import stop_expansion
 from recovery.lib.repair.gates import evaluate_gates
 from recovery.lib.repair.plan import RepairPlan, require_plan, wave_name
 from recovery.lib.repair.replay import committed_seq
@@ -73,11 +74,11 @@ def gate_wave(writer: Writer, incident_id: str, wave: int, *, run_id: str | None
     return results
 
 
-def _fingerprints_sql(spec: DatasetSpec, plan: RepairPlan, partitions: list[str]) -> str:
+def _fingerprints_sql(s: Session, spec: DatasetSpec, plan: RepairPlan, partitions: list[str]) -> str:
     return (
         f"SELECT CAST({quote(spec.target.partition)} AS VARCHAR) AS partition, count(*) AS rows, "
         f"sum(hash(t)) AS fingerprint FROM {namespace_sql(plan.namespace)} t "
-        f"WHERE {in_partitions(spec, partitions)} GROUP BY 1"
+        f"WHERE {in_partitions(s, spec, partitions)} GROUP BY 1"
     )
 
 
@@ -90,7 +91,7 @@ def record_fingerprints(s: Session, spec: DatasetSpec, plan: RepairPlan, partiti
     s.execute(
         f"INSERT INTO {FINGERPRINTS} SELECT ?, partition, coalesce(rows, 0), coalesce(fingerprint, 0), ?, ? "
         f"FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS partition) p "  # an emptied partition is recorded too
-        f"LEFT JOIN ({_fingerprints_sql(spec, plan, partitions)}) USING (partition)",
+        f"LEFT JOIN ({_fingerprints_sql(s, spec, plan, partitions)}) USING (partition)",
         [plan.incident_id, committed_seq(s), stage, partitions],
     )
 
@@ -101,7 +102,7 @@ def changed_since_gated(s: Session, spec: DatasetSpec, plan: RepairPlan, partiti
         return []
     rows = s.fetchall(
         f"SELECT partition FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS partition) p "
-        f"LEFT JOIN ({_fingerprints_sql(spec, plan, partitions)}) now USING (partition) "
+        f"LEFT JOIN ({_fingerprints_sql(s, spec, plan, partitions)}) now USING (partition) "
         f"LEFT JOIN (SELECT partition, rows, fingerprint FROM {FINGERPRINTS} WHERE incident_id = ?) gated USING (partition) "
         f"WHERE gated.rows IS NULL OR coalesce(now.rows, 0) <> gated.rows "
         f"OR coalesce(now.fingerprint, 0) <> gated.fingerprint ORDER BY partition",
