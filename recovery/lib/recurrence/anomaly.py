@@ -15,7 +15,7 @@ from recovery.lib.engine.base import Session
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import namespace_sql
-from recovery.lib.recurrence.preview import in_partitions
+from recovery.lib.partition_filter import in_partitions
 from recovery.lib.recurrence.values import Declared
 from recovery.lib.repair.suites import Expectation, Suite, SuiteRunner
 from recovery.lib.spec import DatasetSpec
@@ -30,7 +30,12 @@ def _totals_checked(spec: DatasetSpec, declared: Declared | None) -> bool:
 
 
 def anomaly_frame_sql(
-    spec: DatasetSpec, namespace: str, published: str, partitions: list[str], declared: Declared | None = None
+    s: Session,
+    spec: DatasetSpec,
+    namespace: str,
+    published: str,
+    partitions: list[str],
+    declared: Declared | None = None,
 ) -> str:
     part = quote(spec.target.partition)
     amount = spec.target.amount
@@ -39,7 +44,7 @@ def anomaly_frame_sql(
         if amount and _totals_checked(spec, declared)
         else "CAST(NULL AS DOUBLE)"
     )
-    inside = in_partitions(spec, partitions)
+    inside = in_partitions(s, spec, partitions)
     agg = lambda ns, where: (
         f"SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {total} AS t "  # noqa: E731
         f"FROM {namespace_sql(ns)} WHERE {where} GROUP BY 1"
@@ -99,7 +104,7 @@ def evaluate_anomaly(
     declared: Declared | None = None,
 ) -> GateResult:
     a = spec.recurrence_policy.anomaly
-    frame = s.arrow(anomaly_frame_sql(spec, namespace, published, partitions, declared), [partitions]).to_pandas()
+    frame = s.arrow(anomaly_frame_sql(s, spec, namespace, published, partitions, declared), [partitions]).to_pandas()
     runner = SuiteRunner([anomaly_suite(spec, declared)])
     runner.validate(frame)
     result = runner.results["anomaly"]

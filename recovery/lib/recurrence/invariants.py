@@ -20,7 +20,7 @@ from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.namespaces import namespace_sql
-from recovery.lib.recurrence.preview import in_partitions
+from recovery.lib.partition_filter import in_partitions
 from recovery.lib.repair.sql_suites import SqlSuiteRunner
 from recovery.lib.repair.suites import BATCH_ROWS, SuiteRunner, declared_suites
 from recovery.lib.snapshot import latest_versions_sql, str_list
@@ -127,7 +127,7 @@ def evaluate_invariants(
     """Every invariant over the backfilled partitions of ``namespace``; the caller owns the session."""
     ns = namespace_sql(namespace)
     relations = {
-        "rows": f"SELECT * FROM {ns} WHERE {in_partitions(spec, partitions)}",
+        "rows": f"SELECT * FROM {ns} WHERE {in_partitions(s, spec, partitions)}",
         "generation": f"SELECT * FROM {ns}",
         "source_latest": latest_versions_sql(spec, watermark, include_deleted=True),
     }

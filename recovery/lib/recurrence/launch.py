@@ -27,8 +27,9 @@ from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.managed_names import pointer_seq
 from recovery.lib.namespaces import current_namespace, namespace_sql
+from recovery.lib.partition_filter import in_partitions
 from recovery.lib.recurrence.policy import pre_write_gates
-from recovery.lib.recurrence.preview import ScopePreview, in_partitions, preview_scope
+from recovery.lib.recurrence.preview import ScopePreview, preview_scope
 from recovery.lib.recurrence.recompute import Recompute, RecomputeContext, code_version, resolve_recompute
 from recovery.lib.recurrence.record import BackfillRecord, load_backfill, record_gates, require_backfill, set_status
 from recovery.lib.recurrence.request import BackfillRequest
@@ -211,10 +212,10 @@ def start_backfill(
     )
     if namespace == pv.published_namespace or namespace is None:
         raise RecoveryError(f"generation {req.generation} has no namespace of its own; refusing to write")
-    part_filter = in_partitions(spec, pv.partitions)
 
     def seed() -> None:
         with writer.engine.transaction() as s:
+            part_filter = in_partitions(s, spec, pv.partitions)
             if current_namespace(s, spec) != pv.published_namespace:
                 raise RecoveryError(f"{spec.target.table} was republished while the backfill started; launch it again")
             res = writer.write_in(
@@ -280,7 +281,7 @@ def build_backfill(
     def built() -> None:
         with writer.engine.transaction() as s:
             rows = s.scalar(
-                f"SELECT count(*) FROM {namespace_sql(rec.built_namespace)} WHERE {in_partitions(writer.spec, rec.partitions)}"
+                f"SELECT count(*) FROM {namespace_sql(rec.built_namespace)} WHERE {in_partitions(s, writer.spec, rec.partitions)}"
             )
             s.execute(
                 f"UPDATE {BACKFILLS} SET status = 'built', manifest = json_merge_patch(manifest, ?) WHERE backfill_id = ?",

@@ -23,9 +23,10 @@ from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError, SpecError
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.namespaces import current_namespace, namespace_sql
+from recovery.lib.partition_filter import in_partitions
 from recovery.lib.recurrence.request import BackfillRequest
 from recovery.lib.recurrence.tables import BACKFILLS, tables_exist
-from recovery.lib.snapshot import expected_rows_sql, str_list
+from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec
 
 _WIDTHS = {
@@ -88,10 +89,6 @@ class ScopePreview(BaseModel):
             f"~{self.estimated_bytes / 1e6:,.1f} MB, ~{self.estimated_seconds:,.1f} s{flag}; "
             f"consumers: {', '.join(c.name for c in self.consumers) or 'none'}"
         )
-
-
-def in_partitions(spec: DatasetSpec, partitions: list[str]) -> str:
-    return f"CAST({quote(spec.target.partition)} AS VARCHAR) IN ({str_list(partitions)})" if partitions else "false"
 
 
 def range_partitions(s: Session, spec: DatasetSpec, ns: str, start: str, end: str, expected: str) -> list[str]:
@@ -189,7 +186,7 @@ def preview_in(s: Session, spec: DatasetSpec, request: BackfillRequest, location
     watermark = s.scalar(f"SELECT max({quote(src.ingested_at)}) FROM {src.table_name.sql()}")
     s.execute(f"CREATE OR REPLACE TEMP VIEW __bf_expected AS {expected_rows_sql(spec, watermark)}")
     partitions = range_partitions(s, spec, ns, request.start, request.end, "__bf_expected")
-    inside = in_partitions(spec, partitions)
+    inside = in_partitions(s, spec, partitions)
     key = quote_all(spec.key)
     published, seed = s.fetchrow(
         f"SELECT count(*) FILTER (WHERE {inside}), count(*) FILTER (WHERE NOT ({inside})) FROM {namespace_sql(ns)}"

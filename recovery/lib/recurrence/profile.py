@@ -19,7 +19,7 @@ from recovery.lib.engine.base import Session
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import namespace_sql
-from recovery.lib.recurrence.preview import in_partitions
+from recovery.lib.partition_filter import in_partitions
 from recovery.lib.recurrence.values import NOTHING_DECLARED, Declared, compared_columns
 from recovery.lib.repair.sql_suites import SqlSuiteRunner
 from recovery.lib.repair.suites import Expectation, Suite, SuiteResult
@@ -136,7 +136,7 @@ def evaluate_profile(
     declared: Declared = NOTHING_DECLARED,
 ) -> ProfileOutcome:
     a = spec.recurrence_policy.anomaly
-    inside = in_partitions(spec, partitions)
+    inside = in_partitions(s, spec, partitions)
     columns = [
         (n, k) for n, k in compared_columns(s, spec, candidate) if not declared.covers(n) and n != spec.target.partition
     ]
@@ -148,7 +148,7 @@ def evaluate_profile(
     checked = inside
     if n_range >= a.min_baseline_rows:
         relation, baseline = in_range, f"the published rows of the range ({n_range:,})"
-        checked = in_partitions(spec, published_parts)  # a partition never published has no baseline here
+        checked = in_partitions(s, spec, published_parts)  # a partition never published has no baseline here
         missing = [p for p in partitions if p not in set(published_parts)]
         if missing:
             baseline += (

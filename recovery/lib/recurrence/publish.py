@@ -26,10 +26,10 @@ from recovery.lib.errors import RecoveryError
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import current_namespace, move_pointer, namespace_sql
+from recovery.lib.partition_filter import in_partitions
 from recovery.lib.recurrence.anomaly import evaluate_anomaly
 from recovery.lib.recurrence.invariants import InvariantResult, evaluate_invariants
 from recovery.lib.recurrence.policy import GATES
-from recovery.lib.recurrence.preview import in_partitions
 from recovery.lib.recurrence.profile import evaluate_profile
 from recovery.lib.recurrence.record import BackfillRecord, latest_gates, load_backfill, record_gates, set_status
 from recovery.lib.recurrence.tables import BACKFILLS
@@ -218,7 +218,7 @@ def publish_backfill(
                     }
             _, outside = _since_seed(s, spec, rec)
             if outside:  # ingestion wrote partitions outside the range since the seed: carry them over as they are now
-                where, built = in_partitions(spec, outside), namespace_sql(rec.built_namespace)
+                where, built = in_partitions(s, spec, outside), namespace_sql(rec.built_namespace)
                 s.replace_rows(
                     built,
                     [c for c, _ in s.columns(built)],

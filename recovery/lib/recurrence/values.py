@@ -31,7 +31,7 @@ from recovery.lib.errors import SpecError
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.namespaces import namespace_sql
-from recovery.lib.recurrence.preview import in_partitions
+from recovery.lib.partition_filter import in_partitions
 from recovery.lib.spec import AnomalyThresholds, DatasetSpec
 
 HISTORY = "(history)"
@@ -196,10 +196,12 @@ def _limit(a: AnomalyThresholds, column: str, name: str) -> float:
     return getattr(a, name) if value is None else value
 
 
-def _pairs_sql(spec: DatasetSpec, candidate: str, published: str, partitions: list[str], cols: list[str]) -> str:
+def _pairs_sql(
+    s: Session, spec: DatasetSpec, candidate: str, published: str, partitions: list[str], cols: list[str]
+) -> str:
     key = quote_all(spec.key)
     part = quote(spec.target.partition)
-    inside = in_partitions(spec, partitions)
+    inside = in_partitions(s, spec, partitions)
     one = f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY CAST({part} AS VARCHAR)) = 1"  # duplicates: the invariants' job
     sel = ", ".join(f"a.{quote(c)} AS a_{i}, b.{quote(c)} AS b_{i}" for i, c in enumerate(cols))
     keys = ", ".join(f"CAST({quote(k)} AS VARCHAR) AS k_{i}" for i, k in enumerate(spec.key))
@@ -259,7 +261,9 @@ def compare_values(
     if not partitions or not columns:
         return report
     names = [n for n, _ in columns]
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __bf_pairs AS {_pairs_sql(spec, candidate, published, partitions, names)}")
+    s.execute(
+        f"CREATE OR REPLACE TEMP TABLE __bf_pairs AS {_pairs_sql(s, spec, candidate, published, partitions, names)}"
+    )
     changed = ", ".join(
         f"count(*) FILTER (WHERE in_a AND in_b AND a_{i} IS DISTINCT FROM b_{i})" for i in range(len(names))
     )
@@ -367,7 +371,7 @@ def _profile_checks(
 ) -> None:
     a = spec.recurrence_policy.anomaly
     part = spec.target.partition
-    inside = in_partitions(spec, partitions)
+    inside = in_partitions(s, spec, partitions)
     checked = [(n, k) for n, k in columns if not declared.covers(n) and n != part]
     if not checked:
         return
