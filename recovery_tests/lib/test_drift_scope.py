@@ -50,3 +50,30 @@ def test_a_narrow_and_a_wide_scope_report_the_same_drift(tmp_path: Path):
     by_partition = {r[0]: r for r in narrow}
     assert by_partition[a][3:8] == (0, 1, 1, 1, 3)  # extra, changed, duplicate
     assert by_partition[b][3:8] == (1, 0, 1, 0, 2)  # the missing key, and the one moved out (changed)
+
+
+def test_a_copy_in_another_partition_counts_where_both_rows_sit_though_one_partition_is_unchanged(tmp_path: Path):
+    """Partitions whose rows hash alike on both sides are not compared key by key; a key copied
+    from such a partition into another one is still a duplicate in both, and the partitions with
+    no drift at all report their row counts and nothing else."""
+    spec = parse_spec(build_small_dataset(tmp_path, n_orders=400))
+    s = DuckDBSession(duckdb.connect(str(spec.warehouse.path)))
+    s.execute("CREATE SCHEMA _recovery")
+    s.execute("CREATE SCHEMA mart")
+    s.execute(
+        f"CREATE TABLE mart.orders AS SELECT *, 'g1' AS gen_id, TIMESTAMP '2026-03-09' AS landed_at "
+        f"FROM ({expected_rows_sql(spec, None)})"
+    )
+    shards = [r[0] for r in s.fetchall("SELECT shard FROM mart.orders GROUP BY 1 ORDER BY count(*) DESC, 1")]
+    x, y = shards[0], shards[1]
+    k = s.fetchone("SELECT region, order_no FROM mart.orders WHERE shard = ? ORDER BY ALL LIMIT 1", [x])
+    s.execute(
+        "INSERT INTO mart.orders SELECT * REPLACE (? AS shard) FROM mart.orders WHERE region = ? AND order_no = ?",
+        [y, *k],
+    )
+    stage_drift(s, spec, None, shards)
+    drift = {r[0]: r for r in s.fetchall(f"SELECT {COLUMNS} FROM __cv_drift ORDER BY partition")}
+    assert drift[x][3:8] == (0, 0, 0, 1, 1) and drift[y][3:8] == (0, 0, 0, 1, 1)  # the duplicate, in both
+    assert drift[y][1] + 1 == drift[y][2]  # one row more than expected where the copy landed
+    for p in shards[2:]:
+        assert drift[p][1] == drift[p][2] > 0 and drift[p][3:8] == (0, 0, 0, 0, 0)
