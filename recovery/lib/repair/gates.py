@@ -134,23 +134,15 @@ def row_frame_sql(s: Session, spec: DatasetSpec, plan: RepairPlan, scope: list[s
 
     A key's copies are counted across the whole generation but only for the scope's keys: a
     wave's frame then groups its own keys, not the generation's (at 10M events, 0.54 s instead
-    of 1.41 s for a 30-partition wave; 3.4 s instead of 3.0 s for the whole candidate).
-
-    A row's partition is derived from its source row (the key's latest version in the scope) by
-    the transform. For a row that is the fixed snapshot's row of that version, the snapshot holds
-    that derivation already (the transform over the same source row, when the repair started), so
-    only the other rows (replayed from the delta, carried, or not the snapshot's version) pass
-    through the change log and the transform again: at 10M events a 30-partition wave's frame took
-    0.76 s with every row derived again."""
+    of 1.41 s for a 30-partition wave; 3.4 s instead of 3.0 s for the whole candidate)."""
     src = spec.source
     meta = spec.target.metadata
     key = quote_all(spec.key)
     part, gen, sv = quote(spec.target.partition), quote(meta.generation), quote(meta.source_version)
     ns = namespace_sql(plan.namespace)
-    snap = snapshot_table(spec)
-    others = f"SELECT {key}, {sv} AS {quote(src.version)} FROM versions ANTI JOIN from_snapshot USING ({key})"
+    versions = f"SELECT {key}, max({sv}) AS {quote(src.version)} FROM c GROUP BY ALL"
     source_rows = (
-        f"SELECT src.* FROM {src.table_name.sql()} src SEMI JOIN ({others}) v USING ({key}, {quote(src.version)})"
+        f"SELECT src.* FROM {src.table_name.sql()} src SEMI JOIN ({versions}) v USING ({key}, {quote(src.version)})"
     )
     derived = f"SELECT {key}, CAST({part} AS VARCHAR) AS __derived_partition FROM ({render(spec.transform_sql, source=source_rows)})"
     wm = ts_literal(plan.source_watermark)
@@ -158,10 +150,7 @@ def row_frame_sql(s: Session, spec: DatasetSpec, plan: RepairPlan, scope: list[s
         WITH c AS (SELECT * FROM {ns} WHERE {in_partitions(s, spec, scope)}),
         copies AS (SELECT {key}, count(*) AS __key_copies FROM {ns} SEMI JOIN c USING ({key})
                    GROUP BY ALL HAVING count(*) > 1),
-        versions AS (SELECT {key}, max({sv}) AS {sv} FROM c GROUP BY ALL),
-        from_snapshot AS (SELECT {key}, CAST({part} AS VARCHAR) AS __derived_partition FROM {snap}
-                          SEMI JOIN versions USING ({key}, {sv}) WHERE {in_partitions(s, spec, scope)}),
-        der AS (SELECT * FROM from_snapshot UNION ALL {derived}),
+        der AS ({derived}),
         tomb AS (SELECT {key}, max({quote(src.version)}) AS __tomb_version FROM {src.table_name.sql()}
                  WHERE {quote(src.op)} IN ({str_list(src.delete_ops)}) AND {quote(src.ingested_at)} <= {wm}
                  AND ({key}) IN (SELECT ({key}) FROM c) GROUP BY ALL)
