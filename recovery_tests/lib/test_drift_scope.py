@@ -18,7 +18,8 @@ from recovery_tests.small_dataset import build_small_dataset
 COLUMNS = "partition, expected_rows, actual_rows, missing, extra, changed, duplicate, drift_keys, sample_keys"
 
 
-def test_a_narrow_and_a_wide_scope_report_the_same_drift(tmp_path: Path):
+def _target_equal_to_the_source(tmp_path: Path):
+    """The small dataset's target built as exactly the source's expected rows (no drift yet)."""
     spec = parse_spec(build_small_dataset(tmp_path, n_orders=400))
     s = DuckDBSession(duckdb.connect(str(spec.warehouse.path)))
     s.execute("CREATE SCHEMA _recovery")
@@ -27,6 +28,11 @@ def test_a_narrow_and_a_wide_scope_report_the_same_drift(tmp_path: Path):
         f"CREATE TABLE mart.orders AS SELECT *, 'g1' AS gen_id, TIMESTAMP '2026-03-09' AS landed_at "
         f"FROM ({expected_rows_sql(spec, None)})"
     )
+    return spec, s
+
+
+def test_a_narrow_and_a_wide_scope_report_the_same_drift(tmp_path: Path):
+    spec, s = _target_equal_to_the_source(tmp_path)
     shards = [r[0] for r in s.fetchall("SELECT shard FROM mart.orders GROUP BY 1 ORDER BY count(*) DESC, 1")]
     a, b, far = shards[0], shards[1], shards[-1]  # the two fullest partitions, and one far from them
     one = "(SELECT region, order_no FROM mart.orders WHERE shard = ? ORDER BY ALL LIMIT 1 OFFSET ?)"
@@ -56,14 +62,7 @@ def test_a_copy_in_another_partition_counts_where_both_rows_sit_though_one_parti
     """Partitions whose rows hash alike on both sides are not compared key by key; a key copied
     from such a partition into another one is still a duplicate in both, and the partitions with
     no drift at all report their row counts and nothing else."""
-    spec = parse_spec(build_small_dataset(tmp_path, n_orders=400))
-    s = DuckDBSession(duckdb.connect(str(spec.warehouse.path)))
-    s.execute("CREATE SCHEMA _recovery")
-    s.execute("CREATE SCHEMA mart")
-    s.execute(
-        f"CREATE TABLE mart.orders AS SELECT *, 'g1' AS gen_id, TIMESTAMP '2026-03-09' AS landed_at "
-        f"FROM ({expected_rows_sql(spec, None)})"
-    )
+    spec, s = _target_equal_to_the_source(tmp_path)
     shards = [r[0] for r in s.fetchall("SELECT shard FROM mart.orders GROUP BY 1 ORDER BY count(*) DESC, 1")]
     x, y = shards[0], shards[1]
     k = s.fetchone("SELECT region, order_no FROM mart.orders WHERE shard = ? ORDER BY ALL LIMIT 1", [x])
