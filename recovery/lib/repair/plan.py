@@ -192,15 +192,11 @@ def qualified_partitions(
             WITH t AS (SELECT CAST({part} AS VARCHAR) AS p, {key} FROM {namespace_sql(current_ns)}
                        WHERE {in_partitions(s, spec, rest)}),
                  k AS (SELECT DISTINCT {key}, true AS __known FROM {src.table_name.sql()}
-                       WHERE ({key}) IN (SELECT ({key}) FROM t)),
-                 e AS (SELECT CAST("partition" AS VARCHAR) AS p, expected_rows FROM {partition_table(spec)}
-                       WHERE incident_id = ?)
+                       WHERE ({key}) IN (SELECT ({key}) FROM t))
             SELECT t.p, count(*), count(*) FILTER (WHERE k.__known IS NULL) FROM t LEFT JOIN k USING ({key})
-            LEFT JOIN e ON e.p = t.p
-            GROUP BY t.p HAVING coalesce(max(e.expected_rows), 0) = 0 AND count(*) FILTER (WHERE k.__known IS NULL) > 0
+            GROUP BY t.p HAVING count(*) FILTER (WHERE k.__known IS NULL) > 0
             ORDER BY t.p
-            """,
-            [incident_id],
+            """
         )
         for p, n, unknown in rows:
             out[p] = (
