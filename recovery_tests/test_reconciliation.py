@@ -474,3 +474,40 @@ def test_a_classification_reading_the_kept_expected_rows_labels_every_key_as_the
         )
         reused = s.scalar(f"SELECT count(*) FROM ({rows})", ["reused"])
     assert differ == 0 and reused == summary.damaged_keys > 0
+
+
+def test_partition_counts_and_totals_taken_from_the_diff_are_those_of_the_expected_rows(tmp_path):
+    """When E is read once, by the diff, each partition's expected rows and total come from the
+    target's rows the diff left out plus the diff's expected side. Against a direct count of E on a
+    target holding an extra copy equal to its expected row, a row with a NULL key, a moved row, a
+    missing row and a changed amount, every partition agrees."""
+    spec, writer = _small(tmp_path)
+    spec = spec.model_copy(update={"target": spec.target.model_copy(update={"amount": "qty"})})
+    con = duckdb.connect(str(spec.warehouse.path), read_only=True)
+    keys = con.execute("SELECT region, order_no FROM mart.orders ORDER BY ALL").fetchall()
+    con.close()
+    key = lambda r: f"region = '{r[0]}' AND order_no = {r[1]}"  # noqa: E731
+    writer.register_generation("bf-9", "backfill")
+    writer.write("bf-9", _rows(spec, key(keys[3])), mode="append", allow_duplicate_keys=True)  # an equal copy
+    writer.write(
+        "bf-9", f"SELECT * REPLACE ('moved-000000' AS shard) FROM ({_rows(spec, key(keys[5]))})", mode="upsert_keys"
+    )
+    writer.write("bf-9", f"SELECT * REPLACE (qty + 4 AS qty) FROM ({_rows(spec, key(keys[7]))})", mode="upsert_keys")
+    writer.write("bf-9", f"SELECT region, order_no, src_rev FROM mart.orders WHERE {key(keys[9])}", mode="delete_keys")
+    with writer.engine.transaction() as s:  # a row no expected row can match: its key is NULL
+        s.execute(
+            f"INSERT INTO mart.orders__g0001 SELECT * REPLACE (NULL AS order_no) FROM mart.orders WHERE {key(keys[11])}"
+        )
+    inputs = ReconcileInputs(spec, ("bf-9",), incident_id="INC-parts", persist=False)
+    with open_engine(spec.warehouse).session() as s:
+        reconcile(s, inputs)
+        assert s.scalar("SELECT count(*) FROM duckdb_views() WHERE temporary AND view_name = '__e'") == 1
+        got = s.fetchall(
+            "SELECT partition, expected_rows, expected_total FROM __partitions WHERE expected_rows > 0 ORDER BY 1"
+        )
+        want = s.fetchall(
+            f"SELECT shard, count(*), sum(qty) FROM ({expected_rows_sql(spec, None)}) GROUP BY 1 ORDER BY 1"
+        )
+        mismatched = s.scalar("SELECT count(*) FROM __partitions WHERE count_mismatch")
+    assert got == want and len(got) > 3
+    assert mismatched >= 3  # the copy's, the NULL key's, the moved and the missing rows' partitions

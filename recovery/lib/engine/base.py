@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from recovery.lib.errors import RecoveryError
@@ -62,6 +62,11 @@ class Session(ABC):
     @abstractmethod
     def object_kind(self, schema: str, name: str) -> str | None:
         """'table', 'view' or None."""
+
+    def joins_as_written(self) -> AbstractContextManager[None]:
+        """Within it, each hash join builds on the side its SQL puts on the right (where the engine
+        lets a caller say so; elsewhere the engine plans as usual)."""
+        return nullcontext()
 
     # ---- write primitives (ADR 0001): what a phase asks for, each engine doing it natively ----
     def replace_rows(

@@ -38,7 +38,7 @@ import duckdb
 
 from recovery.lib.engine.base import Engine, RetryableConflict, Session
 from recovery.lib.errors import RecoveryError, WarehouseBusyError
-from recovery.lib.identifiers import quote
+from recovery.lib.identifiers import quote, string_literal
 from recovery.lib.trace import trace
 
 if TYPE_CHECKING:  # DuckDB loads pyarrow itself when a result is fetched as Arrow
@@ -244,6 +244,19 @@ class DuckDBSession(Session):
     def relation_columns(self, select_sql: str) -> list[tuple[str, str]]:
         rows = self.conn.execute(f"DESCRIBE {select_sql}").fetchall()
         return [(r[0], r[1]) for r in rows]
+
+    @contextmanager
+    def joins_as_written(self) -> Iterator[None]:
+        """DuckDB builds a hash join on whichever input it estimates smaller. Joining wide rows to a
+        narrow index of as many keys, it may build the wide rows: the reconciliation's diff at 6M rows
+        took 2.25-3.0 s that way, 1.8 s building on the side its SQL names (the narrow index)."""
+        before = str(fetch_row(self.conn, "SELECT current_setting('disabled_optimizers')")[0])
+        off = ",".join([*filter(None, before.split(",")), "build_side_probe_side"])
+        self.conn.execute(f"SET disabled_optimizers = {string_literal(off)}")
+        try:
+            yield
+        finally:
+            self.conn.execute(f"SET disabled_optimizers = {string_literal(before)}")
 
     def object_kind(self, schema: str, name: str) -> str | None:
         rows = self.conn.execute(  # fetchall: a half-read result would block the next arrow() call

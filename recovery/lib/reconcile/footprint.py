@@ -140,6 +140,6 @@ def drift_outside_sql(s: Session, inputs: ReconcileInputs, fp: Footprint) -> str
     key = quote_all(spec.key)
     has_delta = has_dataset_table(s, "delta", spec.dataset)
     inside = written_keys_sql(inputs, fp, has_delta, within="__recon") + [
-        f"SELECT {key} FROM __e SEMI JOIN __recon USING ({key}) WHERE {fp.between(quote(spec.target.partition))}"
+        f"SELECT {key} FROM __recon WHERE {fp.between('expected_partition')}"
     ]
     return f"SELECT label, count(*) FROM __recon ANTI JOIN ({' UNION ALL '.join(inside)}) USING ({key}) GROUP BY 1 ORDER BY 1"

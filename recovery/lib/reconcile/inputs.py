@@ -38,3 +38,8 @@ def recon_table(spec: DatasetSpec, persist: bool = True) -> str:
 def partition_table(spec: DatasetSpec, persist: bool = True) -> str:
     name = dataset_table_name("recon_partitions", spec.dataset)
     return dataset_table("recon_partitions", spec.dataset) if persist else f'"{name}"'
+
+
+def side(which: str, column: str) -> str:
+    """A column of the target side ('t') or expected side ('e') of ``__diff``."""
+    return f'"{which}__{column}"'
