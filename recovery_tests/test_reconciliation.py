@@ -511,3 +511,36 @@ def test_partition_counts_and_totals_taken_from_the_diff_are_those_of_the_expect
         mismatched = s.scalar("SELECT count(*) FROM __partitions WHERE count_mismatch")
     assert got == want and len(got) > 3
     assert mismatched >= 3  # the copy's, the NULL key's, the moved and the missing rows' partitions
+
+
+@pytest.mark.parametrize("joins", [False, True])
+def test_the_diff_chooses_its_build_sides_only_around_a_transform_that_joins_nothing(tmp_path, monkeypatch, joins):
+    """Build sides as written hold for the whole diff statement, the streamed transform's SQL
+    included: a transform with a join of its own (here a lookup of SKU names) is left to
+    DuckDB's planning, and both label the same keys."""
+    from recovery.lib.engine.duckdb_engine import DuckDBSession
+
+    spec, writer = _small(tmp_path)
+    if joins:
+        with writer.engine.transaction() as s:
+            s.execute("CREATE TABLE src.skus AS SELECT DISTINCT sku FROM src.order_events")
+        spec = spec.model_copy(
+            update={
+                "transform_sql": spec.transform_sql.replace(
+                    "FROM {{ source }}", "FROM {{ source }} JOIN src.skus USING (sku)"
+                )
+            }
+        )
+    with writer.engine.session() as s:
+        region, order_no = s.fetchrow("SELECT region, order_no FROM mart.orders ORDER BY ALL LIMIT 1 OFFSET 2")
+    writer.register_generation("bf-10", "backfill")
+    changed = _rows(spec, f"region = '{region}' AND order_no = {order_no}")
+    writer.write("bf-10", f"SELECT * REPLACE (qty + 1 AS qty) FROM ({changed})", mode="upsert_keys")
+    taken = []
+    original = DuckDBSession.joins_as_written
+    monkeypatch.setattr(DuckDBSession, "joins_as_written", lambda self: taken.append(1) or original(self))
+    with open_engine(spec.warehouse).session() as s:
+        reconcile(s, ReconcileInputs(spec, ("bf-10",), incident_id="INC-sides", persist=False))
+        labels = s.fetchall("SELECT region, order_no, label FROM __recon")
+    assert taken == ([] if joins else [1])
+    assert labels == [(region, order_no, "incorrectly_transformed")]

@@ -43,3 +43,20 @@ def check_single_select(sql: str, placeholder: str) -> None:
         raise ValueError(f"holds {len(statements)} statements, expected one SELECT")
     if not isinstance(statements[0], exp.Query):
         raise ValueError(f"is a {statements[0].key.upper()} statement, expected a SELECT")
+
+
+def joins_nothing(sql: str, placeholder: str) -> bool:
+    """Whether ``sql`` reads ``{{ placeholder }}`` alone, with no join of its own (its CTEs aside).
+
+    The reconciliation chooses its own joins' build sides (``Session.joins_as_written``) only
+    around a transform like that: the setting holds for a whole statement, and a transform's own
+    join, written with its large side on the right, would then be built from that side. False
+    when in doubt (the SQL does not parse)."""
+    probe = _PLACEHOLDER.sub("__placeholder__", sql.strip().rstrip(";"))
+    try:
+        tree = sqlglot.parse_one(probe, read="duckdb")
+    except (sqlglot.errors.SqlglotError, RecursionError):
+        return False
+    ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
+    tables = {t.name for t in tree.find_all(exp.Table)}
+    return tree.find(exp.Join) is None and tables <= {"__placeholder__", *ctes}

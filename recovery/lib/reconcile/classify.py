@@ -14,6 +14,7 @@ that is the signal that stops a repair from expanding.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from datetime import datetime
 
 from recovery.lib.control_plane import SCHEMA, dataset_table_name, delta_table, has_dataset_table
@@ -28,6 +29,7 @@ from recovery.lib.reconcile.partitions import expected_partition_rows_sql, parti
 from recovery.lib.registry import generations_sql
 from recovery.lib.snapshot import expected_from_index_sql, latest_index_sql, latest_versions_sql, str_list, ts_literal
 from recovery.lib.spec import DatasetSpec
+from recovery.lib.sql_files import joins_nothing
 from recovery.lib.trace import mark
 
 LABELS = (
@@ -151,7 +153,10 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
         f"FROM {target} x LEFT JOIN __dups d USING ({key})"
     )
     columns = [c for c, _ in s.columns("__e")]
-    with s.joins_as_written():  # E's joins build on its narrow index, the diff on E
+    # E's joins build on its narrow index, the diff on E; a streamed E whose transform joins something
+    # of its own is left to DuckDB's planning (the setting would hold for the transform's joins too)
+    ours = not streamed or joins_nothing(spec.transform_sql, "source")
+    with s.joins_as_written() if ours else nullcontext():
         s.execute(f"CREATE OR REPLACE TEMP TABLE __diff AS {diff_sql(inputs, columns)}")
     if reused:  # E came kept: each key's latest change (op, arrival) is read for the keys that differ only
         s.execute(f"CREATE OR REPLACE TEMP TABLE __diff_keys AS SELECT DISTINCT {key} FROM __diff")

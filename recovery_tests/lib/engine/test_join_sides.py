@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from recovery.lib.engine.duckdb_engine import DuckDBEngine, DuckDBSession
+from recovery.lib.sql_files import joins_nothing
 
 
 def _build_side(s: DuckDBSession, sql: str) -> str:
@@ -35,3 +36,12 @@ def test_within_it_a_join_builds_on_its_right_side_and_the_setting_comes_back(tm
             assert set(off.split(",")) == {"top_n", "build_side_probe_side"}
         assert s.scalar("SELECT current_setting('disabled_optimizers')") == "top_n"
         assert _build_side(s, join) == "few"
+
+
+def test_only_a_transform_that_joins_nothing_of_its_own_gets_the_joins_as_written():
+    assert joins_nothing("SELECT k, v * 2 AS v FROM {{ source }} WHERE op <> 'x'", "source")
+    assert joins_nothing("WITH a AS (SELECT * FROM {{ source }}) SELECT * FROM a", "source")
+    assert not joins_nothing("SELECT s.*, d.x FROM {{ source }} s JOIN dim d USING (k)", "source")
+    assert not joins_nothing("SELECT s.* FROM {{ source }} s, dim d WHERE s.k = d.k", "source")
+    assert not joins_nothing("SELECT * FROM {{ source }} WHERE k IN (SELECT k FROM dim)", "source")
+    assert not joins_nothing("SELECT * FROM {{ source }} WHERE", "source")  # in doubt: DuckDB plans
