@@ -426,7 +426,7 @@ def reconcile(s: Session, inputs: ReconcileInputs) -> dict:
     if inputs.full and fp is not None:  # damage a whole-table run finds outside the footprint: drift
         facts["drift_outside_footprint"] = dict(s.fetchall(drift_outside_sql(s, inputs, fp)))
     within = fp if not inputs.full else None
-    expected = f"({expected_partition_rows_sql(spec, columns)})" if facts["expected_streamed"] else "__e"
+    expected = f"({expected_partition_rows_sql(spec)})" if facts["expected_streamed"] else "__e"
     s.execute(
         f"CREATE OR REPLACE TEMP TABLE __partitions AS "
         f"{partition_findings_sql(inputs, facts['failed_start'], within, expected=expected)}"
