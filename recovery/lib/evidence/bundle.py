@@ -87,7 +87,7 @@ def hashed_select(
     subqueries, not joins: Spark's SQL path replaces columns of one relation only. The relation is
     read once more per hashed column for its distinct values; ``values_from`` (a relation holding
     every value the copy can, without parameters) is read instead where the copy is costly to compute
-    twice (a source snapshot ranks the change log: 0.7 s of a 5.5 s copy at 10M events)."""
+    twice (a source snapshot resolves the change log: 0.7 s of a 5.5 s copy at 10M events)."""
     maps, replace, texts, text_names = [], [], [], []
     for i, c in enumerate(hashed):
         col, m = quote(c), f"__hmac{i}"
