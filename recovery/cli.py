@@ -25,7 +25,7 @@ from rich.console import Console
 
 import recovery.commands
 from recovery.config import PROJECT_ROOT
-from recovery.lib.errors import RecoveryError, RunCrashedError
+from recovery.lib.errors import RecoveryError, RunCrashedError, environment_hint
 
 EXIT_UNEXPECTED = 3
 
@@ -90,9 +90,11 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> int:
         return 130
     except Exception as err:  # noqa: BLE001 - the one place an unexpected error becomes a line and a log file
         log = write_trace(argv, traceback.format_exc())
+        said = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        hint = environment_hint(said)
         console.print(
-            f"[red]error:[/] unexpected {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''} "
-            f"(trace: {log}; please report it)",
+            f"[red]error:[/] {f'{said}; {hint}' if hint else f'unexpected {said}'} "
+            f"(trace: {log}{'' if hint else '; please report it'})",
             highlight=False,
             soft_wrap=True,
         )

@@ -26,7 +26,7 @@ from dagster._core.workspace.load_target import WorkspaceFileTarget
 
 from recovery import dagster_sqlite
 from recovery.config import PROJECT_ROOT
-from recovery.lib.errors import GateRefusedError, RecoveryError, RunCrashedError
+from recovery.lib.errors import GateRefusedError, RecoveryError, RunCrashedError, environment_hint
 
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"
 dagster_sqlite.install()  # every process that drives Dagster from here reuses its SQLite connections
@@ -237,7 +237,12 @@ def run_failure(result: dg.ExecuteInProcessResult, job_name: str) -> RecoveryErr
         return GateRefusedError(f"{where} stopped: " + "; ".join(reasons))
     if chain:
         inner = chain[-1]
-        return RunCrashedError(f"{where} crashed: {inner.cls_name}: {_message(inner)}", detail=chain[0].to_string())
+        said = f"{inner.cls_name}: {_message(inner)}"
+        hint = environment_hint(said)
+        return RunCrashedError(
+            f"{where} {'stopped' if hint else 'crashed'}: {said}" + (f"; {hint}" if hint else ""),
+            detail=chain[0].to_string(),
+        )
     failures = [e.message or "" for e in result.all_events if e.is_failure]
     return RunCrashedError(
         f"{where} failed: {failures[-1] if failures else 'see the run in the UI'}", detail="\n".join(failures)

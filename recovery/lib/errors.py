@@ -67,5 +67,27 @@ class RunCrashedError(RecoveryError):
         self.detail = detail
 
 
+# failures of the machine rather than of the recovery: what the person on call can do about each
+_ENVIRONMENT = (
+    (
+        "no space left on device",
+        "the disk is full: free space on the file system of the file named (DuckDB spills beside the "
+        "warehouse file, in <warehouse>.tmp, past memory_limit) and run the command again",
+    ),
+    (
+        "out of memory",
+        "the engine ran out of memory: raise warehouse.memory_limit in the spec (DuckDB spills past it) "
+        "or lower warehouse.threads, and run the command again",
+    ),
+)
+
+
+def environment_hint(message: str) -> str | None:
+    """What to do about a failure that comes from the machine (a full disk, too little memory),
+    not from the recovery; None when the message is not one of those."""
+    low = message.lower()
+    return next((hint for needle, hint in _ENVIRONMENT if needle in low), None)
+
+
 class DuplicateKeyError(RecoveryError):
     """A write offered two rows for one key; the whole write was rolled back."""
