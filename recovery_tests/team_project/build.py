@@ -248,7 +248,11 @@ def build(root: Path, home: Path) -> Built:
         db,
         "CREATE SCHEMA raw; CREATE SCHEMA clean; CREATE SCHEMA marts; CREATE SCHEMA cache; "
         "CREATE TABLE raw.readings (reading_id BIGINT, version INTEGER, op VARCHAR, sensor_id VARCHAR, "
-        "reading_ts TIMESTAMP, value DOUBLE, unit VARCHAR, ingested_at TIMESTAMP)",
+        "reading_ts TIMESTAMP, value DOUBLE, unit VARCHAR, ingested_at TIMESTAMP); "
+        # the team's migrations create its tables (a frame alone would make reading_day a TIMESTAMP)
+        "CREATE TABLE clean.readings (reading_id BIGINT, reading_day DATE, sensor_id VARCHAR, reading_ts TIMESTAMP, "
+        "value_c DOUBLE, src_version INTEGER, _run_id VARCHAR, _loaded_at TIMESTAMP); "
+        "CREATE TABLE marts.sensor_daily (reading_day DATE, sensor_id VARCHAR, readings BIGINT, avg_c DOUBLE)",
     )
     initial = _initial(db, rng)
     _events(db, initial)
