@@ -286,3 +286,32 @@ def _published_rows_wrong(recovered: Recovered) -> int:
     expected = pd.read_parquet(recovered.root / "truth" / "expected.parquet")[list(published.columns)]
     diff = published.merge(expected, how="outer", indicator=True)
     return int((diff["_merge"] != "both").sum())
+
+
+def test_the_teams_recompute_runs_as_a_guarded_backfill(recovered: Recovered):
+    """The asset ported to ``RecomputeContext`` (``team_project/recompute.py``, the worked example of
+    docs/your-own-dagster-project.md) passes the recurrence gates and publishes. Last: it moves the pointer."""
+    backfill = (
+        "--spec",
+        str(recovered.root / "spec.yaml"),
+        "--start",
+        "2025-03-17",
+        "--end",
+        "2025-03-18",
+        "--recompute",
+        "recovery_tests.team_project.recompute:readings",
+        "--approved-by",
+        "data-platform-lead",
+    )
+    plan = cli(recovered.home, "backfill", "plan", *backfill)
+    assert plan.code == 0, plan.out
+    run = cli(recovered.home, "backfill", "run", *backfill)
+    assert run.code == 0 and "published: clean.readings now points at" in run.out, run.out
+    days = recovered.df(
+        "SELECT reading_id, reading_day, sensor_id, reading_ts, value_c, src_version FROM clean.readings "
+        "WHERE reading_day BETWEEN DATE '2025-03-17' AND DATE '2025-03-18'"
+    )
+    expected = pd.read_parquet(recovered.root / "truth" / "expected.parquet")[list(days.columns)]
+    expected = expected[expected["reading_day"].astype(str).between("2025-03-17", "2025-03-18")]
+    assert len(days) == len(expected) > 0
+    assert days.merge(expected, how="outer", indicator=True)["_merge"].eq("both").all()
