@@ -197,6 +197,43 @@ def test_the_io_manager_refuses_every_later_run_of_the_backfill(built: Built, tm
         con.close()
 
 
+def test_a_plain_writer_refused_by_the_contained_table_gets_the_sentence_on_its_run_page(built: Built, tmp_path: Path):
+    """The team's asset still stored by the plain DuckDBIOManager fails with DuckDB's Binder Error (raised in
+    its own process); the fencing sensor's next tick tags that run with the sentence and alerts once."""
+    from recovery.defs.alerts.resources import NotifierResource
+    from recovery.defs.containment.sensors import fencing_sensor
+    from recovery.defs.containment.writers import REFUSED_TAG
+    from recovery.defs.resources import warehouse_resource
+
+    root, home = tmp_path / "team_project", tmp_path / "home"
+    shutil.copytree(built.root, root)
+    shutil.copytree(built.home, home, ignore=shutil.ignore_patterns("*.log"))
+    db, alerts = root / "warehouse.duckdb", tmp_path / "alerts.jsonl"
+    with env(DAGSTER_HOME=str(home), TEAM_WAREHOUSE=str(db)), dg.DagsterInstance.get() as instance:
+        result = (
+            team.build_defs(str(db))
+            .resolve_implicit_global_asset_job_def()
+            .execute_in_process(
+                instance=instance,
+                asset_selection=[dg.AssetKey(["clean", "readings"])],
+                partition_key="2025-03-24",
+                raise_on_error=False,
+            )
+        )
+        assert not result.success
+        resources = {
+            "warehouse": warehouse_resource(str(root / "spec.yaml")),
+            "notifier": NotifierResource(kind="file", path=str(alerts)),
+        }
+        for _ in range(2):  # a second tick finds it tagged already: one alert
+            with dg.build_sensor_context(instance=instance, resources=resources) as context:
+                fencing_sensor(context)
+        tag = instance.get_run_by_id(result.run_id).tags[REFUSED_TAG]
+    assert tag.startswith("clean.readings is contained (incident INC-DRAFT-") and "ManagedDuckDBIOManager(" in tag
+    sent = [json.loads(line) for line in alerts.read_text().splitlines()]
+    assert [a["body"] for a in sent if result.run_id in a["subject"]] == [tag]
+
+
 def test_labels_are_exact_against_the_independent_truth(recovered: Recovered):
     code, out = recovered.outputs["assess"]
     assert code == 0, out
