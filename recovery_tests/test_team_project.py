@@ -183,13 +183,26 @@ def test_the_io_manager_refuses_every_later_run_of_the_backfill(built: Built, tm
             resources={"io_manager": ManagedDuckDBIOManager(database=str(db), specs=[str(root / "spec.yaml")])},
             raise_on_error=False,
         )
-    assert not result.success
-    failure = " ".join(
-        f"{e.step_failure_data.error.message} {e.step_failure_data.user_failure_data}"
-        for e in result.all_events
-        if e.is_step_failure
-    )
-    assert f"backfill-{built.backfill_id}" in failure and "fenced" in failure and "nothing was written" in failure
+        # a run of it that names its own generation (recovery/generation) is refused at registration
+        renamed = dg.materialize(
+            [readings],
+            partition_key="2025-03-20",
+            instance=instance,
+            tags={"dagster/backfill": built.backfill_id, "recovery/generation": "rebuild-2"},
+            resources={"io_manager": ManagedDuckDBIOManager(database=str(db), specs=[str(root / "spec.yaml")])},
+            raise_on_error=False,
+        )
+    for run, generation, why in (
+        (result, f"backfill-{built.backfill_id}", "fenced"),
+        (renamed, "rebuild-2", f"Dagster backfill {built.backfill_id} is fenced"),
+    ):
+        assert not run.success
+        failure = " ".join(
+            f"{e.step_failure_data.error.message} {e.step_failure_data.user_failure_data}"
+            for e in run.all_events
+            if e.is_step_failure
+        )
+        assert generation in failure and why in failure and "nothing was written" in failure, failure
     con = duckdb.connect(str(db), read_only=True)
     try:
         assert con.execute("SELECT count(*) FROM _recovery.writes").fetchone()[0] == 0
