@@ -128,6 +128,27 @@ def test_the_sensor_and_the_registry_draft_one_incident_that_contain_takes_uncha
     assert "Traceback" not in info["contain_out"] and "no Dagster backfill or run" not in info["contain_out"]
 
 
+def test_any_name_of_the_backfill_resolves_to_the_same_generations(built: Built):
+    from recovery.dagster_history import resolve_backfill
+    from recovery.lib.incident import Incident
+
+    dying_run = next(r for r in built.info["run_ids"] if r in built.info["contain_out"])
+    names = [built.backfill_id, f"backfill-{built.backfill_id}", dying_run, f"run-{dying_run}"]
+    with env(DAGSTER_HOME=str(built.home)), dg.DagsterInstance.get() as instance:
+        resolved = [
+            resolve_backfill(
+                instance,
+                Incident(incident_id="INC-X", spec=built.spec, failed_generations=[name], requested_by="oncall"),
+            )
+            for name in names
+        ]
+    subject = {*built.info["run_ids"], f"backfill-{built.backfill_id}"}
+    for name, incident in zip(names, resolved, strict=True):
+        assert set(incident.failed_generations) - {name} == subject - {name}, name
+        assert incident.dagster_backfill == built.backfill_id
+        assert (str(incident.partitions.start), str(incident.partitions.end)) == team.BACKFILL_RANGE
+
+
 def test_contain_cancels_the_backfill_mid_flight_and_no_run_of_it_writes_after_the_fence(built: Built):
     info, out = built.info, built.info["contain_out"]
     at_contain = info["runs_at_contain"]
@@ -287,6 +308,7 @@ def test_the_evidence_holds_the_backfills_runs_configs_tags_and_event_logs(recov
 
 
 def test_every_step_ran_without_a_stack_trace(recovered: Recovered):
+    print({verb: code for verb, (code, _) in recovered.outputs.items()})  # the exit codes, for the report
     for verb, (code, out) in recovered.outputs.items():
         assert code != 3 and "Traceback" not in out, (verb, out)
     for verb in ("evidence build", "assess", "repair"):
