@@ -7,6 +7,10 @@ the control plane holds (``generations.backfill_id``, tag ``dagster/backfill``),
 the generation tag the launcher sets (``recovery/generation``), and the run ids
 the writer recorded with each write. Runs that retry one of those (Dagster copies
 the tags to a retry) are found by the same tags.
+
+It also resolves a failed Dagster backfill to one incident subject (``resolve_backfill``):
+whatever the incident calls it (its id, ``backfill-<id>``, one of its runs), every phase,
+the draft-incident sensor and ``recovery registry dagster`` see the same generations.
 """
 
 from __future__ import annotations

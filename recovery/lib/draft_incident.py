@@ -2,8 +2,8 @@
 
 When a backfill that writes a managed dataset fails, is canceled or has failed runs,
 the on-call person's first step is containment. This module writes the incident file
-that step needs (the backfill's generation and its partition range, ``approved_by``
-left empty for a person to fill in), starts the incident's timeline, and builds the
+that step needs (the backfill as ``dagster_backfill``, every generation its rows may carry,
+its partition range, ``approved_by`` left empty for a person to fill in), starts the incident's timeline, and builds the
 ``contain_backfill`` run config and launchpad link, so the alert leads to containment
 in one click. Opening is idempotent per backfill: the timeline event is the record,
 and an existing file is never overwritten (a person may have edited it).
