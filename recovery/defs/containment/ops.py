@@ -14,6 +14,7 @@ from recovery.defs.containment.report import ContainmentReport, GenerationContai
 from recovery.defs.containment.writers import refused_writers
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.adoption import Adoption, adopt
+from recovery.lib.control_plane import SCHEMA
 from recovery.lib.fencing import FenceOutcome, TimelineEvent, event_recorded, fence_incident, record_events
 from recovery.lib.incident import Incident
 
@@ -101,7 +102,12 @@ def stop_dagster_work(
         results.append(result)
     spec = warehouse.spec()
     table = spec.target.table_name
-    writers = refused_writers(context.instance, dg.AssetKey([table.schema, table.name]))
+    # only a target another tool wrote (taken over by adoption) has writers the managed view now refuses
+    with engine.session(read_only=True) as s:
+        adopted = s.scalar(
+            f"SELECT count(*) FROM {SCHEMA}.timeline WHERE kind = 'target_adopted' AND dataset = ?", [spec.dataset]
+        )
+    writers = refused_writers(context.instance, dg.AssetKey([table.schema, table.name])) if adopted else []
     sentences = tuple(w.sentence(spec, str(warehouse.spec_path)) for w in writers)
     if sentences and not event_recorded(engine, "containment_refused_writers", incident.incident_id, ""):
         record_events(
