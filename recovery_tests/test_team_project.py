@@ -156,7 +156,8 @@ def test_contain_cancels_the_backfill_mid_flight_and_no_run_of_it_writes_after_t
     started = sorted(day for day, status in at_contain.items() if status == "STARTED")
     assert queued and started, at_contain  # contained while runs were in flight and queued
     assert f"backfill {built.backfill_id}: cancelled" in out
-    assert out.count("canceled from the queue") == len(queued) and "(STARTED): terminated" in out
+    # the in-flight run's termination is advisory (it may be "requested, not confirmed"): its end is asserted below
+    assert out.count("canceled from the queue") == len(queued) and "(STARTED): termin" in out
     assert info["backfill_status"] == "CANCELED"
     assert all(info["runs_final"][day] == "CANCELED" for day in queued + started), info["runs_final"]
     # the writers the fence now refuses are named, with the switch that keeps them ingesting
