@@ -150,7 +150,7 @@ def test_a_failed_dagster_backfill_id_resolves_to_its_runs_and_the_clobbered_wri
     assert cli(home, "contain", "--incident", str(incident)).code == 0
     assessed = cli(home, "assess", "--incident", str(incident))
     assert assessed.code == 0, assessed.out
-    got = pd.read_parquet(root / "reports" / f"INC-{BACKFILL}" / "reconciliation.parquet")
+    got = pd.read_parquet(root / "reports" / f"INC-DRAFT-{BACKFILL}" / "reconciliation.parquet")
     labels = dict(zip(got["id"], got["label"], strict=True))
     assert labels == (
         {i: "incorrectly_transformed" for i in range(1, 31) if i % 3 == 0 and i % 2 == 0}

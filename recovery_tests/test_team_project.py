@@ -109,6 +109,7 @@ def recovered(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Recover
 def _incident_fields(path: Path) -> dict:
     doc = yaml.safe_load(path.read_text())
     return {
+        "incident_id": doc["incident_id"],
         "dagster_backfill": doc["dagster_backfill"],
         "failed_generations": sorted(doc["failed_generations"]),
         "partitions": {k: str(v) for k, v in doc["partitions"].items()},

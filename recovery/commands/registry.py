@@ -21,6 +21,7 @@ def dagster(args: argparse.Namespace, console: Console) -> int:
 
     from recovery.launch.dagster_registry import draft_incident, registry_from_dagster
     from recovery.lib.catalog_checks import check_against_warehouse
+    from recovery.lib.draft_incident import draft_incident_id
     from recovery.lib.errors import RecoveryError
     from recovery.lib.spec import parse_spec
 
@@ -37,7 +38,11 @@ def dagster(args: argparse.Namespace, console: Console) -> int:
     with dg.DagsterInstance.get() as instance:
         reg = registry_from_dagster(spec, args.backfill, table=args.table, asset=args.asset, instance=instance)
         doc = draft_incident(
-            instance, reg, Path(args.spec), args.incident_id or f"INC-{args.backfill}", args.actor or getpass.getuser()
+            instance,
+            reg,
+            Path(args.spec),
+            args.incident_id or draft_incident_id(args.backfill),
+            args.actor or getpass.getuser(),
         )
     backfill_runs = sum(r.backfill_id == args.backfill for r in reg.runs)
     console.print(
@@ -82,6 +87,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--asset", help="the target's asset key, a/b (default: the target table's schema/name)")
     d.add_argument("--table", default="ops.dagster_runs", help="registry table to write (default: ops.dagster_runs)")
     d.add_argument("--incident-out", help="write a draft incident naming the backfill's runs as failed generations")
-    d.add_argument("--incident-id", help="the draft incident's id (default: INC-<backfill id>)")
+    d.add_argument(
+        "--incident-id", help="the draft incident's id (default: INC-DRAFT-<backfill id>, the draft-incident sensor's)"
+    )
     d.add_argument("--actor", help="who asks (default: the current user)")
     d.set_defaults(fn=dagster)
