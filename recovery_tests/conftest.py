@@ -45,6 +45,7 @@ def example_copy(failed_example: BuiltExample, tmp_path: Path) -> Path:
 LONGEST_FIRST = (
     "test_spark_engine.py",
     "test_fencing_race.py",
+    "test_team_project.py",  # a daemon backfill of a team's project, then its recovery (about 100 s on a quiet machine)
     "test_reconciliation.py",
     "test_recurrence_matrix.py",
     "test_browser.py",

@@ -134,7 +134,11 @@ def test_a_failed_dagster_backfill_id_resolves_to_its_runs_and_the_clobbered_wri
         runs = con.execute("SELECT generation, kind FROM ops.dagster_runs ORDER BY started_at").fetchall()
     finally:
         con.close()
-    assert sorted(g for g, k in runs if k == "backfill") == sorted(drafted["failed_generations"])
+    # the incident names the backfill: its runs and the stamp later runs through the IO manager would carry
+    assert drafted["dagster_backfill"] == BACKFILL
+    assert sorted(drafted["failed_generations"]) == sorted(
+        [g for g, k in runs if k == "backfill"] + [f"backfill-{BACKFILL}"]
+    )
     assert [k for _, k in runs].count("ingest") == 4
     # the printed registry section goes into the spec, as a user would paste it
     doc = yaml.safe_load(spec.read_text())
@@ -146,7 +150,7 @@ def test_a_failed_dagster_backfill_id_resolves_to_its_runs_and_the_clobbered_wri
     assert cli(home, "contain", "--incident", str(incident)).code == 0
     assessed = cli(home, "assess", "--incident", str(incident))
     assert assessed.code == 0, assessed.out
-    got = pd.read_parquet(root / "reports" / f"INC-{BACKFILL}" / "reconciliation.parquet")
+    got = pd.read_parquet(root / "reports" / f"INC-DRAFT-{BACKFILL}" / "reconciliation.parquet")
     labels = dict(zip(got["id"], got["label"], strict=True))
     assert labels == (
         {i: "incorrectly_transformed" for i in range(1, 31) if i % 3 == 0 and i % 2 == 0}

@@ -30,7 +30,7 @@ def test_partition_range_is_the_first_and_last_day_or_nothing():
     assert partition_range(["north-202601"]) is None
     assert partition_range([]) is None
     assert (
-        FailedBackfill("abc", "CANCELED", "backfill-abc", (), ()).reason
+        FailedBackfill("abc", "CANCELED", ("backfill-abc",), (), ()).reason
         == "Dagster backfill abc is CANCELED with no failed run"
     )
 
@@ -154,7 +154,7 @@ def test_the_sensor_opens_the_draft_of_a_failed_backfill_nobody_drafted(incident
         s.execute(f"DELETE FROM {SCHEMA}.timeline WHERE incident_id = ?", [incident_id])
         s.execute(f"DELETE FROM {SCHEMA}.notifications WHERE incident_id = ?", [incident_id])
     with dg.DagsterInstance.get() as instance:
-        found = failed_backfills(instance, TARGET_KEY)
+        found = failed_backfills(instance, TARGET_KEY, spec_path)
     assert [f.backfill_id for f in found] == [backfill_id]
     assert found[0].status == "COMPLETED_FAILED" and found[0].failed_runs and found[0].generation == "backfill-0042"
 

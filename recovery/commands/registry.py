@@ -17,17 +17,33 @@ from rich.console import Console
 
 
 def dagster(args: argparse.Namespace, console: Console) -> int:
-    from recovery.launch.dagster_registry import draft_incident, registry_from_dagster
-    from recovery.lib.catalog_checks import load_spec
-    from recovery.lib.errors import RecoveryError
+    import dagster as dg
 
-    spec = load_spec(args.spec)
+    from recovery.launch.dagster_registry import draft_incident, registry_from_dagster
+    from recovery.lib.catalog_checks import check_against_warehouse
+    from recovery.lib.draft_incident import draft_incident_id
+    from recovery.lib.errors import RecoveryError
+    from recovery.lib.spec import parse_spec
+
+    spec = parse_spec(args.spec)
+    # the registry table this command writes may not exist yet even when the spec already names it
+    # (a re-run, a rebuilt warehouse): it is checked once written, like the rest of the spec now
+    writes_own = spec.registry is not None and str(spec.registry.table_name) == args.table
+    check_against_warehouse(spec.model_copy(update={"registry": None}) if writes_own else spec)
     if args.incident_out and Path(args.incident_out).exists():
         raise RecoveryError(
             f"--incident-out {args.incident_out} exists; nothing was written. Fix: name a new file "
             f"(an incident file a person may have edited is never overwritten)"
         )
-    reg = registry_from_dagster(spec, args.backfill, table=args.table, asset=args.asset)
+    with dg.DagsterInstance.get() as instance:
+        reg = registry_from_dagster(spec, args.backfill, table=args.table, asset=args.asset, instance=instance)
+        doc = draft_incident(
+            instance,
+            reg,
+            Path(args.spec),
+            args.incident_id or draft_incident_id(args.backfill),
+            args.actor or getpass.getuser(),
+        )
     backfill_runs = sum(r.backfill_id == args.backfill for r in reg.runs)
     console.print(
         f"Dagster backfill {args.backfill}: {backfill_runs} runs, {len(reg.failed_generations)} of which wrote "
@@ -44,8 +60,7 @@ def dagster(args: argparse.Namespace, console: Console) -> int:
         )
     if args.incident_out:
         out = Path(args.incident_out)
-        incident_id = args.incident_id or f"INC-{args.backfill}"
-        doc = draft_incident(reg, Path(args.spec), incident_id, args.actor or getpass.getuser())
+        incident_id = doc["incident_id"]
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(yaml.safe_dump(doc, sort_keys=False))
         console.print(
@@ -55,7 +70,11 @@ def dagster(args: argparse.Namespace, console: Console) -> int:
             soft_wrap=True,
         )
     else:
-        console.print("failed_generations:\n" + "\n".join(f"  - {g}" for g in reg.failed_generations), highlight=False)
+        console.print(
+            f"dagster_backfill: {args.backfill}\nfailed_generations:\n"
+            + "\n".join(f"  - {g}" for g in doc["failed_generations"]),
+            highlight=False,
+        )
     return 0
 
 
@@ -68,6 +87,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--asset", help="the target's asset key, a/b (default: the target table's schema/name)")
     d.add_argument("--table", default="ops.dagster_runs", help="registry table to write (default: ops.dagster_runs)")
     d.add_argument("--incident-out", help="write a draft incident naming the backfill's runs as failed generations")
-    d.add_argument("--incident-id", help="the draft incident's id (default: INC-<backfill id>)")
+    d.add_argument(
+        "--incident-id", help="the draft incident's id (default: INC-DRAFT-<backfill id>, the draft-incident sensor's)"
+    )
     d.add_argument("--actor", help="who asks (default: the current user)")
     d.set_defaults(fn=dagster)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from recovery.dagster_history import backfill_incident
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import RecoveryError
 from recovery.lib.identifiers import TableName, quote
@@ -57,6 +58,7 @@ class DagsterRegistry:
             "ended_at": "ended_at",
             "source_watermark": "source_watermark",
             "backfill_kinds": ["backfill"],
+            "backfill_id": "backfill_id",
         }
 
 
@@ -100,8 +102,9 @@ def runs_of_asset(instance: dg.DagsterInstance, asset: dg.AssetKey, backfill_id:
 
 
 def write_registry(spec: DatasetSpec, runs: list[DagsterRun], backfill_id: str, table: str) -> DagsterRegistry:
-    """Write the runs as ``table`` (replaced whole, in one transaction) and resolve the failed
-    generations: the backfill's run ids that the target's generation column holds."""
+    """Write the runs as ``table`` (replaced whole, in one transaction) and count the rows the
+    backfill's runs wrote (``failed_generations``: the run ids the target's generation column holds;
+    the incident names every run of the backfill, see ``draft_incident``)."""
     try:
         name = TableName.parse(table)
     except ValueError as err:
@@ -120,7 +123,7 @@ def write_registry(spec: DatasetSpec, runs: list[DagsterRun], backfill_id: str, 
                 f"WHERE CAST({gen} AS VARCHAR) IN ({str_list(mine)}) ORDER BY 1"
             )
         ]
-    if not rows:
+    if not rows and not _managed_rows(engine, spec, backfill_id):
         raise RecoveryError(
             f"no row of {spec.target.table} carries a run id of Dagster backfill {backfill_id!r} in its "
             f"{spec.target.metadata.generation} column ({len(mine)} runs). Fix: a registry from Dagster fits a target whose "
@@ -154,6 +157,18 @@ def write_registry(spec: DatasetSpec, runs: list[DagsterRun], backfill_id: str, 
     return DagsterRegistry(backfill_id, tuple(carried), tuple(runs), str(name), int(rows))
 
 
+def _managed_rows(engine, spec: DatasetSpec, backfill_id: str) -> int:
+    """Rows the backfill wrote through the package's IO manager (stamped ``backfill-<id>``)."""
+    gen = quote(spec.target.metadata.generation)
+    with engine.session(read_only=True) as s:
+        return int(
+            s.scalar(
+                f"SELECT count(*) FROM {spec.target.table_name.sql()} WHERE CAST({gen} AS VARCHAR) = ?",
+                [f"backfill-{backfill_id}"],
+            )
+        )
+
+
 def asset_key_of(spec: DatasetSpec, asset: str | None) -> dg.AssetKey:
     """``--asset a/b`` as given, else the target table's parts (``mart.orders`` -> ``mart/orders``)."""
     text = asset or str(spec.target.table_name).replace(".", "/")
@@ -175,14 +190,24 @@ def registry_from_dagster(
     return write_registry(spec, runs, backfill_id, table)
 
 
-def draft_incident(reg: DagsterRegistry, spec_file: Path, incident_id: str, requested_by: str) -> dict:
-    """The incident file naming the backfill's runs as the failed generations (approvals left to a person)."""
-    return {
+def draft_incident(
+    instance: dg.DagsterInstance, reg: DagsterRegistry, spec_file: Path, incident_id: str, requested_by: str
+) -> dict:
+    """The incident file for the backfill, as the draft-incident sensor writes it: the backfill
+    resolved to one subject (every run of it, the ones that wrote nothing too; its partition
+    range), approvals left to a person."""
+    incident = backfill_incident(
+        instance, spec_file, reg.backfill_id, incident_id=incident_id, requested_by=requested_by
+    )
+    doc = {
         "incident_id": incident_id,
         "spec": str(spec_file.resolve()),
-        "failed_generations": list(reg.failed_generations),
+        "dagster_backfill": reg.backfill_id,
+        "failed_generations": list(incident.failed_generations),
+        "partitions": incident.partitions.model_dump() if incident.partitions else None,
         "requested_by": requested_by,
         "approved_by": [],
         "notes": f"failed generations resolved from Dagster backfill {reg.backfill_id} ({len(reg.runs)} runs in "
         f"{reg.table})",
     }
+    return {k: v for k, v in doc.items() if v is not None}

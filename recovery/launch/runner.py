@@ -40,9 +40,15 @@ class Launcher:
     @classmethod
     def for_file(cls, incident_file: str | Path, **kwargs) -> Launcher:
         """Validate the incident file (shape, then meaning against the warehouse, read-only) first."""
+        from recovery.dagster_history import resolve_backfill
+        from recovery.orchestration import project_instance
+
         incident = parse_incident(Path(incident_file).resolve())
         checked: set[str] = set()
         with checked_once(checked):  # the runs this launcher starts do not check the same shapes again
+            incident.load_spec()  # a bad spec is refused before the Dagster instance (and its storage) is opened
+            kwargs["instance"] = kwargs.get("instance") or project_instance()
+            incident = resolve_backfill(kwargs["instance"], incident)  # a failed Dagster backfill: one subject
             launcher = cls(incident, check_incident(incident), **kwargs)
         launcher._shapes_checked = checked
         return launcher

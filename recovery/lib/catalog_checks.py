@@ -299,7 +299,7 @@ def _check_registry(s, spec: DatasetSpec, fail) -> None:
             f"table {reg.table} does not exist in {spec.warehouse.path.name}",
             "name the schema.table where your runs are recorded, or remove the registry section",
         )
-    for field in ("generation", "kind", "started_at", "ended_at", "source_watermark"):
+    for field in ("generation", "kind", "started_at", "ended_at", "source_watermark", "backfill_id"):
         name = getattr(reg, field)
         if name is not None and name not in cols:
             fail(

@@ -2,8 +2,8 @@
 
 When a backfill that writes a managed dataset fails, is canceled or has failed runs,
 the on-call person's first step is containment. This module writes the incident file
-that step needs (the backfill's generation and its partition range, ``approved_by``
-left empty for a person to fill in), starts the incident's timeline, and builds the
+that step needs (the backfill as ``dagster_backfill``, every generation its rows may carry,
+its partition range, ``approved_by`` left empty for a person to fill in), starts the incident's timeline, and builds the
 ``contain_backfill`` run config and launchpad link, so the alert leads to containment
 in one click. Opening is idempotent per backfill: the timeline event is the record,
 and an existing file is never overwritten (a person may have edited it).
@@ -37,9 +37,14 @@ class FailedBackfill:
 
     backfill_id: str
     status: str  # the backfill's status (COMPLETED_FAILED, CANCELED, ...)
-    generation: str
+    generations: tuple[str, ...]  # what its rows may carry: its runs' ids, a load id, backfill-<id>
     partition_keys: tuple[str, ...]
     failed_runs: tuple[str, ...]
+
+    @property
+    def generation(self) -> str:
+        """How the backfill is named in a sentence: its one generation, else its id."""
+        return self.generations[0] if len(self.generations) == 1 else f"backfill {self.backfill_id}"
 
     @property
     def reason(self) -> str:
@@ -88,7 +93,8 @@ def incident_document(spec_path: Path, path: Path, failed: FailedBackfill, *, re
     doc = {
         "incident_id": draft_incident_id(failed.backfill_id),
         "spec": os.path.relpath(Path(spec_path).resolve(), path.parent.resolve()),
-        "failed_generations": [failed.generation],
+        "dagster_backfill": failed.backfill_id,
+        "failed_generations": list(failed.generations),
         "partitions": {"start": span[0], "end": span[1]} if span else None,
         "requested_by": requested_by,
         "approved_by": [],
@@ -142,6 +148,7 @@ def open_draft(
                     {
                         "backfill_id": failed.backfill_id,
                         "generation": failed.generation,
+                        "generations": list(failed.generations),
                         "status": failed.status,
                         "failed_runs": list(failed.failed_runs),
                         "incident_file": str(path),

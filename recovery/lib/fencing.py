@@ -87,11 +87,13 @@ def read_fences(engine: Engine, generations: list[str] | None = None) -> list[Fe
 
 
 def fence_incident(writer: Writer, incident: Incident) -> list[FenceOutcome]:
-    """Fence every failed generation of the incident. Idempotent: an existing fence is kept,
-    and a generation already fenced is not even opened for writing (a re-run changes nothing)."""
-    before = {f.generation for f in read_fences(writer.engine, incident.failed_generations)}
+    """Fence every failed generation of the incident and its backfill's aliases (the stamp later
+    runs of it would write as). Idempotent: an existing fence is kept, and a generation already
+    fenced is not even opened for writing (a re-run changes nothing)."""
+    generations = incident.fence_generations
+    before = {f.generation for f in read_fences(writer.engine, generations)}
     approved = ", ".join(incident.approved_by) or "nobody yet"
-    for generation in incident.failed_generations:
+    for generation in generations:
         if generation in before:
             continue
         writer.fence(
@@ -99,9 +101,10 @@ def fence_incident(writer: Writer, incident: Incident) -> list[FenceOutcome]:
             incident_id=incident.incident_id,
             fenced_by=incident.requested_by,
             reason=f"incident {incident.incident_id}, approved by {approved}",
+            backfill_id=incident.dagster_backfill if generation in incident.subject_generations else None,
         )
-    after = {f.generation: f for f in read_fences(writer.engine, incident.failed_generations)}
-    return [FenceOutcome(after[g], g not in before) for g in incident.failed_generations]
+    after = {f.generation: f for f in read_fences(writer.engine, generations)}
+    return [FenceOutcome(after[g], g not in before) for g in generations]
 
 
 def record_events(engine: Engine, events: list[TimelineEvent]) -> None:

@@ -59,7 +59,18 @@ class Incident(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     incident_id: str = Field(min_length=1, max_length=100, description="Incident id, e.g. INC-2024-031.")
     spec: Path = Field(description="Dataset spec, relative to the incident file.")
-    failed_generations: list[str] = Field(min_length=1, description="Generations to fence and repair.")
+    failed_generations: list[str] = Field(
+        default_factory=list,
+        description="Generations to fence and repair: the stamps the target's rows carry (a run id, "
+        "backfill-<id>, a load id); may be empty when dagster_backfill names the failed backfill.",
+    )
+    dagster_backfill: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="The failed Dagster backfill's id: every run of it, and whatever its rows carry, is one "
+        "failed subject (resolved through the Dagster instance when the incident is loaded).",
+    )
     partitions: PartitionRange | None = Field(None, description="Nominal range; inferred from the writes if absent.")
     requested_by: str = Field(min_length=1, description="Who asked for the recovery.")
     approved_by: list[str] = Field(default_factory=list, description="Who approved it.")
@@ -68,6 +79,10 @@ class Incident(BaseModel):
         None, description="Where evidence bundles go (default: evidence/ beside the warehouse)."
     )
     incident_path: Path | None = Field(None, exclude=True)
+    subject_generations: tuple[str, ...] = Field(default=(), exclude=True)
+    """Generations the Dagster backfill was resolved to: accepted even when they wrote nothing."""
+    fence_aliases: tuple[str, ...] = Field(default=(), exclude=True)
+    """Stamps only future writes could carry (``backfill-<id>`` of the IO manager): fenced, never reconciled."""
 
     @field_validator("incident_id")
     @classmethod
@@ -85,6 +100,17 @@ class Incident(BaseModel):
             if not g or len(g) > 200:
                 raise ValueError(f"{g!r} is not a generation id")
         return v
+
+    @model_validator(mode="after")
+    def _subject(self) -> Incident:
+        if not self.failed_generations and not self.dagster_backfill:
+            raise ValueError("failed_generations: name at least one generation, or the failed dagster_backfill")
+        return self
+
+    @property
+    def fence_generations(self) -> list[str]:
+        """What containment fences: the failed generations and the backfill's aliases."""
+        return self.failed_generations + [a for a in self.fence_aliases if a not in self.failed_generations]
 
     def load_spec(self, *, check_warehouse: bool = True) -> DatasetSpec:
         return load_spec(self.spec, check_warehouse=check_warehouse)
@@ -143,11 +169,19 @@ def check_incident(inc: Incident) -> DatasetSpec:
                 f"target {spec.target.table} does not exist yet",
                 "point the incident at a dataset whose target has data",
             )
+        if not inc.failed_generations:
+            fail(
+                "dagster_backfill",
+                f"Dagster backfill {inc.dagster_backfill!r} resolved to no generation (no run of it in the Dagster "
+                f"instance, none recorded in the warehouse)",
+                "set DAGSTER_HOME to the instance that ran the backfill, or name the failed generations",
+            )
         registered = registered_generations(s, spec)  # the control plane's and the team's registry
         in_target = set()
         # the target is scanned for its generations only when a failed generation is not registered
         # (a foreign target's run ids): a registered one needs no pass over the target's rows
-        if spec.target.metadata.generation in target_cols and not set(inc.failed_generations) <= set(registered):
+        unknown = set(inc.failed_generations) - set(registered) - set(inc.subject_generations)
+        if spec.target.metadata.generation in target_cols and unknown:
             in_target = {
                 r[0]
                 for r in s.fetchall(
@@ -155,7 +189,7 @@ def check_incident(inc: Incident) -> DatasetSpec:
                 )
             }
         for i, g in enumerate(inc.failed_generations):
-            if g not in registered and g not in in_target:
+            if g not in registered and g not in in_target and g not in inc.subject_generations:
                 known = sorted(set(registered) | in_target)
                 fail(
                     f"failed_generations[{i}]",

@@ -70,3 +70,22 @@ def generations_sql(s: Session, spec: DatasetSpec) -> str:
 def registered_generations(s: Session, spec: DatasetSpec) -> dict[str, str]:
     """Generation id -> kind, from every source."""
     return dict(s.fetchall(f"SELECT generation, kind FROM ({generations_sql(s, spec)})"))
+
+
+def backfill_generations(s: Session, spec: DatasetSpec, backfill_id: str) -> list[str]:
+    """Generations the warehouse records as written by Dagster backfill ``backfill_id``: the control
+    plane's (``generations.backfill_id``) and the team's registry's, when it maps a backfill column."""
+    parts = []
+    if control_plane_exists(s):
+        parts.append(f"SELECT generation FROM {SCHEMA}.generations WHERE dataset = ? AND backfill_id = ?")
+    params: list = [spec.dataset, backfill_id] if parts else []
+    reg = spec.registry
+    if reg is not None and reg.backfill_id and s.columns(reg.table_name.sql()):
+        parts.append(
+            f"SELECT CAST({quote(reg.generation)} AS VARCHAR) FROM {reg.table_name.sql()} "
+            f"WHERE CAST({quote(reg.backfill_id)} AS VARCHAR) = ? AND {quote(reg.generation)} IS NOT NULL"
+        )
+        params.append(backfill_id)
+    if not parts:
+        return []
+    return [r[0] for r in s.fetchall(f"SELECT DISTINCT * FROM ({' UNION '.join(parts)}) ORDER BY 1", params)]

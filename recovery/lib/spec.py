@@ -237,6 +237,11 @@ class RegistrySpec(_Strict):
     ended_at: str | None = Field(None, description="Column: when the run committed its writes (UTC), if known.")
     source_watermark: str | None = Field(None, description="Column: the source's ingested_at the run read up to.")
     backfill_kinds: list[str] = Field(["backfill"], min_length=1, description="Values of `kind` that mark a backfill.")
+    backfill_id: str | None = Field(
+        None,
+        description="Column: the Dagster backfill a run belonged to, if any (so an incident naming the backfill "
+        "finds the loads it wrote, whatever id they carry).",
+    )
 
     @field_validator("table")
     @classmethod
@@ -248,7 +253,7 @@ class RegistrySpec(_Strict):
     def _cols(cls, v: str) -> str:
         return _ident(v)
 
-    @field_validator("kind", "ended_at", "source_watermark")
+    @field_validator("kind", "ended_at", "source_watermark", "backfill_id")
     @classmethod
     def _opt(cls, v: str | None) -> str | None:
         return v if v is None else _ident(v)

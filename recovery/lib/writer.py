@@ -120,6 +120,17 @@ class Writer:
                     if row[2] is not None:
                         raise FencedGenerationError(generation, "it cannot be registered again")
                     return row[1]
+                if backfill_id is not None:
+                    fenced = s.fetchone(
+                        f"SELECT generation FROM {SCHEMA}.generations WHERE dataset = ? AND backfill_id = ? "
+                        f"AND fenced_at IS NOT NULL ORDER BY generation LIMIT 1",
+                        [self.spec.dataset, backfill_id],
+                    )
+                    if fenced is not None:
+                        raise FencedGenerationError(
+                            generation,
+                            f"Dagster backfill {backfill_id} is fenced (as {fenced[0]}): no run of it may write",
+                        )
                 seq = next_seq(s)
                 ns = None
                 if own_namespace:
@@ -461,11 +472,19 @@ class Writer:
 
     # ---- fencing ------------------------------------------------------------------------
     def fence(
-        self, generation: str, *, incident_id: str, fenced_by: str, reason: str = "", at: datetime | None = None
+        self,
+        generation: str,
+        *,
+        incident_id: str,
+        fenced_by: str,
+        reason: str = "",
+        at: datetime | None = None,
+        backfill_id: str | None = None,
     ) -> int:
         """Fence ``generation``: from this commit on, its writes are refused. Returns the new
         token. A generation unknown to the registry (written by another tool) is registered
-        as inferred and fenced in the same transaction."""
+        as inferred and fenced in the same transaction, with the Dagster ``backfill_id`` it
+        belongs to when known (so a later run of that backfill cannot register)."""
         fenced_at = at or utcnow()
 
         def txn() -> int:
@@ -476,8 +495,8 @@ class Writer:
                 )
                 if exists is None:
                     s.execute(
-                        f"INSERT INTO {SCHEMA}.generations VALUES (?, ?, 'unknown', 'fenced', NULL, NULL, NULL, NULL, NULL, NULL, NULL, 2, ?, 0, NULL, ?, true, NULL, NULL, ?)",
-                        [generation, self.spec.dataset, fenced_at, seq, "registered by the fence"],
+                        f"INSERT INTO {SCHEMA}.generations VALUES (?, ?, 'unknown', 'fenced', NULL, NULL, NULL, NULL, NULL, NULL, NULL, 2, ?, 0, NULL, ?, true, NULL, ?, ?)",
+                        [generation, self.spec.dataset, fenced_at, seq, backfill_id, "registered by the fence"],
                     )
                     token = 2
                 elif exists[1] is not None:
@@ -485,9 +504,9 @@ class Writer:
                 else:
                     token = int(
                         s.scalar(
-                            f"UPDATE {SCHEMA}.generations SET token = token + 1, fenced_at = ?, status = 'fenced' "
-                            f"WHERE generation = ? RETURNING token",
-                            [fenced_at, generation],
+                            f"UPDATE {SCHEMA}.generations SET token = token + 1, fenced_at = ?, status = 'fenced', "
+                            f"backfill_id = coalesce(backfill_id, ?) WHERE generation = ? RETURNING token",
+                            [fenced_at, backfill_id, generation],
                         )
                     )
                 s.execute(

@@ -46,6 +46,9 @@ class IncidentConfig(dg.Config):
         default_factory=list,
         description="Generations to fence, e.g. [backfill-0042]; each must be a backfill of the dataset.",
     )
+    dagster_backfill: str | None = Field(
+        None, description="The failed Dagster backfill's id: all of its runs are contained and repaired as one."
+    )
     partitions: PartitionRangeConfig | None = Field(
         None, description="Nominal failed range; omit to infer it from the generation's writes."
     )
@@ -58,6 +61,7 @@ class IncidentConfig(dg.Config):
             self.incident_id
             or self.spec
             or self.failed_generations
+            or self.dagster_backfill
             or self.partitions
             or self.requested_by
             or self.approved_by
@@ -65,9 +69,13 @@ class IncidentConfig(dg.Config):
         )
 
 
-def resolve_incident(config: IncidentConfig, served_spec: str | Path) -> tuple[Incident, DatasetSpec]:
+def resolve_incident(
+    config: IncidentConfig, served_spec: str | Path, instance: dg.DagsterInstance | None = None
+) -> tuple[Incident, DatasetSpec]:
     """Validate the incident (shape, then meaning against the warehouse, read-only) and check
-    that it concerns the dataset this code location serves. Raises ``SpecError``."""
+    that it concerns the dataset this code location serves. Raises ``SpecError``. With the run's
+    ``instance``, a failed Dagster backfill the incident names is resolved to one subject (every
+    run of it, whatever its rows carry: ``recovery.dagster_history.resolve_backfill``)."""
     if config.incident_file:
         if config.has_fields():
             raise SpecError(
@@ -81,6 +89,10 @@ def resolve_incident(config: IncidentConfig, served_spec: str | Path) -> tuple[I
         raw = config.model_dump(exclude={"incident_file"})
         raw["spec"] = raw["spec"] or str(served_spec)
         incident = incident_from_mapping(raw, base_dir=PROJECT_ROOT)
+    if instance is not None:
+        from recovery.dagster_history import resolve_backfill
+
+        incident = resolve_backfill(instance, incident)
     spec = check_incident(incident)
     served = Path(served_spec).resolve()
     if incident.spec != served:

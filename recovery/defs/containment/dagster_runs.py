@@ -28,6 +28,7 @@ from dagster._core.storage.tags import (
     WILL_RETRY_TAG,
 )
 
+from recovery.dagster_history import RUN_STAMP, backfill_named
 from recovery.lib.fencing import GENERATION_TAG
 
 STOPPABLE = [
@@ -48,9 +49,13 @@ class StoppedRun:
 
 
 def backfills_of(instance: dg.DagsterInstance, generation: str, known_backfill_id: str | None) -> list[str]:
-    """Backfills that produced the generation: the registered one, those tagged with the
-    generation, and those its runs belong to."""
+    """Backfills that produced the generation: the registered one, the one the generation names
+    (its id, ``backfill-<id>``, a run of it: ``backfill_named``), those tagged with the generation,
+    and those its runs belong to."""
     ids = {known_backfill_id} if known_backfill_id else set()
+    named = backfill_named(instance, generation)
+    if named:
+        ids.add(named)
     ids |= {b.backfill_id for b in instance.get_backfills(filters=BulkActionsFilter(tags={GENERATION_TAG: generation}))}
     for run in instance.get_runs(dg.RunsFilter(tags={GENERATION_TAG: generation})):
         if run.tags.get(BACKFILL_ID_TAG):
@@ -67,6 +72,9 @@ def runs_of(
     """Runs tagged with the generation or belonging to one of its backfills, oldest first."""
     found: dict[str, dg.RunRecord] = {}
     filters = [dg.RunsFilter(tags={GENERATION_TAG: generation}, statuses=statuses or [])]
+    run_id = generation.removeprefix(RUN_STAMP)
+    if instance.get_run_by_id(run_id) is not None:  # the generation is the run's own id (or its run-<id>)
+        filters.append(dg.RunsFilter(run_ids=[run_id], statuses=statuses or []))
     filters += [dg.RunsFilter(tags={BACKFILL_ID_TAG: b}, statuses=statuses or []) for b in backfill_ids]
     for f in filters:
         for record in instance.get_run_records(f, ascending=True):

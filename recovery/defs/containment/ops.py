@@ -11,8 +11,10 @@ import dagster as dg
 from recovery.defs.containment import dagster_runs
 from recovery.defs.containment.config import IncidentConfig, resolve_incident
 from recovery.defs.containment.report import ContainmentReport, GenerationContainment
+from recovery.defs.containment.writers import refused_writers
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.adoption import Adoption, adopt
+from recovery.lib.control_plane import SCHEMA
 from recovery.lib.fencing import FenceOutcome, TimelineEvent, event_recorded, fence_incident, record_events
 from recovery.lib.incident import Incident
 
@@ -21,7 +23,7 @@ ACTOR = "contain_backfill"
 
 @dg.op(description="Validate the incident (shape, then meaning against the warehouse, read-only) before any write.")
 def validate_incident(context: dg.OpExecutionContext, config: IncidentConfig, warehouse: WarehouseResource) -> Incident:
-    incident, spec = resolve_incident(config, warehouse.spec_path)
+    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
     context.log.info(
         f"incident {incident.incident_id}: contain {', '.join(incident.failed_generations)} of {spec.dataset}, "
         f"requested by {incident.requested_by}"
@@ -76,12 +78,14 @@ def stop_dagster_work(
 ) -> dg.Output[ContainmentReport]:
     engine = warehouse.engine()
     results = []
+    covered: dict[str, str] = {}  # backfill or run id -> the generation whose containment stopped it
     for outcome in fences:
         events: list[TimelineEvent] = []
-        result = _contain_generation(context, incident, outcome, events)
+        result = _contain_generation(context, incident, outcome, events, covered)
         if (
             not result.backfills
             and not result.runs_seen
+            and result.covered_by is None
             and not event_recorded(engine, "containment_no_runs", incident.incident_id, outcome.record.generation)
         ):
             events.append(
@@ -96,7 +100,31 @@ def stop_dagster_work(
             )
         record_events(engine, events)
         results.append(result)
-    report = ContainmentReport(incident.incident_id, context.run.run_id, tuple(results))
+    spec = warehouse.spec()
+    table = spec.target.table_name
+    # only a target another tool wrote (taken over by adoption) has writers the managed view now refuses
+    with engine.session(read_only=True) as s:
+        adopted = s.scalar(
+            f"SELECT count(*) FROM {SCHEMA}.timeline WHERE kind = 'target_adopted' AND dataset = ?", [spec.dataset]
+        )
+    writers = refused_writers(context.instance, dg.AssetKey([table.schema, table.name])) if adopted else []
+    sentences = tuple(w.sentence(spec, str(warehouse.spec_path)) for w in writers)
+    if sentences and not event_recorded(engine, "containment_refused_writers", incident.incident_id, ""):
+        record_events(
+            engine,
+            [
+                TimelineEvent(
+                    "containment_refused_writers",
+                    f"{len(sentences)} Dagster writer(s) of {spec.target.table} are refused from now on: "
+                    + "; ".join(sentences),
+                    incident.incident_id,
+                    spec.dataset,
+                    ACTOR,
+                    details={"generation": "", "writers": [w.__dict__ for w in writers]},
+                )
+            ],
+        )
+    report = ContainmentReport(incident.incident_id, context.run.run_id, tuple(results), sentences)
     for line in report.lines():
         context.log.info(line)
     return dg.Output(
@@ -111,10 +139,19 @@ def stop_dagster_work(
 
 
 def _contain_generation(
-    context, incident: Incident, outcome: FenceOutcome, events: list[TimelineEvent]
+    context, incident: Incident, outcome: FenceOutcome, events: list[TimelineEvent], covered: dict[str, str]
 ) -> GenerationContainment:
+    """Cancel the generation's backfills and stop its runs; those an earlier generation of the same
+    subject (another run id of one backfill) already covered are left to it (``covered``)."""
     instance, gen = context.instance, outcome.record.generation
-    backfills = dagster_runs.backfills_of(instance, gen, outcome.record.backfill_id)
+    all_backfills = dagster_runs.backfills_of(instance, gen, outcome.record.backfill_id)
+    all_runs = dagster_runs.runs_of(instance, gen, all_backfills)
+    backfills = [b for b in all_backfills if b not in covered]
+    seen = [b for b in all_backfills if b in covered] + [
+        r.dagster_run.run_id for r in all_runs if r.dagster_run.run_id in covered
+    ]
+    covered_by = covered[seen[0]] if seen else None
+    covered.update({b: gen for b in backfills})
     cancelled = []
     for b in backfills:  # first, so the daemon submits no more runs
         before = dagster_runs.cancel_backfill(instance, b)
@@ -132,7 +169,8 @@ def _contain_generation(
                     status_before=before,
                 )
             )
-    runs = [r.dagster_run for r in dagster_runs.runs_of(instance, gen, backfills)]
+    runs = [r.dagster_run for r in all_runs if r.dagster_run.run_id not in covered]
+    covered.update({r.run_id: gen for r in runs})
     stripped = dagster_runs.strip_retries(instance, runs)
     stopped = [dagster_runs.stop_run(instance, r) for r in runs if r.status in dagster_runs.STOPPABLE]
     for s in stopped:
@@ -163,7 +201,7 @@ def _contain_generation(
                 )
             )
     return GenerationContainment(
-        outcome, tuple(backfills), tuple(cancelled), tuple(stopped), tuple(stripped), len(runs)
+        outcome, tuple(backfills), tuple(cancelled), tuple(stopped), tuple(stripped), len(runs), covered_by
     )
 
 

@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from recovery.defs.containment import dagster_runs
+from recovery.defs.containment.writers import REFUSED_TAG, refusal_sentence, refused_runs
+from recovery.lib.control_plane import SCHEMA, control_plane_exists
 from recovery.lib.engine.base import Engine
 from recovery.lib.fencing import (
     FenceRecord,
@@ -30,6 +32,7 @@ from recovery.lib.fencing import (
     unalerted_attempts,
 )
 from recovery.lib.notify import NotificationError, Notifier
+from recovery.lib.spec import DatasetSpec
 
 DEFAULT_OWNER = "data-platform-oncall"
 
@@ -52,7 +55,13 @@ class PatrolReport:
         )
 
 
-def patrol(instance: dg.DagsterInstance, engine: Engine, notifier: Notifier) -> PatrolReport:
+def patrol(
+    instance: dg.DagsterInstance,
+    engine: Engine,
+    notifier: Notifier,
+    spec: DatasetSpec | None = None,
+    spec_path: str = "",
+) -> PatrolReport:
     fences = read_fences(engine)
     stopped: list[str] = []
     counted = 0
@@ -60,6 +69,7 @@ def patrol(instance: dg.DagsterInstance, engine: Engine, notifier: Notifier) -> 
         ids, n = _stop_fenced_runs(instance, engine, fence)
         stopped += ids
         counted += n
+    explained = _explain_refused_writes(instance, engine, notifier, spec, spec_path) if spec is not None else 0
     owners = {f.generation: f.fenced_by for f in fences}
     with engine.session(read_only=True) as s:
         pending = unalerted_attempts(s)
@@ -87,7 +97,58 @@ def patrol(instance: dg.DagsterInstance, engine: Engine, notifier: Notifier) -> 
             )
         except NotificationError as err:
             failures.append(str(err))
-    return PatrolReport(len(fences), tuple(stopped), counted, delivered, tuple(failures))
+    return PatrolReport(len(fences), tuple(stopped), counted, delivered + explained, tuple(failures))
+
+
+def _explain_refused_writes(
+    instance: dg.DagsterInstance, engine: Engine, notifier: Notifier, spec: DatasetSpec, spec_path: str
+) -> int:
+    """A team's run that failed writing the contained table (DuckDB: "Can only delete from base table")
+    gets the sentence saying so as a run tag, a timeline event and one alert. Returns alerts delivered."""
+    with engine.session(read_only=True) as s:
+        adopted = (
+            s.fetchone(
+                f"SELECT min(event_at), arg_min(incident_id, event_at) FROM {SCHEMA}.timeline WHERE kind = 'target_adopted' "
+                f"AND dataset = ?",
+                [spec.dataset],
+            )
+            if control_plane_exists(s)
+            else None
+        )
+    if not adopted or adopted[0] is None:
+        return 0
+    table = spec.target.table_name
+    delivered = 0
+    for run, said in refused_runs(instance, dg.AssetKey([table.schema, table.name]), adopted[0]):
+        sentence = refusal_sentence(str(table), adopted[1], spec, spec_path)
+        instance.add_run_tags(run.run_id, {REFUSED_TAG: sentence})
+        record_events(
+            engine,
+            [
+                TimelineEvent(
+                    "refused_write_explained",
+                    f"run {run.run_id} ({run.job_name}) failed writing {table} ('{said}'): {sentence}",
+                    adopted[1],
+                    spec.dataset,
+                    "fencing_sensor",
+                    run.run_id,
+                    {"generation": "", "error": said},
+                )
+            ],
+        )
+        try:
+            delivered += notifier.notify(
+                DEFAULT_OWNER,
+                f"run {run.run_id} could not write the contained {table}",
+                sentence,
+                "warning",
+                f"refused-write:{run.run_id}",
+                incident_id=adopted[1],
+                dataset=spec.dataset,
+            )
+        except NotificationError:
+            pass  # the tag and the timeline hold the sentence; the next alert goes through the usual retry
+    return delivered
 
 
 def _stop_fenced_runs(instance: dg.DagsterInstance, engine: Engine, fence: FenceRecord) -> tuple[list[str], int]:

@@ -16,6 +16,7 @@ class GenerationContainment:
     stopped_runs: tuple[StoppedRun, ...] = ()
     retries_stripped: tuple[str, ...] = ()  # runs newly tagged never to be retried
     runs_seen: int = 0  # every run of the generation, finished or not
+    covered_by: str | None = None  # another generation of the same backfill, whose containment stopped its runs
 
     @property
     def changed_anything(self) -> bool:
@@ -27,6 +28,7 @@ class ContainmentReport:
     incident_id: str
     containment_run_id: str
     generations: tuple[GenerationContainment, ...] = field(default_factory=tuple)
+    refused_writers: tuple[str, ...] = ()  # writers of the target the fence now refuses, and how to switch them
 
     @property
     def changed_anything(self) -> bool:
@@ -41,6 +43,9 @@ class ContainmentReport:
                 f"{f.generation}: {state} at {f.fenced_at:%Y-%m-%d %H:%M:%S} UTC by {f.fenced_by} "
                 f"(incident {f.incident_id}, token {f.token}, commit seq {f.seq})"
             )
+            if g.covered_by is not None and not g.runs_seen and not g.backfills:
+                out.append(f"  its Dagster backfill and runs: contained with {g.covered_by} above")
+                continue
             if not g.runs_seen and not g.backfills:
                 out.append(f"  no runs to cancel: no Dagster backfill or run of {f.generation} in this instance")
                 continue
@@ -59,6 +64,7 @@ class ContainmentReport:
                 out.append(f"  no queued or in-flight run among its {g.runs_seen} runs")
             if g.retries_stripped:
                 out.append(f"  retries disabled on {len(g.retries_stripped)} run(s)")
+        out += [f"refused from now on: {w}" for w in self.refused_writers]
         if not self.changed_anything:
             out.append(f"incident {self.incident_id} was already contained: nothing changed")
         return out

@@ -38,7 +38,7 @@ def fencing_sensor(
     engine = warehouse.engine()
     engine.busy_timeout_s = BUSY_TIMEOUT_S
     try:
-        report = patrol(context.instance, engine, notifier.notifier(engine))
+        report = patrol(context.instance, engine, notifier.notifier(engine), spec, str(warehouse.spec_path))
     except WarehouseBusyError as err:
         return dg.SkipReason(f"warehouse busy, trying again next tick: {err}")
     for run_id in report.runs_stopped:

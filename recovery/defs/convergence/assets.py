@@ -110,7 +110,7 @@ def convergence(context: dg.AssetExecutionContext, config: ConvergenceConfig, wa
     incident_id = None
     spec = warehouse.spec()
     if config.incident_file or config.has_fields():
-        incident, spec = resolve_incident(config, warehouse.spec_path)
+        incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
         incident_id = incident.incident_id
     result = verify_convergence(
         warehouse.engine(),

@@ -19,7 +19,7 @@ from recovery.lib.writer import retrying
 def decision(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path)
+    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
     engine = open_engine(spec.warehouse)
 
     def txn():

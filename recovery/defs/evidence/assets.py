@@ -35,7 +35,7 @@ def _files_table(manifest: dict) -> str:
 def evidence_bundle(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path)
+    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
     engine = warehouse.engine()
     history = run_history_for(context.instance, engine, incident.failed_generations, with_logs=True)
     result = build_evidence(incident, spec, engine, history, actor="evidence_bundle", run_id=context.run.run_id)

@@ -35,7 +35,7 @@ def downstream_of_target(context: dg.AssetExecutionContext, target_table: str, s
 def impact(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path)
+    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
     engine = open_engine(spec.warehouse)
     lineage = downstream_of_target(context, str(spec.target.table_name), warehouse.spec_path)
 

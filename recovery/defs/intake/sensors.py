@@ -15,12 +15,12 @@ from pathlib import Path
 import dagster as dg
 from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 
+from recovery.dagster_history import backfill_incident
 from recovery.defs.alerts.check_alerts import DEFAULT_OWNER, ui_url
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.resources import WarehouseResource
-from recovery.lib.draft_incident import CONTAIN_JOB, Draft, FailedBackfill, launchpad_url, open_draft
+from recovery.lib.draft_incident import CONTAIN_JOB, Draft, FailedBackfill, draft_incident_id, launchpad_url, open_draft
 from recovery.lib.errors import WarehouseBusyError
-from recovery.lib.managed_output import generation_for_run
 from recovery.lib.notify import NotificationError
 
 LOCATION = "backfill_recovery"  # workspace.yaml's location_name
@@ -35,8 +35,12 @@ NEEDS_CONTAINMENT = {
 }
 
 
-def failed_backfills(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> list[FailedBackfill]:
-    """Recent asset backfills of ``asset_key`` that failed, were canceled or have failed runs."""
+def failed_backfills(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, spec_path: str | Path
+) -> list[FailedBackfill]:
+    """Recent asset backfills of ``asset_key`` that failed, were canceled or have failed runs, each
+    resolved to one subject (``backfill_incident``: every run of it, whatever its rows carry,
+    the runs that wrote nothing included) and its partition range."""
     found = []
     for b in instance.get_backfills(limit=RECENT_BACKFILLS):
         if not b.is_asset_backfill or asset_key not in (b.asset_selection or []):
@@ -49,11 +53,14 @@ def failed_backfills(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> li
         )
         if b.status not in NEEDS_CONTAINMENT and not failed_runs:
             continue
+        incident = backfill_incident(
+            instance, spec_path, b.backfill_id, incident_id=draft_incident_id(b.backfill_id), requested_by=DEFAULT_OWNER
+        )
         found.append(
             FailedBackfill(
                 b.backfill_id,
                 b.status.value,
-                generation_for_run(b.tags, "").generation,
+                tuple(incident.failed_generations),
                 _partition_keys(b, asset_key),
                 failed_runs,
             )
@@ -102,7 +109,7 @@ def open_drafts(
     so ``make run`` opens its draft whether or not the daemon's tick came first."""
     spec = warehouse.spec()
     key = asset_key or dg.AssetKey([spec.target.table_name.schema, spec.target.table_name.name])
-    failed = failed_backfills(instance, key)
+    failed = failed_backfills(instance, key, warehouse.spec_path)
     if not failed or not Path(spec.warehouse.path).exists():
         return [], []
     engine = warehouse.engine()

@@ -48,7 +48,7 @@ class ReconcileConfig(IncidentConfig):
 def reconciliation(
     context: dg.AssetExecutionContext, config: ReconcileConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path)
+    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
     out = Path(config.out_dir) if config.out_dir else incident.reports_dir(spec)
     rng = (incident.partitions.start, incident.partitions.end) if incident.partitions else None
     summary, files = run_reconciliation(

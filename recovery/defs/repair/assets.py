@@ -65,7 +65,7 @@ def _plan_or_fail(spec, incident_id: str):
 def repair_plan(
     context: dg.AssetExecutionContext, config: RepairPlanConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path)
+    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
     plan = start_repair(
         _writer(spec, "repair_plan"),
         incident,
@@ -104,7 +104,7 @@ def repair_plan(
 def repair_generation(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path)
+    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
     plan = _plan_or_fail(spec, incident.incident_id)
     wave = plan.wave_of(list(context.partition_keys))
     if context.job_def.name == "repair_canary" and wave != 0:
@@ -136,7 +136,7 @@ def repair_generation(
 def repair_candidate(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path)
+    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
     plan = _plan_or_fail(spec, incident.incident_id)
     replayed = replay_to_now(_writer(spec, "repair_candidate"), plan, stage="candidate", run_id=context.run.run_id)
     return dg.MaterializeResult(
@@ -159,7 +159,7 @@ def repair_candidate(
 def repair_publication(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path)
+    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
     result = publish(_writer(spec, "repair_publication"), incident.incident_id, run_id=context.run.run_id)
     with open_engine(spec.warehouse).session(read_only=True) as s:
         diffs = label_diffs(s, incident.incident_id)

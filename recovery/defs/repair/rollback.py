@@ -12,7 +12,7 @@ from recovery.lib.writer import Writer
 
 @dg.op(description="Move the public view back to the complete prior namespace, if the decision allows it.")
 def roll_back(context: dg.OpExecutionContext, config: IncidentConfig, warehouse: WarehouseResource) -> dg.Output:
-    incident, spec = resolve_incident(config, warehouse.spec_path)
+    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
     engine = open_engine(spec.warehouse)
     with engine.session(read_only=True) as s:
         decision = decide(s, spec, incident.failed_generations)

@@ -41,7 +41,7 @@ class ReportsConfig(IncidentConfig):
 def incident_reports(
     context: dg.AssetExecutionContext, config: ReportsConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path)
+    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
     engine = warehouse.engine()
     timeline = build_timeline(
         incident, spec, engine, run_history_for(context.instance, engine, incident.failed_generations)

@@ -78,7 +78,7 @@ def restatement_asset(spec: DatasetSpec) -> dg.AssetsDefinition:
         warehouse: WarehouseResource,
         notifier: NotifierResource,
     ):
-        incident, served = resolve_incident(config, warehouse.spec_path)
+        incident, served = resolve_incident(config, warehouse.spec_path, context.instance)
         engine = open_engine(served.warehouse)
         names = [k.path[-1] for k in context.selected_asset_keys]
         results = restate_consumers(

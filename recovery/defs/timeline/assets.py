@@ -29,7 +29,7 @@ TIMELINE_KEY = dg.AssetKey(["incident", "timeline"])
 def incident_timeline(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path)
+    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
     engine = warehouse.engine()
     history = run_history_for(context.instance, engine, incident.failed_generations)
     timeline = build_timeline(incident, spec, engine, history)
