@@ -6,7 +6,7 @@ backfill from ``build_warehouse.py`` beside it, and writes:
 
 - ``lake/shipment_events``: the change log (one table, one commit);
 - ``lake/shipments``: the mart, written by the team's own loads as one commit each (a
-  weekly load until June, then one every six hours), every commit overwriting the
+  load every 30 days until June 30, daily until July 4, then every six hours), every commit overwriting the
   partitions it changed and carrying the load's id, time and job in its commit
   properties (Delta commit info, Iceberg snapshot summary); the rows carry them too;
 - the failed backfill ``bf-0007`` as separate commits, one per partition it wrote, plus a
@@ -39,7 +39,8 @@ sys.modules[_spec.name] = base  # its dataclasses resolve their annotations thro
 _spec.loader.exec_module(base)
 
 KEY, BACKFILL = base.KEY, base.BACKFILL
-WEEKLY_UNTIL = datetime(2013, 6, 30)
+SCHEDULE = [(datetime(2013, 6, 30), timedelta(days=30)), (datetime(2013, 7, 4), timedelta(days=1))]
+"""Until each date, a load every so often; after the last, every ``LOAD_EVERY`` (six hours)."""
 RETRY_AT = base.BACKFILL_START + timedelta(hours=1)
 RETRY_MONTH, RETRY_EVERY = "2013-01", 29
 SCHEMA = pa.schema(
@@ -179,8 +180,8 @@ def simulate(ev: pd.DataFrame, writer) -> tuple[TrackedMart, dict]:
     writes.sort()
     t, n = base.START, 0
     while t < base.END:
-        step = timedelta(days=7) if t < WEEKLY_UNTIL else base.LOAD_EVERY
-        nxt = min(t + step, WEEKLY_UNTIL) if t < WEEKLY_UNTIL else t + step
+        until, step = next(((u, st) for u, st in SCHEDULE if t < u), (base.END, base.LOAD_EVERY))
+        nxt = min(t + step, until)
         while writes and writes[0][0] < nxt:
             at, month = writes.pop(0)
             if held_at_start is None:

@@ -23,7 +23,7 @@ from recovery.defs.repair.checks import (
     wave_built_by,
 )
 from recovery.defs.repair.config import RepairPlanConfig
-from recovery.defs.repair.lakehouse import publish_onto_table
+from recovery.defs.repair.lakehouse import publish_onto_table, refuse_foreign_changes
 from recovery.defs.repair.partitions import REPAIR_PARTITIONS, register_repair_partitions, wave_ranges_md
 from recovery.defs.repair.rollback import rollback_incident
 from recovery.defs.resources import WarehouseResource
@@ -161,6 +161,8 @@ def repair_publication(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
     incident, spec = resolve_incident(config, warehouse.spec_path)
+    if spec.target.lakehouse is not None:
+        refuse_foreign_changes(spec, incident.incident_id)
     result = publish(_writer(spec, "repair_publication"), incident.incident_id, run_id=context.run.run_id)
     onto_table = (  # the consumers' table itself: one commit, after the pointer move every gate allowed
         publish_onto_table(spec, incident.incident_id) if spec.target.lakehouse is not None else None

@@ -2,7 +2,7 @@
 
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import RecoveryError
-from recovery.lib.lakehouse.publish import TablePublish, publish_to_table
+from recovery.lib.lakehouse.publish import TablePublish, check_publishable, publish_to_table
 from recovery.lib.repair.plan import load_plan
 from recovery.lib.spec import DatasetSpec
 
@@ -19,6 +19,16 @@ def publish_onto_table(spec: DatasetSpec, incident_id: str) -> TablePublish:
         spec,
         incident_id,
         namespace=plan.namespace,
+        from_namespace=plan.from_namespace,
         generation=plan.generation,
         scope=sorted(set(plan.rebuild) | set(plan.qualified)),
     )
+
+
+def refuse_foreign_changes(spec: DatasetSpec, incident_id: str) -> None:
+    """Before the pointer moves: a change by a writer outside the package in the repair's partitions refuses."""
+    engine = open_engine(spec.warehouse)
+    with engine.session(read_only=True) as s:
+        plan = load_plan(s, incident_id)
+    if plan is not None and plan.status != "published":
+        check_publishable(engine, spec, plan.from_namespace, sorted(set(plan.rebuild) | set(plan.qualified)))

@@ -60,6 +60,61 @@ class TablePublish:
         )
 
 
+def _digest_sql(relation: str, columns: list[str], partition: str) -> str:
+    cols = ", ".join(quote(c) for c in columns)
+    part = quote(partition)
+    return f"SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, sum(hash({cols})) AS h FROM {relation} GROUP BY 1"
+
+
+def refuse_foreign_changes(s, spec: DatasetSpec, from_namespace: str, partitions: list[str]) -> None:
+    """Refuse (``GateRefusedError``) when a commit after the fence by a writer outside the package (or a
+    fenced generation) changed one of ``partitions`` and its change is still there: the table's rows there
+    (``__lh_head``) differ from what the package's own history holds (``from_namespace``). A foreign commit
+    undone since (a restore) no longer blocks."""
+    lake = spec.target.lakehouse
+    assert lake is not None
+    touched = s.fetchall(
+        f"SELECT version, coalesce(generation, 'unknown'), status, list_intersect(partitions, ?) FROM {COMMITS} "
+        f"WHERE dataset = ? AND status IN ('foreign', 'fenced') AND len(list_intersect(partitions, ?)) > 0 "
+        f"ORDER BY version",
+        [partitions, spec.dataset, partitions],
+    )
+    if not touched:
+        return
+    columns = [c for c, _ in s.columns("__lh_head")]
+    parts = sorted({p for row in touched for p in row[3]})
+    still = {
+        r[0]
+        for r in s.fetchall(
+            f"SELECT coalesce(a.p, b.p) FROM ({_digest_sql(namespace_sql(from_namespace), columns, spec.target.partition)}) a "
+            f"FULL JOIN ({_digest_sql('__lh_head', columns, spec.target.partition)}) b USING (p) "
+            f"WHERE coalesce(a.p, b.p) IN ({str_list(parts)}) AND (a.n, a.h) IS DISTINCT FROM (b.n, b.h)"
+        )
+    }
+    for v, gen, status, hit in touched:
+        present = [p for p in hit if p in still]
+        if present:
+            raise GateRefusedError(
+                f"publish onto {lake.location} refused: version {v} (generation {gen}, "
+                f"{'a fenced generation' if status == 'fenced' else 'a writer outside the package'}) changed partition "
+                f"{present[0]} after the fence and the change is still there; overwriting it would drop that "
+                f"writer's rows. Review the commit, restore it or re-apply it through the package's writer, then "
+                f"run publish again"
+            )
+
+
+def check_publishable(engine: Engine, spec: DatasetSpec, from_namespace: str, scope: list[str]) -> None:
+    """Before the warehouse's pointer moves: sync the table and refuse a foreign change in the repair's scope."""
+    lake = spec.target.lakehouse
+    assert lake is not None
+    sync(engine, spec)
+    log = open_log(lake)
+    columns = duckdb_columns(log.schema(), "target.lakehouse")
+    with engine.session(read_only=True) as s:
+        s.execute(f"CREATE OR REPLACE TEMP VIEW __lh_head AS {files_sql(log.files(log.head()), columns)}")
+        refuse_foreign_changes(s, spec, from_namespace, scope)
+
+
 def _published_commit(engine: Engine, spec: DatasetSpec, incident_id: str) -> int | None:
     with engine.session(read_only=True) as s:
         return s.scalar(
@@ -74,6 +129,7 @@ def publish_to_table(
     incident_id: str,
     *,
     namespace: str,
+    from_namespace: str,
     generation: str,
     scope: list[str],
     actor: str = "publish",
@@ -95,29 +151,17 @@ def publish_to_table(
             ns = namespace_sql(namespace)
             s.execute(f"CREATE OR REPLACE TEMP VIEW __lh_head AS {files_sql(log.files(head), columns)}")
             cols = ", ".join(quote(c) for c, _ in columns)
-            digest = f"SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, sum(hash({cols})) AS h FROM {{}} GROUP BY 1"
+            names = [c for c, _ in columns]
             differing = [
                 r[0]
                 for r in s.fetchall(
-                    f"SELECT coalesce(a.p, b.p) FROM ({digest.format(ns)}) a FULL JOIN ({digest.format('__lh_head')}) b "
+                    f"SELECT coalesce(a.p, b.p) FROM ({_digest_sql(ns, names, spec.target.partition)}) a "
+                    f"FULL JOIN ({_digest_sql('__lh_head', names, spec.target.partition)}) b "
                     f"USING (p) WHERE (a.n, a.h) IS DISTINCT FROM (b.n, b.h) ORDER BY 1"
                 )
                 if r[0] in scope
             ]
-            blocked = s.fetchall(
-                f"SELECT version, coalesce(generation, 'unknown'), status, list_intersect(partitions, ?) FROM {COMMITS} "
-                f"WHERE dataset = ? AND status IN ('foreign', 'fenced') AND len(list_intersect(partitions, ?)) > 0 "
-                f"ORDER BY version",
-                [differing, spec.dataset, differing],
-            )
-            if blocked:
-                v, gen, status, parts = blocked[0]
-                raise GateRefusedError(
-                    f"publish onto {lake.location} refused: version {v} (generation {gen}, a "
-                    f"{'fenced generation' if status == 'fenced' else 'writer outside the package'}) changed partition "
-                    f"{parts[0]} after the fence, and overwriting it would drop that writer's rows; review the commit, "
-                    f"restore or re-apply it through the package's writer, then run publish again"
-                )
+            refuse_foreign_changes(s, spec, from_namespace, differing)
             if not differing:
                 return TablePublish(lake.location, head, (), 0, False)
             data = s.arrow(f"SELECT {cols} FROM {ns} WHERE CAST({part} AS VARCHAR) IN ({str_list(differing)})").cast(
