@@ -28,7 +28,7 @@ from datetime import datetime
 
 from recovery.lib.control_plane import SCHEMA, delta_table, ensure_control_plane, record_event, utcnow
 from recovery.lib.engine.base import Engine, Session
-from recovery.lib.errors import SpecError
+from recovery.lib.errors import RecoveryError, SpecError
 from recovery.lib.identifiers import TableName, quote, quote_all
 from recovery.lib.lakehouse.formats import Commit, TableLog, UnsupportedTable, open_log
 from recovery.lib.lakehouse.relations import duckdb_columns, files_sql
@@ -508,3 +508,12 @@ def history_facts(s: Session, spec: DatasetSpec) -> dict | None:
         "fenced_by_incident": fence[2] if fence else None,
         "kept_out_of_repair": kept_out,
     }
+
+
+def refuse_lakehouse(spec: DatasetSpec, what: str) -> None:
+    """A verb that acts on the warehouse file's copy only is refused for a lakehouse target (nothing written)."""
+    if spec.target.lakehouse is not None:
+        raise RecoveryError(
+            f"{what} of a lakehouse target ({spec.target.lakehouse.location}) is not supported yet: it would change "
+            f"the warehouse file's copy, not the table; see docs/lakehouse.md"
+        )
