@@ -323,12 +323,29 @@ def _net_rows(s: Session, commits: list[Commit], columns: list[tuple[str, str]])
         "unnest(?::BIGINT[]) AS __v, unnest(?::INTEGER[]) AS __sign",
         [paths, versions, signs],
     )
-    files = list({f.path: f for c in commits for f in c.added + c.removed}.values())
+    # a commit that only adds files (an append, a first load) adds every row of them: no netting needed
+    appends = [c for c in commits if c.added and not c.removed]
+    mixed = [c for c in commits if c.removed]
     cols = quote_all([c for c, _ in columns])
+    parts = []
+    if appends:
+        files = list({f.path: f for c in appends for f in c.added}.values())
+        parts.append(
+            f"SELECT {cols}, f.__v, 1 AS __n FROM ({files_sql(files, columns, filename=True)}) r "
+            f"JOIN __lh_files f USING (filename) WHERE f.__v IN ({', '.join(str(c.version) for c in appends)})"
+        )
+    if mixed:
+        files = list({f.path: f for c in mixed for f in c.added + c.removed}.values())
+        parts.append(
+            f"SELECT {cols}, __v, sum(__sign) AS __n FROM ({files_sql(files, columns, filename=True)}) r "
+            f"JOIN __lh_files f USING (filename) WHERE f.__v IN ({', '.join(str(c.version) for c in mixed)}) "
+            f"GROUP BY ALL HAVING sum(__sign) <> 0"
+        )
     s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __lh_net AS SELECT {cols}, __v, sum(__sign) AS __n "
-        f"FROM ({files_sql(files, columns, filename=True)}) r JOIN __lh_files f USING (filename) "
-        f"GROUP BY ALL HAVING sum(__sign) <> 0"
+        f"CREATE OR REPLACE TEMP TABLE __lh_net AS {' UNION ALL '.join(parts)}"
+        if parts
+        else f"CREATE OR REPLACE TEMP TABLE __lh_net AS SELECT *, CAST(NULL AS BIGINT) AS __v, "
+        f"CAST(NULL AS HUGEINT) AS __n FROM ({files_sql([], columns)})"
     )
 
 
