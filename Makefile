@@ -13,7 +13,7 @@ export DAGSTER_HOME
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -c constraints.txt -e '.[dev,spark,bench]'
+	$(VENV)/bin/python -m pip install -q -c constraints.txt -e '.[dev,spark,bench,lakehouse]'
 	touch $@
 
 dagster-home: $(DAGSTER_HOME)/dagster.yaml

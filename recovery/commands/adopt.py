@@ -14,17 +14,20 @@ import getpass
 from rich.console import Console
 
 
-def _spec(path: str):
+def _spec(path: str, verb: str):
     from recovery.lib.catalog_checks import load_spec
+    from recovery.lib.lakehouse.history import refuse_lakehouse
 
-    return load_spec(path)
+    spec = load_spec(path)
+    refuse_lakehouse(spec, verb)  # containment adopts a lakehouse target's copy; the table itself stays the team's
+    return spec
 
 
 def adopt(args: argparse.Namespace, console: Console) -> int:
     from recovery.lib.adoption import adopt as adopt_target
     from recovery.lib.engine import open_engine
 
-    spec = _spec(args.spec)
+    spec = _spec(args.spec, "adopt")
     adoption = adopt_target(open_engine(spec.warehouse), spec, actor=args.actor or getpass.getuser())
     console.print(adoption.line(spec), highlight=False, soft_wrap=True)
     if adoption.adopted_now:
@@ -41,7 +44,7 @@ def release(args: argparse.Namespace, console: Console) -> int:
     from recovery.lib.adoption import release as release_target
     from recovery.lib.engine import open_engine
 
-    spec = _spec(args.spec)
+    spec = _spec(args.spec, "release")
     ns, rows = release_target(open_engine(spec.warehouse), spec, actor=args.actor or getpass.getuser())
     console.print(
         f"{spec.target.table} is a plain table again: {rows:,} rows of {ns}; the package's namespaces "

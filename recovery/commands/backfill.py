@@ -79,9 +79,11 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}  # a ref
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.config import spec_path
     from recovery.lib.catalog_checks import load_spec
+    from recovery.lib.lakehouse.history import refuse_lakehouse
 
     path = Path(args.spec).resolve() if args.spec else spec_path()
     spec = load_spec(path)  # validate before launching anything
+    refuse_lakehouse(spec, "a guarded backfill")
     request = _request(args)
     from recovery.definitions import definitions_for
     from recovery.lib.engine import open_engine

@@ -13,6 +13,7 @@ from recovery.lib.phases import PUBLISH
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
+    from recovery.defs.repair.lakehouse import publish_onto_table
     from recovery.launch import Launcher
     from recovery.launch.repair import decision, publish_or_roll_back
     from recovery.lib.engine import open_engine
@@ -33,6 +34,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.print(
             f"{incident.incident_id}: already published ({spec.target.table} -> {plan.namespace}); nothing to do"
         )
+        if spec.target.lakehouse is not None:  # a publish stopped between the pointer and the table's commit
+            console.print(publish_onto_table(spec, incident.incident_id).line())
         return 0
     assert result is not None  # the publish run
     meta = result.asset_materializations_for_node("repair__publication")[0].metadata
@@ -41,6 +44,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         f"(was {meta['previous_namespace'].value}, kept; run {result.run_id[:8]})",
         highlight=False,
     )
+    if "lakehouse" in meta:
+        console.print(meta["lakehouse"].value, highlight=False, soft_wrap=True)
     engine = open_engine(spec.warehouse)
     with engine.session(read_only=True) as s:
         diffs = label_diffs(s, incident.incident_id)

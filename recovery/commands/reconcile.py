@@ -34,6 +34,11 @@ def print_summary(console: Console, summary: dict, title: str) -> None:
     t.add_column("keys", justify="right")
     t.add_column("rests on")
     basis = summary.get("basis") or {}
+    history = summary.get("history")
+    log_name = "the package's write log"
+    if history:
+        first, last = history["versions"] or ("?", "?")
+        log_name = f"the {history['format']} history of {history['table']} (versions {first}-{last})"
     rests = {
         "deleted": basis.get("absent"),
         "missing": basis.get("absent"),
@@ -45,7 +50,7 @@ def print_summary(console: Console, summary: dict, title: str) -> None:
             label,
             f"{n:,}",
             (rests.get(label) or "the rows")
-            .replace("write_log", "the package's write log")
+            .replace("write_log", log_name)
             .replace("none", "nothing: no write log or registry"),
         )
     console.print(t)
@@ -71,6 +76,15 @@ def print_summary(console: Console, summary: dict, title: str) -> None:
         console.print(
             "[yellow]the target is not fenced yet[/]: this was a read-only look (nothing written to the "
             "warehouse); run `recovery contain` next",
+            highlight=False,
+            soft_wrap=True,
+        )
+    for c in (history or {}).get("kept_out_of_repair", []):
+        console.print(
+            f"[yellow]{history['table']} version {c['version']}[/] ({c['operation']}, generation "  # type: ignore[index]
+            f"{c['generation'] or 'unknown'}) committed after the fence by "
+            f"{'a fenced generation' if c['status'] == 'fenced' else 'a writer outside the package'}: kept out of the "
+            f"repair (partitions {', '.join(c['partitions']) or 'none'})",
             highlight=False,
             soft_wrap=True,
         )

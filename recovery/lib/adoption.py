@@ -43,14 +43,16 @@ class Adoption:
     columns: list[str]
     checksum: str | None
     registry_rows: int
+    note: str = ""  # what else containment did (a lakehouse table's fence), for the same line
 
     def line(self, spec: DatasetSpec) -> str:
+        note = f"; {self.note}" if self.note else ""
         if not self.adopted_now:
-            return f"{spec.target.table} is already managed (a view over {self.namespace}); nothing to adopt"
+            return f"{spec.target.table} is already managed (a view over {self.namespace}); nothing to adopt{note}"
         reg = f"; {self.registry_rows:,} runs of {spec.registry.table} registered" if spec.registry else ""
         return (
             f"adopted {spec.target.table}: {self.rows:,} rows, {len(self.columns)} columns moved to {self.namespace} "
-            f"(checksum {self.checksum}); the public name is now a managed view{reg}"
+            f"(checksum {self.checksum}); the public name is now a managed view{reg}{note}"
         )
 
 

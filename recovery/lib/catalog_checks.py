@@ -18,6 +18,7 @@ import duckdb
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import is_plain_identifier, quote, quote_all
+from recovery.lib.lakehouse.history import has_lakehouse, sync
 from recovery.lib.snapshot import expected_rows_sql, source_snapshot_sql, str_list, transform_sql
 from recovery.lib.spec import DatasetSpec, parse_spec
 from recovery.lib.sql_files import render
@@ -321,6 +322,8 @@ def load_spec(path: str | Path, *, check_warehouse: bool = True) -> DatasetSpec:
     """Parse a spec and, unless told not to, check it against the warehouse catalog (read-only)."""
     spec = parse_spec(path)
     if check_warehouse:
+        if has_lakehouse(spec):  # the warehouse file catches up with the tables' commit logs first
+            sync(open_engine(spec.warehouse), spec)
         check_against_warehouse(spec)
     return spec
 

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import TableName, check_identifier
+from recovery.lib.lakehouse_spec import LakehouseTable
 from recovery.lib.sql_files import check_single_select
 
 MAX_THREADS = 512
@@ -123,6 +124,9 @@ class SourceSpec(_Strict):
     available_from: date | None = Field(
         None, description="Earliest partition for which the source holds authoritative rows."
     )
+    lakehouse: LakehouseTable | None = Field(
+        None, description="The change log is a Delta or Iceberg table; `table` is its name in the warehouse file."
+    )
 
     @field_validator("table")
     @classmethod
@@ -195,6 +199,9 @@ class TargetSpec(_Strict):
     amount: str | None = Field(None, description="Numeric column summed into totals, if any.")
     event_time: str | None = Field(None, description="Event-time column, if any.")
     sensitive: list[str] = Field([], description="Columns held only as keyed hashes in evidence.")
+    lakehouse: LakehouseTable | None = Field(
+        None, description="The target is a Delta or Iceberg table; `table` is its name in the warehouse file."
+    )
 
     @field_validator("table")
     @classmethod
@@ -514,6 +521,8 @@ class DatasetSpec(_Strict):
         suites = [x.name for x in self.suites]
         if len(set(suites)) != len(suites):
             raise ValueError("suites: two suites share a name")
+        if (self.source.lakehouse or self.target.lakehouse) and self.warehouse.engine != "duckdb":
+            raise ValueError("warehouse.engine: lakehouse tables are read and computed by DuckDB; use engine: duckdb")
         meta = set(self.target.metadata.columns)
         clash = meta & set(self.source.key + [self.target.partition])
         if clash:
@@ -531,9 +540,12 @@ class DatasetSpec(_Strict):
     @property
     def fingerprint(self) -> str:
         """Hash of the spec and its SQL: recorded as a generation's config hash."""
-        exclude = {"spec_path"} | {
-            k for k in ("recurrence", "registry") if getattr(self, k) is None
-        }  # unchanged for older specs
+        exclude: dict = {
+            k: True for k in ("spec_path", "recurrence", "registry") if k == "spec_path" or getattr(self, k) is None
+        }
+        for side in ("source", "target"):  # unchanged for older specs
+            if getattr(self, side).lakehouse is None:
+                exclude[side] = {"lakehouse"}
         h = hashlib.sha256(self.model_dump_json(exclude=exclude).encode())
         h.update(self.transform_sql.encode())
         for name in sorted(self.downstream_sql):
@@ -778,6 +790,11 @@ def parse_spec(path: str | Path) -> DatasetSpec:
                 )
             }
         )
+    source_spec, target_lake = spec.source, spec.target.lakehouse
+    if spec.source.lakehouse is not None:
+        source_spec = spec.source.model_copy(update={"lakehouse": spec.source.lakehouse.resolved(base)})
+    if target_lake is not None:
+        target_lake = target_lake.resolved(base)
     transform = resolve_path(base, spec.target.transform, "target.transform", source=source)
     transform_sql = _read_sql(transform, "target.transform", "source", source)
     downstream, downstream_sql = [], {}
@@ -785,10 +802,11 @@ def parse_spec(path: str | Path) -> DatasetSpec:
         p = resolve_path(base, d.sql, f"downstream[{i}].sql", source=source)
         downstream_sql[d.name] = _read_sql(p, f"downstream[{i}].sql", "target", source)
         downstream.append(d.model_copy(update={"sql": p}))
-    target = spec.target.model_copy(update={"transform": transform})
+    target = spec.target.model_copy(update={"transform": transform, "lakehouse": target_lake})
     return spec.model_copy(
         update={
             "warehouse": warehouse,
+            "source": source_spec,
             "target": target,
             "downstream": downstream,
             "spec_path": path.resolve(),

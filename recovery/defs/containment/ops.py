@@ -17,6 +17,8 @@ from recovery.lib.adoption import Adoption, adopt
 from recovery.lib.control_plane import SCHEMA
 from recovery.lib.fencing import FenceOutcome, TimelineEvent, event_recorded, fence_incident, record_events
 from recovery.lib.incident import Incident
+from recovery.lib.lakehouse.adoption import adopted_lakehouse
+from recovery.lib.lakehouse.fence import fence_table
 
 ACTOR = "contain_backfill"
 
@@ -39,9 +41,16 @@ def validate_incident(context: dg.OpExecutionContext, config: IncidentConfig, wa
 def adopt_target(
     context: dg.OpExecutionContext, incident: Incident, warehouse: WarehouseResource
 ) -> dg.Output[Adoption]:
-    adoption = adopt(
-        warehouse.engine(), warehouse.spec(), actor=incident.requested_by, incident_id=incident.incident_id
-    )
+    spec, engine = warehouse.spec(), warehouse.engine()
+    table_fence = None
+    if spec.target.lakehouse is not None:  # the fence on the table itself first: it pins the damaged version
+        table_fence = fence_table(
+            engine, spec, incident.incident_id, list(incident.failed_generations), actor=incident.requested_by
+        )
+        context.log.info(table_fence.line())
+    adoption = adopt(engine, spec, actor=incident.requested_by, incident_id=incident.incident_id)
+    if table_fence is not None:
+        adoption = adopted_lakehouse(engine, spec, adoption, table_fence)
     context.log.info(adoption.line(warehouse.spec()))
     return dg.Output(
         adoption,

@@ -23,6 +23,7 @@ from recovery.defs.repair.checks import (
     wave_built_by,
 )
 from recovery.defs.repair.config import RepairPlanConfig
+from recovery.defs.repair.lakehouse import publish_onto_table, refuse_foreign_changes
 from recovery.defs.repair.partitions import REPAIR_PARTITIONS, register_repair_partitions, wave_ranges_md
 from recovery.defs.repair.rollback import rollback_incident
 from recovery.defs.resources import WarehouseResource
@@ -160,7 +161,12 @@ def repair_publication(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
     incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
+    if spec.target.lakehouse is not None:
+        refuse_foreign_changes(spec, incident.incident_id)
     result = publish(_writer(spec, "repair_publication"), incident.incident_id, run_id=context.run.run_id)
+    onto_table = (  # the consumers' table itself: one commit, after the pointer move every gate allowed
+        publish_onto_table(spec, incident.incident_id) if spec.target.lakehouse is not None else None
+    )
     with open_engine(spec.warehouse).session(read_only=True) as s:
         diffs = label_diffs(s, incident.incident_id)
     table = "\n".join(
@@ -174,6 +180,7 @@ def repair_publication(
             "previous_namespace": result.get("from_namespace") or "",
             "pointer_seq": result["seq"] or 0,
             "before_after": dg.MetadataValue.md(table),
+            **({"lakehouse": onto_table.line(), "lakehouse_version": onto_table.version or 0} if onto_table else {}),
         }
     )
 

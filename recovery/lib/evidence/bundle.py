@@ -50,6 +50,7 @@ from recovery.lib.evidence.tables import TableCopy, planned_copies, safe_name
 from recovery.lib.failed_generations import generation_facts
 from recovery.lib.identifiers import quote
 from recovery.lib.incident import Incident
+from recovery.lib.lakehouse.evidence import commit_log_files, pinned_versions
 from recovery.lib.run_history import RunHistory
 from recovery.lib.sensitive_lineage import follow_sensitive
 from recovery.lib.spec import DatasetSpec
@@ -280,10 +281,13 @@ def _fill(
         for copy in copies:
             files.table(s, copy)
         latest_ingested = s.scalar(f"SELECT max({quote(spec.source.ingested_at)}) FROM {spec.source.table_name.sql()}")
+        lakehouse = pinned_versions(s, spec)
         s.execute(f"RESET VARIABLE {_INNER}")
         s.execute(f"RESET VARIABLE {_OUTER}")
         s.execute("COMMIT")
     for rel, path, description in _spec_files(spec):
+        files.copy_file(rel, path, description)
+    for rel, path, description in commit_log_files(spec):  # a lakehouse table's history, as it is now
         files.copy_file(rel, path, description)
     if incident.incident_path:
         files.copy_file("config/incident.yaml", incident.incident_path, "the incident file as given")
@@ -340,6 +344,7 @@ def _fill(
             "notes": list(history.notes),
         },
         "notes": notes,
+        **({"lakehouse": lakehouse} if lakehouse else {}),
         "files": files.entries,
     }
 

@@ -23,6 +23,7 @@ from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.errors import SpecError
 from recovery.lib.expected_cache import drop_staged, keep_expected, keepable, stage_kept
 from recovery.lib.identifiers import quote, quote_all, string_literal
+from recovery.lib.lakehouse.history import history_facts
 from recovery.lib.reconcile.footprint import drift_outside_sql, resolve_footprint, stage_candidates, stage_footprint
 from recovery.lib.reconcile.inputs import ReconcileInputs, partition_table, recon_table, side
 from recovery.lib.reconcile.partitions import expected_partition_rows_sql, partition_findings_sql
@@ -211,6 +212,7 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
     s.execute(f"CREATE OR REPLACE TEMP TABLE __reordered AS {reordered}")
     basis = {**basis, "out_of_order": ooo_basis}
     return {
+        "history": history_facts(s, spec),  # a lakehouse target: its write log is the table's own history
         "watermark": watermark,
         "failed_start": start,
         "columns": columns,

@@ -49,6 +49,9 @@ class ReconciliationSummary(BaseModel):
     # a whole-table run: damaged keys outside the footprint, per label (drift, not the backfill's damage;
     # they are in ``labels`` too)
     drift_outside_footprint: dict[str, int] | None = None
+    # a lakehouse target: the table whose commit log is the write log (format, table, versions, fence) and
+    # the commits after the fence kept out of the repair (``recovery.lib.lakehouse.history``)
+    history: dict | None = None
 
     @property
     def damaged_keys(self) -> int:
@@ -116,4 +119,5 @@ def summarize(s: Session, inputs: ReconcileInputs, facts: dict) -> Reconciliatio
         scope=inputs.scope,
         footprint_range=[fp.lo_text, fp.hi_text] if (fp := facts.get("footprint")) else None,
         drift_outside_footprint=facts.get("drift_outside_footprint"),
+        history=facts.get("history"),
     )

@@ -1,0 +1,30 @@
+"""Containment's adoption of a lakehouse target's copy in the warehouse file.
+
+The history sync keeps the table's rows at the public name until containment; adoption
+(``recovery.lib.adoption``) then moves them into the first namespace, pinned at the
+fence's version. The write log's rows written before that say where they now live.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from recovery.lib.adoption import Adoption
+from recovery.lib.engine.base import Engine
+from recovery.lib.lakehouse.fence import TableFence
+from recovery.lib.lakehouse.history import fix_adopted_namespace
+from recovery.lib.spec import DatasetSpec
+from recovery.lib.writer import retrying
+
+
+def adopted_lakehouse(engine: Engine, spec: DatasetSpec, adoption: Adoption, fence: TableFence) -> Adoption:
+    """Point the history's rows at the adopted namespace (idempotent) and add the table's fence to the line."""
+
+    def txn() -> None:
+        with engine.transaction() as s:
+            fix_adopted_namespace(s, spec, adoption.namespace)
+
+    retrying(txn)
+    kept_out = [c for r in fence.synced for c in r.not_applied]
+    note = fence.line() + (f"; {len(kept_out)} commit(s) after the fence kept out of the repair" if kept_out else "")
+    return dataclasses.replace(adoption, note=note)

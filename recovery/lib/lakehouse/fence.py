@@ -1,0 +1,93 @@
+"""Containment of a lakehouse table: the fence recorded on the table itself, and the version it pins.
+
+The fence is a table property (``recovery.fenced_generations``) set by one commit: on
+Delta a metadata commit, which makes any writer's concurrent optimistic commit conflict;
+on Iceberg a table-metadata update. The package's writers (its IO managers) read it
+before every write and refuse a fenced generation. The version at the fence is recorded
+in the control plane first, then the history is synced: every commit up to it is the
+damaged generation's history, every commit after it is judged by who wrote it
+(``history.py``). Idempotent: a second containment of the incident finds its fence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from recovery.lib.control_plane import record_event, utcnow
+from recovery.lib.engine.base import Engine
+from recovery.lib.lakehouse.formats import open_log
+from recovery.lib.lakehouse.history import FENCES, SyncResult, ensure_tables, sync
+from recovery.lib.spec import DatasetSpec
+from recovery.lib.writer import retrying
+
+FENCE_PROPERTY = "recovery.fenced_generations"
+INCIDENT_PROPERTY = "recovery.fenced_by"
+
+
+@dataclass(frozen=True)
+class TableFence:
+    location: str
+    version: int | None
+    fenced_now: bool
+    generations: tuple[str, ...]
+    synced: tuple[SyncResult, ...] = ()
+
+    def line(self) -> str:
+        verb = "fenced on the table" if self.fenced_now else "already fenced on the table"
+        return (
+            f"{self.location}: {', '.join(self.generations)} {verb} (property {FENCE_PROPERTY}, version "
+            f"{self.version}); commits after it by writers outside the package are reported and kept out of the repair"
+        )
+
+
+def fenced_generations(properties: dict[str, str]) -> set[str]:
+    """The generations a table's fence property names."""
+    return {g for g in properties.get(FENCE_PROPERTY, "").split(",") if g}
+
+
+def fence_table(
+    engine: Engine, spec: DatasetSpec, incident_id: str, generations: list[str], *, actor: str
+) -> TableFence:
+    lake = spec.target.lakehouse
+    assert lake is not None  # called for a lakehouse target only
+    sync(engine, spec)
+    with engine.session(read_only=True) as s:
+        found = s.fetchone(
+            f"SELECT version FROM {FENCES} WHERE dataset = ? AND incident_id = ?", [spec.dataset, incident_id]
+        )
+    log = open_log(lake)
+    on_table = fenced_generations(log.properties())
+    if found is not None and set(generations) <= on_table:
+        return TableFence(lake.location, found[0], False, tuple(generations), tuple(sync(engine, spec)))
+    names = sorted(on_table | set(generations))
+    version = log.set_properties({FENCE_PROPERTY: ",".join(names), INCIDENT_PROPERTY: incident_id})
+
+    def txn() -> None:
+        with engine.transaction() as s:
+            ensure_tables(s)
+            s.execute(
+                f"INSERT INTO {FENCES} VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    spec.dataset,
+                    incident_id,
+                    lake.location,
+                    version,
+                    str(version),
+                    utcnow(),
+                    generations,
+                    FENCE_PROPERTY,
+                ],
+            )
+            record_event(
+                s,
+                kind="lakehouse_fence",
+                dataset=spec.dataset,
+                incident_id=incident_id,
+                actor=actor,
+                summary=f"{lake.location}: {', '.join(generations)} fenced on the table (property {FENCE_PROPERTY}) "
+                f"at version {version}; the damaged generation is pinned at that version",
+            )
+
+    if found is None:
+        retrying(txn)
+    return TableFence(lake.location, version, True, tuple(generations), tuple(sync(engine, spec)))
