@@ -13,6 +13,7 @@ import argparse
 from datetime import datetime
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from recovery.commands import incident_verb
@@ -39,9 +40,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     result = launcher.run(VERIFY, recent_partitions=args.recent)
     checks = sorted(result.get_asset_check_evaluations(), key=lambda c: c.check_name)
     t = Table(title=f"{incident.incident_id}: convergence (run {result.run_id[:8]})")
-    for col in ("check", "result", "partitions", "drifting", "pending", "detail"):
+    for col in ("check", "result", "partitions", "drifting", "pending changes", "oldest pending"):
         t.add_column(col)
-    verified, failed = [], []
+    verified, failed, lines = [], [], []
     for c in checks:
         md = {k: v.value for k, v in c.metadata.items()}
         if c.passed:
@@ -58,9 +59,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
             str(md.get("partitions_checked", "")),
             str(md.get("partitions_drifting", "")),
             str(md.get("pending_changes", "")),
-            c.description or "",
+            str(md.get("oldest_pending_age", "")),
         )
+        lines.append(f"{c.check_name} ({status}): {escape(c.description or '')}")
     console.print(t)
+    for line in lines:  # the sentences, unwrapped by a table: what failed, and the three figures
+        console.print(line, highlight=False)
     check_id = next((c.metadata["check_id"].value for c in checks if "check_id" in c.metadata), None)
     if check_id is not None:
         with open_engine(launcher.spec.warehouse).session(read_only=True) as s:

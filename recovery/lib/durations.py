@@ -69,11 +69,14 @@ def _from_text(text: str) -> timedelta:
 
 
 def format_duration(td: timedelta) -> str:
-    """The two largest units, as a sentence says it: '3h 12m', '2d 4h', '45s'."""
+    """As a sentence says an age: '2d 4h', '3h 12m', '10m', '45s' (the largest unit and, from
+    hours up, the next one; seconds only under a minute)."""
     seconds = max(int(td.total_seconds()), 0)
-    parts: list[str] = []
-    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
-        n, seconds = divmod(seconds, size)
-        if n or (unit == "s" and not parts):
-            parts.append(f"{n}{unit}")
-    return " ".join(parts[:2])
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h {minutes}m" if minutes else f"{hours}h"
+    return f"{minutes}m" if minutes else f"{secs}s"
