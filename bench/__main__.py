@@ -1,9 +1,18 @@
 """``python -m bench <name> ...``: run one benchmark: ``reconcile`` (the default, ``make bench``), ``recover``,
-``fuzz`` (spec and incident files, ``make fuzz``), ``share`` (one DuckDB file, many users), ``kill`` (the kill -9 matrix) or ``fixed`` (a command's fixed cost)."""
+``fuzz`` (spec and incident files, ``make fuzz``), ``share`` (one DuckDB file, many users), ``kill`` (the kill -9 matrix),
+``fixed`` (a command's fixed cost) or ``convergence`` (verify with late changes pending)."""
 
 import sys
 
-from bench import fixed_cost_bench, fuzz_bench, kill_bench, reconcile_bench, recover_bench, share_bench
+from bench import (
+    convergence_bench,
+    fixed_cost_bench,
+    fuzz_bench,
+    kill_bench,
+    reconcile_bench,
+    recover_bench,
+    share_bench,
+)
 
 BENCHES = {
     "reconcile": reconcile_bench.main,
@@ -12,6 +21,7 @@ BENCHES = {
     "share": share_bench.main,
     "kill": kill_bench.main,
     "fixed": fixed_cost_bench.main,
+    "convergence": convergence_bench.main,
 }
 
 if __name__ == "__main__":

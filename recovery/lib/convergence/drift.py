@@ -38,11 +38,6 @@ def key_text(spec: DatasetSpec, alias: str = "") -> str:
     return " || '|' || ".join(f"coalesce(CAST({prefix}{quote(k)} AS VARCHAR), '∅')" for k in spec.key)
 
 
-def stage_drift(s: Session, spec: DatasetSpec, watermark: datetime | None, scope: list[str]) -> None:
-    """Build temp table ``__cv_drift``: one row per partition in scope with its counts."""
-    compare_partitions(s, spec, scope, stage_sides(s, spec, watermark))
-
-
 def stage_sides(s: Session, spec: DatasetSpec, watermark: datetime | None) -> list[str]:
     """Temp relations ``__cv_e`` (the expected rows as of ``watermark``, None: the source now) and
     ``__cv_t`` (the public target), each with its partition as text in ``__p``; returns the
@@ -63,7 +58,8 @@ def stage_sides(s: Session, spec: DatasetSpec, watermark: datetime | None) -> li
 def compare_partitions(
     s: Session, spec: DatasetSpec, scope: list[str], values: list[str], *, leave_out: str | None = None
 ) -> None:
-    """``__cv_drift`` from the staged sides: the partitions of ``scope``, compared key by key where
+    """Temp table ``__cv_drift`` (one row per partition of ``scope`` with its counts) from the staged
+    sides: the partitions of ``scope``, compared key by key where
     they differ. ``leave_out`` names a relation of (key, ``p``) pairs that are not drift in that
     partition (pending changes, which ingestion has not reached yet)."""
     key = quote_all(spec.key)

@@ -15,6 +15,7 @@ whether they were, and since when they wait.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from recovery.lib.control_plane import (
@@ -64,6 +65,7 @@ def verify_convergence(
     recent: int = 3,
     watermark: datetime | None = None,
     max_lag: timedelta | None = None,
+    partitions: Sequence[str] = (),
     incident_id: str | None = None,
     actor: str = "convergence",
     run_id: str | None = None,
@@ -71,7 +73,8 @@ def verify_convergence(
     """Reconcile the ``recent`` partitions ingestion wrote last, every repaired partition and every
     partition holding a pending change against the source. ``watermark`` (default: how far
     ingestion has applied it) splits pending changes from drift; ``max_lag`` (default: the spec's
-    ``convergence.max_lag``) is how long a pending change may wait."""
+    ``convergence.max_lag``) is how long a pending change may wait; ``partitions`` (as text) are
+    checked too (e.g. a guarded backfill's)."""
     if not isinstance(recent, int) or isinstance(recent, bool) or recent < 1:
         raise SpecError(
             "recent_partitions",
@@ -91,7 +94,7 @@ def verify_convergence(
         with engine.transaction() as s:
             ensure_control_plane(s)
             given = Watermark(at=naive_utc(watermark), basis="given") if watermark is not None else None
-            return _check(s, spec, recent, given, lag, incident_id, actor, run_id)
+            return _check(s, spec, recent, given, lag, list(partitions), incident_id, actor, run_id)
 
     return retrying(txn)
 
@@ -102,6 +105,7 @@ def _check(
     recent: int,
     given: Watermark | None,
     lag: timedelta,
+    also: list[str],
     incident_id: str | None,
     actor: str,
     run_id: str | None,
@@ -114,7 +118,7 @@ def _check(
     rec = recent_partitions(s, spec, recent)
     rep = repaired_partitions(s, spec)
     late = [r[0] for r in s.fetchall(f"SELECT DISTINCT p FROM {PENDING}")]
-    compare_partitions(s, spec, sorted(set(rec) | set(rep) | set(late)), values, leave_out=PENDING)
+    compare_partitions(s, spec, sorted(set(rec) | set(rep) | set(late) | set(also)), values, leave_out=PENDING)
     check_id = next_seq(s)
     table = _history(s, spec)
     s.execute(
