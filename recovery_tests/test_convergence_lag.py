@@ -1,7 +1,7 @@
 """Convergence on the second dataset: ingestion lag told apart from drift (issue #41, #34 item 6).
 
 ``sample_data/shipments`` is a mart the team's own jobs loaded, its runs in its own registry
-(``ops.load_runs``), recovered once here through ``recovery recover``; each test copies the
+(``ops.load_runs``), recovered once here through the CLI; each test copies the
 recovered folder and lands late changes in the source as a carrier would, then runs
 ``recovery verify`` as a user does:
 
@@ -48,12 +48,14 @@ REPAIRED = "2013-02"  # a month the failed backfill damaged and the repair rebui
 
 @pytest.fixture(scope="module")
 def recovered(shared_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The shipments incident recovered end to end once, with ``convergence.max_lag: 1h``."""
+    """The shipments incident contained, assessed, repaired and published once, with
+    ``convergence.max_lag: 1h`` (the verbs verify needs; evidence, restatement and reports are not)."""
     root = fresh_copy(build_shipments(shared_dir), tmp_path_factory.mktemp("lag") / "shipments")
     spec = root / "spec.yaml"
     spec.write_text(spec.read_text() + "convergence: {max_lag: 1h}\n")
-    r = cli(root / "home", "recover", "--incident", str(root / "incident.yaml"), "--wave-size", "4")
-    assert r.code == 0, r.out
+    for verb in ("contain", "assess", "repair", "publish"):
+        r = cli(root / "home", verb, "--incident", str(root / "incident.yaml"))
+        assert r.code == 0, (verb, r.out)
     return root
 
 
@@ -99,7 +101,7 @@ def test_late_changes_younger_than_the_lag_are_pending_not_drift_and_verify_pass
     assert "Traceback" not in r.out
     out = text(r.out)
     assert f"{LAG_CHECK} (passed): ingestion keeps up" in out, out
-    assert "pending: 5 changes in 1 partitions, the oldest 10m old (convergence.max_lag 1h)" in out
+    assert "pending: 5 changes in 1 partition, the oldest 10m old (convergence.max_lag 1h)" in out
     assert "watermark 2013-07-08 00:00:00 (registry ops.load_runs" in out
 
     result = check(shipments)
@@ -125,7 +127,7 @@ def test_late_changes_older_than_the_lag_fail_saying_how_far_behind_until_ingest
     out = text(r.out)
     assert f"{LAG_CHECK} (FAILED): ingestion is behind by 3h" in out, out
     assert "5 source changes that arrived after the watermark 2013-07-08 00:00:00 (registry ops.load_runs" in out
-    assert "after convergence.max_lag (1h), in 1 partitions (2013-02). Fix: run ingestion" in out
+    assert "after convergence.max_lag (1h), in 1 partition (2013-02). Fix: run ingestion" in out
     assert f"not converged: {LAG_CHECK}" in out  # the data itself does not drift: only the lag fails
     assert "(overdue)" in out
 
@@ -152,7 +154,7 @@ def test_late_changes_older_than_the_lag_fail_saying_how_far_behind_until_ingest
     for figure in (
         "ingestion is behind by 3h",  # how far behind
         "drift: 0 keys in 0 of",  # drift
-        "pending: 5 changes in 1 partitions, the oldest 3h",  # pending: count and age of the oldest
+        "pending: 5 changes in 1 partition, the oldest 3h",  # pending: count and age of the oldest
         "watermark 2013-07-08 00:00:00 (registry ops.load_runs",  # the watermark and where it comes from
     ):
         assert figure in alert["body"], alert["body"]

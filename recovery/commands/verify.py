@@ -61,7 +61,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             str(md.get("pending_changes", "")),
             str(md.get("oldest_pending_age", "")),
         )
-        lines.append(f"{c.check_name} ({status}): {escape(c.description or '')}")
+        lines.append(f"{c.check_name} ({status}): {escape((c.description or '').removeprefix('not verified: '))}")
     console.print(t)
     for line in lines:  # the sentences, unwrapped by a table: what failed, and the three figures
         console.print(line, highlight=False)

@@ -127,7 +127,10 @@ def _check(result: ConvergenceResult, scope: str, name: str) -> dg.AssetCheckRes
         passed, severity = True, dg.AssetCheckSeverity.ERROR
         behind = result.behind(scope)
         text = f"{len(rows)} {scope} partitions equal the source where ingestion has applied it; {figures}" + (
-            f"; {len(behind)} of them wait on changes past convergence.max_lag (see {LAG_CHECK})" if behind else ""
+            f"; {len(behind)} of them {'waits' if len(behind) == 1 else 'wait'} on changes past convergence.max_lag "
+            f"(see {LAG_CHECK})"
+            if behind
+            else ""
         )
     return dg.AssetCheckResult(
         asset_key=CONVERGENCE_KEY,

@@ -21,6 +21,11 @@ SCOPES = ("recent", "repaired", "late")
 waits in it (a partition may be in several)."""
 
 
+def plural(n: int, word: str) -> str:
+    """'1 partition', '4 partitions'."""
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
 class PartitionDrift(BaseModel):
     model_config = ConfigDict(frozen=True)
     partition: str
@@ -126,11 +131,11 @@ class ConvergenceResult(BaseModel):
         late = [p for p in parts if p.pending_changes]
         changes = sum(p.pending_changes for p in late) if scope else self.pending_changes
         oldest = min((p.pending_oldest for p in late if p.pending_oldest), default=None)
-        text = f"drift: {sum(p.drift_keys for p in bad):,} keys in {len(bad)} of {len(parts)} partitions; pending: "
+        text = f"drift: {sum(p.drift_keys for p in bad):,} keys in {len(bad)} of {plural(len(parts), 'partition')}; pending: "
         if changes:
             age = format_duration(self.checked_at - oldest) if oldest else "?"
             text += (
-                f"{changes:,} changes in {len(late)} partitions, the oldest {age} old "
+                f"{plural(changes, 'change')} in {plural(len(late), 'partition')}, the oldest {age} old "
                 f"(convergence.max_lag {format_duration(self.max_lag)})"
             )
         else:
@@ -138,7 +143,7 @@ class ConvergenceResult(BaseModel):
         rebuilt = {p.watermark for p in parts if p.watermark and p.watermark != self.watermark}
         text += f"; watermark {self.as_of()}"
         if rebuilt:
-            text += f", later in {sum(1 for p in parts if p.watermark in rebuilt)} partitions rebuilt since"
+            text += f", later in {plural(sum(1 for p in parts if p.watermark in rebuilt), 'partition')} rebuilt since"
         return text
 
     def behind_sentence(self) -> str:
@@ -149,9 +154,9 @@ class ConvergenceResult(BaseModel):
         names = ", ".join(p.partition for p in bad[:10]) + (" ..." if len(bad) > 10 else "")
         lag = self.lag() or timedelta(0)
         return (
-            f"ingestion is behind by {format_duration(lag)}: {self.pending_overdue:,} source changes that arrived "
+            f"ingestion is behind by {format_duration(lag)}: {plural(self.pending_overdue, 'source change')} that arrived "
             f"after the watermark {self.as_of()} are still not applied after convergence.max_lag "
-            f"({format_duration(self.max_lag)}), in {len(bad)} partitions ({names}). Fix: run ingestion for them, "
+            f"({format_duration(self.max_lag)}), in {plural(len(bad), 'partition')} ({names}). Fix: run ingestion for them, "
             f"or find why it stopped"
         )
 
