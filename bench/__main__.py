@@ -1,9 +1,20 @@
 """``python -m bench <name> ...``: run one benchmark: ``reconcile`` (the default, ``make bench``), ``recover``,
-``fuzz`` (spec and incident files, ``make fuzz``), ``share`` (one DuckDB file, many users), ``kill`` (the kill -9 matrix) ``fixed`` (a command's fixed cost) or ``lakehouse`` (reconcile on Delta vs DuckDB)."""
+``fuzz`` (spec and incident files, ``make fuzz``), ``share`` (one DuckDB file, many users), ``kill`` (the kill -9 matrix),
+``fixed`` (a command's fixed cost), ``lakehouse`` (reconcile on Delta vs DuckDB) or ``convergence`` (verify with late
+changes pending)."""
 
 import sys
 
-from bench import fixed_cost_bench, fuzz_bench, kill_bench, lakehouse_bench, reconcile_bench, recover_bench, share_bench
+from bench import (
+    convergence_bench,
+    fixed_cost_bench,
+    fuzz_bench,
+    kill_bench,
+    lakehouse_bench,
+    reconcile_bench,
+    recover_bench,
+    share_bench,
+)
 
 BENCHES = {
     "reconcile": reconcile_bench.main,
@@ -13,6 +24,7 @@ BENCHES = {
     "kill": kill_bench.main,
     "fixed": fixed_cost_bench.main,
     "lakehouse": lakehouse_bench.main,
+    "convergence": convergence_bench.main,
 }
 
 if __name__ == "__main__":

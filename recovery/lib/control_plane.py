@@ -22,6 +22,14 @@ from recovery.lib.control_names import (  # noqa: F401 - the control plane's nam
 )
 from recovery.lib.engine.base import Session
 
+SOURCE_WATERMARKS = f"{SCHEMA}.source_watermarks"
+SOURCE_WATERMARKS_DDL = f"""CREATE TABLE IF NOT EXISTS {SOURCE_WATERMARKS} (
+        seq BIGINT PRIMARY KEY, dataset VARCHAR, generation VARCHAR, source_watermark TIMESTAMP,
+        partitions VARCHAR[], basis VARCHAR)"""
+"""The source watermark each write applied (``seq`` is the write's): every change that arrived in the
+source at or before ``source_watermark`` is in the write's ``partitions`` (NULL: in the whole dataset);
+``basis`` says who said so, as a reader of a convergence check needs it."""
+
 DDL = [
     f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}",
     f"CREATE TABLE IF NOT EXISTS {SCHEMA}.clock (id INTEGER PRIMARY KEY, seq BIGINT NOT NULL)",
@@ -65,6 +73,7 @@ DDL = [
         seq BIGINT PRIMARY KEY, dataset VARCHAR, generation VARCHAR, namespace VARCHAR, mode VARCHAR,
         partitions VARCHAR[], rows_inserted BIGINT, rows_deleted BIGINT, written_at TIMESTAMP,
         committed_at TIMESTAMP, run_id VARCHAR, note VARCHAR)""",
+    SOURCE_WATERMARKS_DDL,
     f"CREATE SEQUENCE IF NOT EXISTS {SCHEMA}.timeline_seq",
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.timeline (
         event_id BIGINT, incident_id VARCHAR, dataset VARCHAR, event_at TIMESTAMP, kind VARCHAR,

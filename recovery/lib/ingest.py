@@ -3,8 +3,9 @@
 Normal ingestion is change-data-capture: the keys whose latest version as of
 ``until`` arrived in ``(since, until]`` are upserted with it, and those whose latest
 change is a tombstone are deleted (a late, older version of a key changes nothing).
-Both writes are idempotent, so a crashed run is simply re-run. The ingest generation's ``source_watermark`` records
-how far it got; the next run starts there.
+Both writes are idempotent, so a crashed run is simply re-run. The second write records ``until`` as the
+source watermark it applied (in the write log, in its own transaction) and the ingest generation's
+``source_watermark`` advances to it; the next run starts there.
 """
 
 from __future__ import annotations
@@ -71,7 +72,18 @@ def apply_changes(
         run_id=run_id,
         note="ingest upserts",
     )
-    de = writer.write(generation, deletes, mode="delete_keys", at=at, run_id=run_id, note="ingest tombstones")
+    # the watermark is recorded with the second write, in its transaction: once both landed, every
+    # change up to ``until`` is applied; after a crash between them, the window is still pending
+    de = writer.write(
+        generation,
+        deletes,
+        mode="delete_keys",
+        at=at,
+        run_id=run_id,
+        note="ingest tombstones",
+        source_watermark=until,
+        watermark_basis="incremental ingestion through the writer",
+    )
 
     def advance() -> None:
         with writer.engine.transaction() as s:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
 from recovery.lib.errors import RecoveryError
@@ -23,6 +24,8 @@ from recovery.lib.identifiers import quote
 from recovery.lib.writer import GenerationKind, Writer, WriteResult, retrying
 
 BACKFILL_TAG = "dagster/backfill"
+SOURCE_WATERMARK_KEY = "recovery/source_watermark"
+"""Output metadata an asset may set to say how far it read the source (see :func:`output_watermark`)."""
 STAGE_SCHEMA = "recovery_io"
 OutputMode = Literal["replace_partitions", "upsert_keys", "append"]
 
@@ -63,12 +66,15 @@ def write_output(
     partitions: Sequence[str] | None,
     mode: OutputMode | None = None,
     code_version: str | None = None,
+    source_watermark: datetime | None = None,
+    watermark_basis: str | None = None,
 ) -> WriteResult:
     """Write the rows staged in ``stage`` into the writer's dataset as ``run.generation``.
 
     A partitioned output replaces exactly its partitions (rows outside them are refused, not
     moved); an unpartitioned one upserts by key unless ``mode`` says otherwise. A source
-    version column is taken from the rows when they have one, else left NULL. Raises
+    version column is taken from the rows when they have one, else left NULL.
+    ``source_watermark`` (see :func:`output_watermark`) is recorded with the write. Raises
     :class:`FencedGenerationError` (nothing written) when the generation is fenced.
     """
     spec = writer.spec
@@ -95,7 +101,55 @@ def write_output(
         partitions=list(partitions) if mode == "replace_partitions" and partitions else None,
         run_id=run_id,
         note="io manager output",
+        source_watermark=source_watermark,
+        watermark_basis=watermark_basis,
     )
+
+
+def output_watermark(reported: object, run_started: datetime | None, written: datetime) -> tuple[datetime, str]:
+    """The source watermark an output applied, and how it is known.
+
+    An asset that reads the source itself cannot say which changes it saw unless it reports
+    it, so: the value the asset reported in its output metadata (``recovery/source_watermark``:
+    an ISO timestamp, UTC unless it names a zone, or a POSIX timestamp) when there is one;
+    else the moment its run started, because every change that had arrived by then was there
+    for the asset to read. That is a lower bound: changes that arrived while the run read the
+    source may be in the rows or not, and convergence verification counts them as pending
+    until the target shows them, never as drift. An asset that reads something other than the
+    live source (a snapshot, a lagging copy) must report what it read up to, or the changes its
+    copy lacked read as drift. Without a run start (an output written outside a run) the
+    moment of the write is used."""
+    if reported is not None:
+        return _reported(reported), f"reported by the asset ({SOURCE_WATERMARK_KEY})"
+    if run_started is not None:
+        return run_started, "the source when the run started"
+    return written, "the source when the output was written"
+
+
+def _reported(value: object) -> datetime:
+    problem = None
+    at: datetime | None = None
+    if isinstance(value, datetime):
+        at = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            at = datetime.fromtimestamp(float(value), UTC).replace(tzinfo=None)
+        except (OverflowError, OSError, ValueError):
+            problem = "is not a POSIX timestamp in range"
+    elif isinstance(value, str):
+        try:
+            at = datetime.fromisoformat(value.strip())
+        except ValueError:
+            problem = "is not an ISO timestamp"
+    else:
+        problem = "is neither an ISO timestamp nor a POSIX timestamp"
+    if at is None:
+        raise RecoveryError(
+            f"output metadata {SOURCE_WATERMARK_KEY} = {str(value)[:80]!r} {problem or 'is not a timestamp'}. "
+            f"Fix: report the source's ingested_at the asset read up to, e.g. "
+            f"'2024-03-10T02:00:00' (UTC) or dg.MetadataValue.timestamp(...)"
+        )
+    return at.astimezone(UTC).replace(tzinfo=None) if at.tzinfo else at
 
 
 def drop_stage(writer: Writer, stage: str) -> None:
@@ -138,4 +192,13 @@ def _prepare_stage(writer: Writer, stage: str, partitions: Sequence[str] | None)
     retrying(txn)
 
 
-__all__ = ["RunGeneration", "generation_for_run", "stage_table", "write_output", "drop_stage", "STAGE_SCHEMA"]
+__all__ = [
+    "RunGeneration",
+    "generation_for_run",
+    "stage_table",
+    "write_output",
+    "output_watermark",
+    "drop_stage",
+    "STAGE_SCHEMA",
+    "SOURCE_WATERMARK_KEY",
+]

@@ -60,10 +60,11 @@ def generations_sql(s: Session, spec: DatasetSpec) -> str:
             "CAST(NULL AS TIMESTAMP) AS ended_at, CAST(NULL AS TIMESTAMP) AS source_watermark, "
             "CAST(NULL AS VARCHAR) AS basis WHERE false"
         )
-    # a registry row beats a control-plane row the fence or the adoption only inferred
+    # a registry row beats a control-plane row the fence or the adoption only inferred (and the live
+    # registry row its copy, so the basis a reader sees does not vary from run to run)
     return (
         f"SELECT {COLUMNS} FROM ({' UNION ALL '.join(parts)}) "
-        f"QUALIFY row_number() OVER (PARTITION BY generation ORDER BY inferred, basis LIKE 'registry %' DESC) = 1"
+        f"QUALIFY row_number() OVER (PARTITION BY generation ORDER BY inferred, basis LIKE 'registry %' DESC, basis) = 1"
     )
 
 

@@ -13,13 +13,16 @@ import hashlib
 import os
 import re
 import stat
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+from recovery.lib.durations import EXAMPLES as DURATION_EXAMPLES
+from recovery.lib.durations import parse_duration
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import TableName, check_identifier
 from recovery.lib.lakehouse_spec import LakehouseTable
@@ -483,6 +486,24 @@ class RecurrenceSpec(_Strict):
         return self
 
 
+class ConvergenceSpec(_Strict):
+    """How convergence verification judges changes that ingestion has not applied yet."""
+
+    max_lag: timedelta = Field(
+        timedelta(hours=24),
+        description="How long a source change may wait after arriving before ingestion applies it: "
+        "older pending changes fail verification like drift (e.g. '6h', '90m', '1d'; default 24h).",
+    )
+
+    @field_validator("max_lag", mode="before")
+    @classmethod
+    def _duration(cls, v: object) -> timedelta:
+        try:
+            return parse_duration(v)
+        except ValueError as err:
+            raise PydanticCustomError("duration", str(err)) from None
+
+
 class DatasetSpec(_Strict):
     """A validated dataset spec, with its file paths resolved and its SQL loaded."""
 
@@ -503,6 +524,9 @@ class DatasetSpec(_Strict):
         None,
         description="Guarded-backfill policy: approvals, capacity, anomaly "
         "thresholds, invariants (defaults apply when absent).",
+    )
+    convergence: ConvergenceSpec | None = Field(
+        None, description="Convergence verification: how long ingestion may lag (defaults apply when absent)."
     )
     spec_path: Path | None = Field(None, exclude=True)
     transform_sql: str = Field("", exclude=True)
@@ -538,10 +562,17 @@ class DatasetSpec(_Strict):
         return self.recurrence or RecurrenceSpec()
 
     @property
+    def convergence_policy(self) -> ConvergenceSpec:
+        return self.convergence or ConvergenceSpec()
+
+    @property
     def fingerprint(self) -> str:
         """Hash of the spec and its SQL: recorded as a generation's config hash."""
+        # convergence only judges what is there (it changes no data): tuning its lag keeps the hash
         exclude: dict = {
-            k: True for k in ("spec_path", "recurrence", "registry") if k == "spec_path" or getattr(self, k) is None
+            k: True
+            for k in ("spec_path", "convergence", "recurrence", "registry")
+            if k in ("spec_path", "convergence") or getattr(self, k) is None
         }
         for side in ("source", "target"):  # unchanged for older specs
             if getattr(self, side).lakehouse is None:
@@ -574,6 +605,7 @@ _FIXES = {
     "bool_type": "give true or false",
     "dict_type": "give a mapping of fields",
     "path_type": "give a path as a string",
+    "duration": f"give a positive duration such as {DURATION_EXAMPLES}",
 }
 
 

@@ -19,11 +19,13 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, date, datetime
 from typing import Any, Literal, TypeVar
 
 from recovery.lib.control_plane import (
     SCHEMA,
+    SOURCE_WATERMARKS,
+    SOURCE_WATERMARKS_DDL,
     delta_table,
     ensure_control_plane,
     next_seq,
@@ -197,6 +199,8 @@ class Writer:
         params: list[Any] | None = None,
         keep_stamps: bool = False,
         allow_duplicate_keys: bool = False,
+        source_watermark: datetime | None = None,
+        watermark_basis: str | None = None,
     ) -> WriteResult:
         """Apply ``rows_sql`` (payload columns plus the source-version column) as ``generation``.
 
@@ -216,6 +220,12 @@ class Writer:
         ``allow_duplicate_keys`` lifts the second check only, to reproduce the faulty
         pipelines whose damage this package repairs (the worked example's backfill, the
         tests' damage); no path of the package passes it, and the write log notes it.
+
+        ``source_watermark`` is what the rows applied: every change that arrived in the source at
+        or before it is in them (for ``replace_partitions``, in the replaced partitions; otherwise
+        in the whole dataset). It is recorded with the write, in its transaction, with
+        ``watermark_basis`` saying who knows it; convergence verification reads it, so changes
+        after it are pending (ingestion has not reached them), not drift.
         """
         if mode not in ("replace_partitions", "upsert_keys", "append", "delete_keys"):
             raise RecoveryError(f"mode {mode!r} is not one of replace_partitions, upsert_keys, append, delete_keys")
@@ -237,6 +247,8 @@ class Writer:
                     keep_stamps=keep_stamps,
                     note=f"{note + '; ' if note else ''}duplicate keys allowed" if lifted else note,
                     existing_keys=not allow_duplicate_keys,
+                    source_watermark=source_watermark,
+                    watermark_basis=watermark_basis,
                 )
 
         try:
@@ -261,6 +273,8 @@ class Writer:
         keep_stamps: bool = False,
         log_delta: bool = True,
         existing_keys: bool = True,
+        source_watermark: datetime | None = None,
+        watermark_basis: str | None = None,
     ) -> WriteResult:
         """:meth:`write` inside the caller's transaction ``s`` (no retry: the caller owns it), for a
         step whose write must commit with its own bookkeeping (a repair plan's carry-over, the delta
@@ -442,6 +456,19 @@ class Writer:
                 note,
             ],
         )
+        if source_watermark is not None:
+            s.execute(SOURCE_WATERMARKS_DDL)
+            s.execute(
+                f"INSERT INTO {SOURCE_WATERMARKS} VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    seq,
+                    self.spec.dataset,
+                    generation,
+                    naive_utc(source_watermark),
+                    touched if mode == "replace_partitions" else None,
+                    watermark_basis or "given by the writer's caller",
+                ],
+            )
         s.execute("DROP TABLE IF EXISTS __incoming")
         s.execute("DROP TABLE IF EXISTS __scope")
         return WriteResult(seq, generation, ns, mode, inserted, deleted, tuple(touched))
@@ -560,6 +587,13 @@ class Writer:
                 )
 
         retrying(txn)
+
+
+def naive_utc(at: datetime | date) -> datetime:
+    """A watermark as the control plane keeps time: naive UTC (a date is its midnight)."""
+    if not isinstance(at, datetime):
+        return datetime(at.year, at.month, at.day)
+    return at.astimezone(UTC).replace(tzinfo=None) if at.tzinfo else at
 
 
 def _new_namespace(s: Session, spec: DatasetSpec, *, created_by: str, seq: int) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 
-from recovery.lib.convergence.drift import stage_drift
+from recovery.lib.convergence.drift import compare_partitions, stage_sides
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import parse_spec
@@ -46,11 +46,12 @@ def test_a_narrow_and_a_wide_scope_report_the_same_drift(tmp_path: Path):
     narrow_scope = [a, b]
     assert 2 * len(narrow_scope) < len(shards)  # the keys path
 
-    stage_drift(s, spec, None, narrow_scope)
+    values = stage_sides(s, spec, None)
+    compare_partitions(s, spec, narrow_scope, values)
     narrow = s.fetchall(f"SELECT {COLUMNS} FROM __cv_drift ORDER BY partition")
     wide_scope = [x for x in shards if x != far]  # most of the table, not where the moved key went
     assert 2 * len(wide_scope) >= len(shards)  # the whole-table path
-    stage_drift(s, spec, None, wide_scope)
+    compare_partitions(s, spec, wide_scope, values)
     wide = s.fetchall(f"SELECT {COLUMNS} FROM __cv_drift WHERE partition IN (?, ?) ORDER BY partition", narrow_scope)
     assert narrow == wide
     by_partition = {r[0]: r for r in narrow}
@@ -70,7 +71,7 @@ def test_a_copy_in_another_partition_counts_where_both_rows_sit_though_one_parti
         "INSERT INTO mart.orders SELECT * REPLACE (? AS shard) FROM mart.orders WHERE region = ? AND order_no = ?",
         [y, *k],
     )
-    stage_drift(s, spec, None, shards)
+    compare_partitions(s, spec, shards, stage_sides(s, spec, None))
     drift = {r[0]: r for r in s.fetchall(f"SELECT {COLUMNS} FROM __cv_drift ORDER BY partition")}
     assert drift[x][3:8] == (0, 0, 0, 1, 1) and drift[y][3:8] == (0, 0, 0, 1, 1)  # the duplicate, in both
     assert drift[y][1] + 1 == drift[y][2]  # one row more than expected where the copy landed

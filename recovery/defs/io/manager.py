@@ -6,7 +6,9 @@ dagster-duckdb resolves it) is the target of one of the configured dataset specs
 by :func:`recovery.lib.managed_output.write_output`, stamped with the run's generation
 (``recovery/generation`` tag, else ``backfill-<id>`` in a Dagster backfill, else
 ``run-<run id>``), the fence checked in the write's own transaction, a partitioned asset
-replacing its partitions only. A fenced generation's write fails the step with one
+replacing its partitions only, and the source watermark the output applied recorded with
+the write (what the asset reported as ``recovery/source_watermark`` output metadata, else
+the source as the run started: see :func:`~recovery.lib.managed_output.output_watermark`). A fenced generation's write fails the step with one
 sentence and is not retried. Every other asset is stored exactly as ``DuckDBIOManager``
 stores it; reading a managed asset reads its public name (the managed view).
 """
@@ -14,6 +16,7 @@ stores it; reading a managed asset reads its public name (the managed view).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import dagster as dg
@@ -24,8 +27,17 @@ from pydantic import Field
 
 from recovery.defs.io.handlers import ArrowTypeHandler, PandasTypeHandler, RelationTypeHandler
 from recovery.defs.resources import warehouse_resource
+from recovery.lib.control_plane import utcnow
 from recovery.lib.errors import FencedGenerationError, RecoveryError
-from recovery.lib.managed_output import STAGE_SCHEMA, drop_stage, generation_for_run, stage_table, write_output
+from recovery.lib.managed_output import (
+    SOURCE_WATERMARK_KEY,
+    STAGE_SCHEMA,
+    drop_stage,
+    generation_for_run,
+    output_watermark,
+    stage_table,
+    write_output,
+)
 from recovery.lib.spec import parse_spec
 
 WRITE_MODE_KEY = "recovery/write_mode"
@@ -75,6 +87,9 @@ class ManagedDbIOManager(DbIOManager):
         stage = stage_table(context.run_id, context.step_key)
         schema, name = stage.split(".", 1)
         try:
+            watermark, basis = output_watermark(
+                _unwrap((context.output_metadata or {}).get(SOURCE_WATERMARK_KEY)), _run_started(context), utcnow()
+            )
             with writer.engine.transaction() as s:
                 s.execute(f"CREATE SCHEMA IF NOT EXISTS {STAGE_SCHEMA}")
                 handler_metadata = self._resolve_handler(type(obj)).handle_output(
@@ -88,6 +103,8 @@ class ManagedDbIOManager(DbIOManager):
                 partitions=partitions,
                 mode=(context.definition_metadata or {}).get(WRITE_MODE_KEY),
                 code_version=_code_version(context),
+                source_watermark=watermark,
+                watermark_basis=f"IO-manager run {context.run_id[:8]} of {context.asset_key.to_user_string()}: {basis}",
             )
         except FencedGenerationError as err:
             # contained: a retry would only be refused again
@@ -108,6 +125,7 @@ class ManagedDbIOManager(DbIOManager):
                 "recovery/rows_inserted": result.rows_inserted,
                 "recovery/rows_deleted": result.rows_deleted,
                 "recovery/namespace": result.namespace,
+                SOURCE_WATERMARK_KEY: watermark.isoformat(sep=" "),
             }
         )
 
@@ -136,6 +154,21 @@ class ManagedDbIOManager(DbIOManager):
         engine = warehouse_resource(spec_path).engine()
         with engine.session(read_only=True) as s:
             return self._resolve_handler(load_type).load_input(context, slice_, s.conn)
+
+
+def _unwrap(value: object) -> object:
+    """A metadata entry's plain value (``dg.MetadataValue.timestamp`` holds POSIX seconds)."""
+    return value.value if isinstance(value, dg.MetadataValue) else value
+
+
+def _run_started(context: dg.OutputContext) -> datetime | None:
+    """When the output's run started (naive UTC), if the instance recorded it."""
+    try:
+        record = context.step_context.instance.get_run_record_by_id(context.run_id)
+    except Exception:  # a context built outside a run
+        return None
+    started = record.start_time if record else None
+    return datetime.fromtimestamp(started, UTC).replace(tzinfo=None) if started else None
 
 
 def _code_version(context: dg.OutputContext) -> str | None:

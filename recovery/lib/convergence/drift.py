@@ -1,8 +1,9 @@
-"""Drift per partition: the public target vs the source's expected rows at the watermark, in SQL.
+"""Drift per partition: the public target vs the source's expected rows, in SQL.
 
 For the partitions in scope, every key present on either side (in scope on either
 side, so a key that moved partition is seen from both) is compared by its full
-expected row (partition, payload and source version). A key is
+expected row (partition, payload and source version; a target row that carries no
+source version, as an IO-manager frame may not, by its payload). A key is
 
 - ``missing``: expected, not in the target;
 - ``extra``: in the target, not expected (e.g. a tombstone never applied);
@@ -12,13 +13,17 @@ expected row (partition, payload and source version). A key is
 Each key counts in the partitions it sits in on either side. Only per-partition
 counts and a few sample keys leave the engine. On DuckDB a partition whose rows have the
 same count and the same sum of row hashes on both sides holds the same rows, so only the
-keys with a row in a partition that differs are compared one by one.
+keys with a row in a partition that differs are compared one by one. A convergence
+check compares with the source as it is now and leaves out the keys whose changes
+are still pending in that partition (``recovery.lib.convergence.pending``): for
+every other key, the source now and as of the watermark agree.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from recovery.lib.convergence.pending import same_row_sql
 from recovery.lib.engine.base import Session
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.expected_cache import drop_staged, expected_rows
@@ -33,13 +38,14 @@ def key_text(spec: DatasetSpec, alias: str = "") -> str:
     return " || '|' || ".join(f"coalesce(CAST({prefix}{quote(k)} AS VARCHAR), '∅')" for k in spec.key)
 
 
-def stage_drift(s: Session, spec: DatasetSpec, watermark: datetime | None, scope: list[str]) -> None:
-    """Build temp table ``__cv_drift``: one row per partition in scope with its counts."""
-    key = quote_all(spec.key)
+def stage_sides(s: Session, spec: DatasetSpec, watermark: datetime | None) -> list[str]:
+    """Temp relations ``__cv_e`` (the expected rows as of ``watermark``, None: the source now) and
+    ``__cv_t`` (the public target), each with its partition as text in ``__p``; returns the
+    columns compared besides the key (partition, payload and source version)."""
     part = quote(spec.target.partition)
-    s.execute("CREATE OR REPLACE TEMP TABLE __cv_scope AS SELECT DISTINCT unnest(CAST(? AS VARCHAR[])) AS p", [scope])
     # a view: the expected rows are kept (or caught up from the kept rows by the few changed keys), and
-    # reading them three times costs less than copying them once (at 10M events, 1.5 s a copy)
+    # reading them four times costs less than copying them once (at 10M events, 1.5 s a copy); with the
+    # keys changed since caught up on every read, a copy measured no faster either (bench/RESULTS.md)
     relation = expected_rows(s, spec, watermark, keep=True)
     drop_staged(s, "__cv_e")
     kind = "TEMP VIEW" if isinstance(s, DuckDBSession) else "OR REPLACE TEMP TABLE"  # Spark: as it always was
@@ -47,7 +53,19 @@ def stage_drift(s: Session, spec: DatasetSpec, watermark: datetime | None, scope
     s.execute(
         f"CREATE OR REPLACE TEMP VIEW __cv_t AS SELECT *, CAST({part} AS VARCHAR) AS __p FROM {spec.target.table_name.sql()}"
     )
-    values = [c for c, _ in s.columns("__cv_e") if c not in spec.key and c != "__p"]
+    return [c for c, _ in s.columns("__cv_e") if c not in spec.key and c != "__p"]
+
+
+def compare_partitions(
+    s: Session, spec: DatasetSpec, scope: list[str], values: list[str], *, leave_out: str | None = None
+) -> None:
+    """Temp table ``__cv_drift`` (one row per partition of ``scope`` with its counts) from the staged
+    sides: the partitions of ``scope``, compared key by key where
+    they differ. ``leave_out`` names a relation of (key, ``p``) pairs that are not drift in that
+    partition (pending changes, which ingestion has not reached yet)."""
+    key = quote_all(spec.key)
+    part = quote(spec.target.partition)
+    s.execute("CREATE OR REPLACE TEMP TABLE __cv_scope AS SELECT DISTINCT unnest(CAST(? AS VARCHAR[])) AS p", [scope])
     compared = quote_all(spec.key + values)
     if isinstance(s, DuckDBSession):
         # a partition whose rows hash to the same sum (and count) on both sides holds the same rows:
@@ -95,7 +113,7 @@ def stage_drift(s: Session, spec: DatasetSpec, watermark: datetime | None, scope
         )
         t_rows = f"SELECT * FROM __cv_t SEMI JOIN __cv_keys USING ({key})"
         e_rows = f"SELECT * FROM __cv_e SEMI JOIN __cv_keys USING ({key})"
-    same = " AND ".join(f"t.{quote(c)} IS NOT DISTINCT FROM e.{quote(c)}" for c in values) or "true"
+    same = same_row_sql(spec, values)
     if t_rows is None:  # every partition in scope hashes alike on both sides: no key to compare
         s.execute(
             f"CREATE OR REPLACE TEMP TABLE __cv_keydiff AS SELECT {key}, CAST(NULL AS VARCHAR) AS p, "
@@ -112,8 +130,9 @@ def stage_drift(s: Session, spec: DatasetSpec, watermark: datetime | None, scope
                           CASE WHEN t.__n > 1 THEN 'duplicate' WHEN e.__in_e IS NULL THEN 'extra'
                                WHEN t.__in_t IS NULL THEN 'missing' WHEN NOT ({same}) THEN 'changed' END AS status
                    FROM t FULL OUTER JOIN e USING ({key}))
-        SELECT DISTINCT {key}, p, status FROM (SELECT *, unnest(list_distinct([t_p, e_p])) AS p FROM d WHERE status IS NOT NULL)
-        WHERE p IN (SELECT p FROM __cv_scope)"""
+        SELECT * FROM (
+            SELECT DISTINCT {key}, p, status FROM (SELECT *, unnest(list_distinct([t_p, e_p])) AS p FROM d WHERE status IS NOT NULL)
+            WHERE p IN (SELECT p FROM __cv_scope)){f" ANTI JOIN {leave_out} USING ({key}, p)" if leave_out else ""}"""
         )
     s.execute(
         f"""CREATE OR REPLACE TEMP TABLE __cv_drift AS

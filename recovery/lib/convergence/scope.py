@@ -1,14 +1,16 @@
-"""What a convergence check looks at, and as of when.
+"""What a convergence check looks at.
 
-- The watermark: how far normal ingestion has applied the source (the latest
-  ``source_watermark`` of a non-fenced ingest generation). Changes that arrived in
-  the source after it are *pending*, not drift: ingestion has not reached them yet.
-  A change at or before it that the target does not reflect is drift.
+- The watermark: how far normal ingestion has applied the source, per dataset and per
+  partition (``recovery.lib.convergence.watermark``). Changes that arrived in the source
+  after it are *pending*, not drift: ingestion has not reached them yet. A change at or
+  before it that the target does not reflect is drift.
 - Recent partitions: those normal ingestion wrote most recently, by commit order,
   read from the delta log (so tombstones count too). A late event for an old
   partition makes that partition recent again.
 - Repaired partitions: every partition a repair generation wrote; they must keep
   equalling the source as late arrivals land on them.
+- Late partitions: every partition holding a pending change, wherever it is, so late
+  arrivals that no ingestion applies are seen however old the partition.
 """
 
 from __future__ import annotations
@@ -16,19 +18,16 @@ from __future__ import annotations
 from datetime import datetime
 
 from recovery.lib.control_plane import SCHEMA, delta_table, has_dataset_table
+from recovery.lib.convergence.watermark import dataset_watermark
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote
 from recovery.lib.spec import DatasetSpec
 
 
 def applied_watermark(s: Session, spec: DatasetSpec) -> datetime | None:
-    """The source as far as normal ingestion has applied it; else as far as any generation
-    read it; else None (everything in the source now)."""
-    return s.scalar(
-        f"SELECT coalesce(max(source_watermark) FILTER (WHERE kind = 'ingest'), max(source_watermark)) "
-        f"FROM {SCHEMA}.generations WHERE dataset = ? AND fenced_at IS NULL",
-        [spec.dataset],
-    )
+    """How far normal ingestion has applied the source (see ``dataset_watermark`` for where it
+    comes from); None only for an empty source."""
+    return dataset_watermark(s, spec).at
 
 
 def _written_partitions(s: Session, spec: DatasetSpec, kind: str, limit: int | None) -> list[str]:
@@ -54,13 +53,3 @@ def recent_partitions(s: Session, spec: DatasetSpec, n: int) -> list[str]:
 def repaired_partitions(s: Session, spec: DatasetSpec) -> list[str]:
     """Every partition a (non-fenced) repair generation wrote, sorted."""
     return sorted(_written_partitions(s, spec, "repair", None))
-
-
-def pending_changes(s: Session, spec: DatasetSpec, watermark: datetime | None) -> int:
-    """Source changes that arrived after the watermark (ingestion has not applied them yet)."""
-    if watermark is None:
-        return 0
-    src = spec.source
-    return int(
-        s.scalar(f"SELECT count(*) FROM {src.table_name.sql()} WHERE {quote(src.ingested_at)} > ?", [watermark]) or 0
-    )

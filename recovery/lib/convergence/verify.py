@@ -1,19 +1,22 @@
-"""One convergence check: recent and repaired partitions vs the source, recorded over time.
+"""One convergence check: recent, repaired and late partitions vs the source, recorded over time.
 
 A check runs in one transaction, so it compares one consistent state of the target
-with the source as of the watermark, takes a commit-order sequence number as its
-id (checks and writes are ordered together), appends one row per partition to
-``_recovery."convergence__<dataset>"`` (drift per partition over time) and puts a
-``convergence`` event on the timeline. It never changes data: late events are
-applied by normal ingestion through the writer; this only says whether they were.
+with one state of the source. It resolves the watermark (per dataset, and per
+partition where a later write rebuilt it), stages the pending changes, compares every
+partition in scope with the source as it is now, leaving out the keys whose changes
+are pending there, and takes a commit-order sequence number as its id (checks and
+writes are ordered together). It appends one row per partition to
+``_recovery."convergence__<dataset>"`` (drift, pending and watermark per partition
+over time) and puts a ``convergence`` event on the timeline. It never changes data:
+late events are applied by normal ingestion through the writer; this only says
+whether they were, and since when they wait.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
-
-from pydantic import BaseModel, ConfigDict
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 
 from recovery.lib.control_plane import (
     dataset_table,
@@ -23,85 +26,22 @@ from recovery.lib.control_plane import (
     record_event,
     utcnow,
 )
-from recovery.lib.convergence.drift import stage_drift
-from recovery.lib.convergence.scope import applied_watermark, pending_changes, recent_partitions, repaired_partitions
+from recovery.lib.convergence.drift import compare_partitions, stage_sides
+from recovery.lib.convergence.pending import PENDING, pending_totals, stage_pending
+from recovery.lib.convergence.result import ConvergenceResult, PartitionDrift
+from recovery.lib.convergence.scope import recent_partitions, repaired_partitions
+from recovery.lib.convergence.watermark import (
+    PARTITION_WATERMARKS,
+    Watermark,
+    dataset_watermark,
+    stage_partition_watermarks,
+)
 from recovery.lib.engine.base import Engine, Session
+from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.errors import RecoveryError, SpecError
 from recovery.lib.expected_cache import drop_staged
-from recovery.lib.identifiers import quote
 from recovery.lib.spec import DatasetSpec
-from recovery.lib.writer import retrying
-
-
-class PartitionDrift(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    partition: str
-    recent: bool
-    repaired: bool
-    expected_rows: int
-    actual_rows: int
-    missing: int
-    extra: int
-    changed: int
-    duplicate: int
-    drift_keys: int
-    sample_keys: list[str]
-    drifting_since: datetime | None = None  # first check of the current run of drifting checks
-
-    @property
-    def converged(self) -> bool:
-        return self.drift_keys == 0 and self.expected_rows == self.actual_rows
-
-
-class ConvergenceResult(BaseModel):
-    """What one check found; ``converged`` is what ``recovery verify`` exits on."""
-
-    model_config = ConfigDict(frozen=True)
-    check_id: int
-    dataset: str
-    checked_at: datetime
-    watermark: datetime | None
-    pending_changes: int
-    recent_partitions: list[str]
-    repaired_partitions: list[str]
-    partitions: list[PartitionDrift]
-    watermark_basis: str = ""  # where the watermark came from (never left unresolved)
-
-    def drifted(self, scope: str | None = None) -> list[PartitionDrift]:
-        """Partitions that drift (``scope``: 'recent', 'repaired' or None for both)."""
-        return [p for p in self.partitions if not p.converged and (scope is None or getattr(p, scope))]
-
-    @property
-    def recent_converged(self) -> bool:
-        return not self.drifted("recent")
-
-    @property
-    def repaired_converged(self) -> bool:
-        return not self.drifted("repaired")
-
-    @property
-    def converged(self) -> bool:
-        return not self.drifted()
-
-    def summary(self) -> str:
-        bad = self.drifted()
-        if not bad:
-            return (
-                f"converged: {len(self.recent_partitions)} recent and {len(self.repaired_partitions)} repaired "
-                f"partitions equal the source as of {self.as_of()} ({self.pending_changes} changes pending)"
-            )
-        return (
-            f"drift in {len(bad)} partition(s): "
-            + ", ".join(f"{p.partition} ({p.drift_keys} keys)" for p in bad[:10])
-            + (" ..." if len(bad) > 10 else "")
-            + f"; source as of {self.as_of()}"
-        )
-
-    def as_of(self) -> str:
-        """The watermark as a reader needs it: the timestamp and where it came from."""
-        if self.watermark is None:
-            return "its latest change (the source is empty)"
-        return f"{self.watermark:%Y-%m-%d %H:%M:%S}" + (f" ({self.watermark_basis})" if self.watermark_basis else "")
+from recovery.lib.writer import naive_utc, retrying
 
 
 def history_table(spec: DatasetSpec) -> str:
@@ -111,8 +51,11 @@ def history_table(spec: DatasetSpec) -> str:
 HISTORY_COLUMNS = (
     "check_id BIGINT, checked_at TIMESTAMP, run_id VARCHAR, incident_id VARCHAR, watermark TIMESTAMP, "
     "partition VARCHAR, recent BOOLEAN, repaired BOOLEAN, expected_rows BIGINT, actual_rows BIGINT, missing BIGINT, "
-    "extra BIGINT, changed BIGINT, duplicate BIGINT, drift_keys BIGINT, sample_keys VARCHAR[]"
+    "extra BIGINT, changed BIGINT, duplicate BIGINT, drift_keys BIGINT, sample_keys VARCHAR[], "
+    "watermark_basis VARCHAR, pending_changes BIGINT, pending_oldest TIMESTAMP, pending_overdue BIGINT"
 )
+DRIFTS = "(h.drift_keys > 0 OR (h.expected_rows <> h.actual_rows AND coalesce(h.pending_changes, 0) = 0))"
+"""A history row that drifts (the rule of ``PartitionDrift.drifts``, for rows of older checks too)."""
 
 
 def verify_convergence(
@@ -121,18 +64,24 @@ def verify_convergence(
     *,
     recent: int = 3,
     watermark: datetime | None = None,
+    max_lag: timedelta | None = None,
+    partitions: Sequence[str] = (),
     incident_id: str | None = None,
     actor: str = "convergence",
     run_id: str | None = None,
 ) -> ConvergenceResult:
-    """Reconcile the ``recent`` partitions ingestion wrote last and every repaired partition
-    against the source as of ``watermark`` (default: how far ingestion has applied it)."""
+    """Reconcile the ``recent`` partitions ingestion wrote last, every repaired partition and every
+    partition holding a pending change against the source. ``watermark`` (default: how far
+    ingestion has applied it) splits pending changes from drift; ``max_lag`` (default: the spec's
+    ``convergence.max_lag``) is how long a pending change may wait; ``partitions`` (as text) are
+    checked too (e.g. a guarded backfill's)."""
     if not isinstance(recent, int) or isinstance(recent, bool) or recent < 1:
         raise SpecError(
             "recent_partitions",
             f"{recent!r} is not a positive whole number",
             "give how many of the partitions ingestion wrote last to check, e.g. 3",
         )
+    lag = max_lag if max_lag is not None else spec.convergence_policy.max_lag
 
     with engine.session(read_only=True) as s:
         if not s.columns(spec.target.table_name.sql()):
@@ -144,7 +93,8 @@ def verify_convergence(
     def txn() -> ConvergenceResult:
         with engine.transaction() as s:
             ensure_control_plane(s)
-            return _check(s, spec, recent, watermark, incident_id, actor, run_id)
+            given = Watermark(at=naive_utc(watermark), basis="given") if watermark is not None else None
+            return _check(s, spec, recent, given, lag, list(partitions), incident_id, actor, run_id)
 
     return retrying(txn)
 
@@ -153,73 +103,54 @@ def _check(
     s: Session,
     spec: DatasetSpec,
     recent: int,
-    watermark: datetime | None,
+    given: Watermark | None,
+    lag: timedelta,
+    also: list[str],
     incident_id: str | None,
     actor: str,
     run_id: str | None,
 ) -> ConvergenceResult:
-    wm, basis = watermark, "given"
-    if wm is None:
-        wm, basis = applied_watermark(s, spec), "how far ingestion has applied the source"
-    if wm is None:  # no generation recorded what it read: the whole source, as of its latest change now
-        src = spec.source
-        wm = s.scalar(f"SELECT max({quote(src.ingested_at)}) FROM {src.table_name.sql()}")
-        basis = "the source's latest change: no generation recorded a watermark"
+    at = utcnow()
+    wm = given or dataset_watermark(s, spec)
+    stage_partition_watermarks(s, spec, None if given else wm.at)
+    values = stage_sides(s, spec, None)
+    stage_pending(s, spec, wm.at, at - lag, values)
     rec = recent_partitions(s, spec, recent)
     rep = repaired_partitions(s, spec)
-    stage_drift(s, spec, wm, sorted(set(rec) | set(rep)))
-    check_id, at = next_seq(s), utcnow()
-    table = history_table(spec)
-    s.execute(f"CREATE TABLE IF NOT EXISTS {table} ({HISTORY_COLUMNS})")
+    late = [r[0] for r in s.fetchall(f"SELECT DISTINCT p FROM {PENDING}")]
+    compare_partitions(s, spec, sorted(set(rec) | set(rep) | set(late) | set(also)), values, leave_out=PENDING)
+    check_id = next_seq(s)
+    table = _history(s, spec)
     s.execute(
-        f"INSERT INTO {table} SELECT ?, ?, ?, ?, ?, partition, list_contains(CAST(? AS VARCHAR[]), partition), "
-        f"list_contains(CAST(? AS VARCHAR[]), partition), expected_rows, actual_rows, missing, extra, changed, duplicate, "
-        f"drift_keys, sample_keys FROM __cv_drift",
-        [check_id, at, run_id, incident_id, wm, rec, rep],
+        f"""INSERT INTO {table} (check_id, checked_at, run_id, incident_id, watermark, partition, recent, repaired,
+                expected_rows, actual_rows, missing, extra, changed, duplicate, drift_keys, sample_keys,
+                watermark_basis, pending_changes, pending_oldest, pending_overdue)
+        SELECT ?, ?, ?, ?, coalesce(w.watermark, CAST(? AS TIMESTAMP)), d.partition,
+               list_contains(CAST(? AS VARCHAR[]), d.partition), list_contains(CAST(? AS VARCHAR[]), d.partition),
+               d.expected_rows, d.actual_rows, d.missing, d.extra, d.changed, d.duplicate, d.drift_keys, d.sample_keys,
+               coalesce(w.basis, ?), coalesce(pp.changes, 0), pp.oldest, coalesce(pp.overdue, 0)
+        FROM __cv_drift d LEFT JOIN {PARTITION_WATERMARKS} w ON w.p = d.partition
+        LEFT JOIN (SELECT p, sum(changes) AS changes, min(oldest) AS oldest, sum(overdue) AS overdue
+                   FROM {PENDING} GROUP BY p) pp ON pp.p = d.partition""",
+        [check_id, at, run_id, incident_id, wm.at, rec, rep, wm.basis],
     )
-    rows = s.fetchall(
-        f"""SELECT h.partition, h.recent, h.repaired, h.expected_rows, h.actual_rows, h.missing, h.extra, h.changed,
-                   h.duplicate, h.drift_keys, h.sample_keys,
-                   CASE WHEN h.drift_keys > 0 OR h.expected_rows <> h.actual_rows THEN d.since END
-            FROM {table} h
-            LEFT JOIN (SELECT o.partition, min(o.checked_at) AS since   -- first check after the last clean one
-                       FROM {table} o
-                       LEFT JOIN (SELECT partition, max(check_id) AS clean_id FROM {table}
-                                  WHERE drift_keys = 0 AND expected_rows = actual_rows GROUP BY partition) c
-                              ON c.partition = o.partition
-                       WHERE o.check_id > coalesce(c.clean_id, -1) GROUP BY o.partition) d ON d.partition = h.partition
-            WHERE h.check_id = ? ORDER BY h.partition""",
-        [check_id],
-    )
-    parts = [
-        PartitionDrift(
-            partition=r[0],
-            recent=r[1],
-            repaired=r[2],
-            expected_rows=r[3],
-            actual_rows=r[4],
-            missing=r[5],
-            extra=r[6],
-            changed=r[7],
-            duplicate=r[8],
-            drift_keys=r[9],
-            sample_keys=list(r[10]),
-            drifting_since=r[11],
-        )
-        for r in rows
-    ]
+    changes, oldest, overdue = pending_totals(s, spec)
     result = ConvergenceResult(
         check_id=check_id,
         dataset=spec.dataset,
         checked_at=at,
-        watermark=wm,
-        pending_changes=pending_changes(s, spec, wm),
+        watermark=wm.at,
+        watermark_basis=wm.basis,
+        max_lag=lag,
+        pending_changes=changes,
+        pending_oldest=oldest,
+        pending_overdue=overdue,
         recent_partitions=rec,
         repaired_partitions=rep,
-        partitions=parts,
-        watermark_basis=basis,
+        partitions=load_partitions(s, spec, check_id),
     )
-    s.execute("DROP TABLE IF EXISTS __cv_drift")
+    for t in ("__cv_drift", PENDING, PARTITION_WATERMARKS):
+        s.execute(f"DROP TABLE IF EXISTS {t}")
     drop_staged(s, "__cv_e")
     record_event(
         s,
@@ -234,11 +165,69 @@ def _check(
                 "check_id": check_id,
                 "converged": result.converged,
                 "drifted": [p.partition for p in result.drifted()],
+                "behind": [p.partition for p in result.behind()],
                 "pending_changes": result.pending_changes,
+                "pending_overdue": result.pending_overdue,
+                "watermark": str(result.watermark),
+                "watermark_basis": result.watermark_basis,
             }
         ),
     )
     return result
+
+
+def _history(s: Session, spec: DatasetSpec) -> str:
+    """The history table, with the columns a check writes (a table of an older version gains them)."""
+    table = history_table(spec)
+    s.execute(f"CREATE TABLE IF NOT EXISTS {table} ({HISTORY_COLUMNS})")
+    if isinstance(s, DuckDBSession):
+        have = {c for c, _ in s.columns(table)}
+        for col in HISTORY_COLUMNS.split(", "):
+            name, typ = col.split(" ", 1)
+            if name not in have:
+                s.execute(f"ALTER TABLE {table} ADD COLUMN {name} {typ}")
+    return table
+
+
+def load_partitions(s: Session, spec: DatasetSpec, check_id: int) -> list[PartitionDrift]:
+    """The partitions one check recorded, with since when each has been drifting."""
+    table = history_table(spec)
+    rows = s.fetchall(
+        f"""SELECT h.partition, h.recent, h.repaired, h.expected_rows, h.actual_rows, h.missing, h.extra, h.changed,
+                   h.duplicate, h.drift_keys, h.sample_keys, CASE WHEN {DRIFTS} THEN d.since END,
+                   h.watermark, h.watermark_basis, h.pending_changes, h.pending_oldest, h.pending_overdue
+            FROM {table} h
+            LEFT JOIN (SELECT o.partition, min(o.checked_at) AS since   -- first check after the last clean one
+                       FROM {table} o
+                       LEFT JOIN (SELECT partition, max(check_id) AS clean_id FROM {table} h
+                                  WHERE NOT {DRIFTS} GROUP BY partition) c
+                              ON c.partition = o.partition
+                       WHERE o.check_id > coalesce(c.clean_id, -1) GROUP BY o.partition) d ON d.partition = h.partition
+            WHERE h.check_id = ? ORDER BY h.partition""",
+        [check_id],
+    )
+    return [
+        PartitionDrift(
+            partition=r[0],
+            recent=r[1],
+            repaired=r[2],
+            expected_rows=r[3],
+            actual_rows=r[4],
+            missing=r[5],
+            extra=r[6],
+            changed=r[7],
+            duplicate=r[8],
+            drift_keys=r[9],
+            sample_keys=list(r[10] or []),
+            drifting_since=r[11],
+            watermark=r[12],
+            watermark_basis=r[13] or "",
+            pending_changes=r[14] or 0,
+            pending_oldest=r[15],
+            pending_overdue=r[16] or 0,
+        )
+        for r in rows
+    ]
 
 
 def drift_history(s: Session, spec: DatasetSpec, *, partition: str | None = None, limit: int = 1000) -> list[tuple]:

@@ -51,6 +51,8 @@ def transform_recompute(ctx: RecomputeContext) -> None:
         partitions=ctx.partitions,
         run_id=ctx.run_id,
         note=f"guarded backfill {ctx.backfill_id}: transform over the source as of {ctx.watermark}",
+        source_watermark=ctx.watermark,
+        watermark_basis=f"guarded backfill {ctx.backfill_id}: its fixed source snapshot",
     )
 
 

@@ -608,8 +608,14 @@ def recovery_checklist(ctx: dict) -> list[dict]:
                 "current-ingestion validation",
                 VERIFIED if cv["status"] == "converged" else QUALIFIED,
                 f"check {latest['check_id']} (run {latest.get('run_id') or '—'}): {latest['partitions']} partitions "
-                f"({latest['recent']} recent, {latest['repaired']} repaired), {latest['drift_keys'] or 0} drift keys",
-                "" if cv["status"] == "converged" else "drift: ingestion has not converged; re-run recovery verify",
+                f"({latest['recent']} recent, {latest['repaired']} repaired), {latest['drift_keys'] or 0} drift keys, "
+                f"{latest.get('pending_changes') or 0} changes pending after the watermark",
+                ""
+                if cv["status"] == "converged"
+                else f"ingestion is behind: {latest['pending_overdue']} changes pending past convergence.max_lag; "
+                f"run ingestion, then recovery verify"
+                if cv["status"] == "behind"
+                else "drift: ingestion has not converged; re-run recovery verify",
             )
         )
     rg = sec["recurrence_gates"]

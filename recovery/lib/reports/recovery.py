@@ -303,11 +303,19 @@ def convergence(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
     name = convergence_name(spec)
     if not exists(s, name):
         return _not_run(name)
+    # pending changes and the watermark per partition: recorded by checks since issue #41 (NULL before)
+    have = {c for c, _ in s.columns(qualified(name))}
+    pending = (
+        "coalesce(sum(pending_changes), 0) AS pending_changes, coalesce(sum(pending_overdue), 0) AS pending_overdue, "
+        "min(watermark) AS watermark"
+        if {"pending_changes", "pending_overdue"} <= have
+        else "0 AS pending_changes, 0 AS pending_overdue, min(watermark) AS watermark"
+    )
     checks = rows_as_dicts(
         s,
         f"SELECT check_id, max(checked_at) AS checked_at, any_value(run_id) AS run_id, count(*) AS partitions, "
         f"count(*) FILTER (WHERE recent) AS recent, count(*) FILTER (WHERE repaired) AS repaired, "
-        f"count(*) FILTER (WHERE drift_keys > 0) AS drifting_partitions, sum(drift_keys) AS drift_keys "
+        f"count(*) FILTER (WHERE drift_keys > 0) AS drifting_partitions, sum(drift_keys) AS drift_keys, {pending} "
         f"FROM {qualified(name)} WHERE incident_id = ? OR incident_id IS NULL GROUP BY check_id ORDER BY check_id DESC LIMIT 30",
         [incident.incident_id],
     )
@@ -321,7 +329,7 @@ def convergence(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
         [latest["check_id"]],
     )
     return {
-        "status": "converged" if not latest["drift_keys"] else "drift",
+        "status": "drift" if latest["drift_keys"] else "behind" if latest["pending_overdue"] else "converged",
         "checks": checks,
         "latest": latest,
         "drifting": drifting,
