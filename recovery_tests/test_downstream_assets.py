@@ -13,12 +13,14 @@ a restatement whose own check fails exits 1 with one sentence.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import dagster as dg
 import pandas as pd
 import pytest
 import yaml
+from filelock import FileLock
 
 from recovery.lib.asset_consumers import CAPTURED_AT_IMPACT
 from recovery.lib.control_plane import SCHEMA
@@ -30,17 +32,38 @@ MART_SQL = "SELECT sensor_id, CAST(day AS DATE) AS day, n_readings, avg_celsius 
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory) -> tuple[Built, pd.DataFrame, str]:
-    """Damaged, then contained, assessed, repaired and published through the CLI; the mart as the
-    damage left it (read before any recovery step) and what ``assess`` printed."""
-    b = build(tmp_path_factory.mktemp("readings") / "project")
-    damaged = b.frame(MART_SQL)
-    said = ""
-    for verb in ("contain", "assess", "repair", "publish"):
-        r = cli(b.home, verb, "--incident", str(b.incident))
-        assert r.code == 0 and "Traceback" not in r.out, (verb, r.out)
-        said += r.out if verb == "assess" else ""
-    return b, damaged, said
+def published(shared_dir: Path) -> tuple[Built, pd.DataFrame, str]:
+    """Damaged, then contained, assessed, repaired and published through the CLI, once per test session
+    (xdist workers share it under a lock; tests that write copy it); the mart as the damage left it (read
+    before any recovery step) and what ``assess`` printed."""
+    root = shared_dir / "readings"
+    with FileLock(str(shared_dir / "readings.lock")):
+        if not (root / "published").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            b = build(root / "project")
+            b.frame(MART_SQL).to_parquet(root / "damaged.parquet")
+            for verb in ("contain", "assess", "repair", "publish"):
+                r = cli(b.home, verb, "--incident", str(b.incident))
+                assert r.code == 0 and "Traceback" not in r.out, (verb, r.out)
+                if verb == "assess":
+                    (root / "assess.txt").write_text(r.out)
+            (root / "published").touch()
+    return (
+        Built(root / "project", root / "home"),
+        pd.read_parquet(root / "damaged.parquet"),
+        (root / "assess.txt").read_text(),
+    )
+
+
+def _checklists(b: Built) -> dict[str, dict[str, dict[str, str]]]:
+    """The three reports' Done checklists, rendered by ``recovery report`` and read back."""
+    from recovery_tests.report_checks import checklist
+    from recovery_tests.test_reports import _Page
+
+    r = cli(b.home, "report", "--incident", str(b.incident))
+    assert r.code == 0, r.out
+    out = b.root / "reports" / INCIDENT
+    return {n: checklist(_Page((out / f"{n}.html").read_text())) for n in ("timeline", "reconciliation", "recovery")}
 
 
 def _by_key(frame: pd.DataFrame) -> dict[tuple, tuple]:
@@ -111,6 +134,17 @@ def test_restate_rematerializes_the_asset_through_dagster_and_the_ledger_holds_w
         assert runs[0].tags["dagster/asset_partition_range_end"] == BACKFILL_DAYS[-1]
         assert instance.get_latest_materialization_event(dg.AssetKey(MART)).run_id == runs[0].run_id
 
+    # the reports: each Done row that reads the asset is verified from these records
+    done = _checklists(b)
+    assert (
+        "1 of 1 downstream Dagster assets reached: marts/sensor_daily (3 partitions, 18 rows)"
+        in (done["reconciliation"]["downstream"]["evidence"])
+    )
+    assert "marts/sensor_daily (3 partitions, 18 rows)" in done["timeline"]["propagation"]["evidence"]
+    correction = done["recovery"]["downstream correction"]
+    assert correction["status"] == "verified", correction
+    assert "1 consumers restated, 9 ledger rows, 6 material; 1 of 1 restatement checks passed" in correction["evidence"]
+
     # a second restate changes nothing: the same ledger, the corrected copy reused
     namespaces = b.fetch(f"SELECT count(*) FROM {SCHEMA}.namespaces")
     assert cli(b.home, "restate", "--incident", str(b.incident)).code == 0
@@ -138,6 +172,9 @@ def test_a_restatement_whose_check_fails_exits_1_with_one_sentence(published, tm
         f"SELECT consumer, passed, observed FROM {SCHEMA}.restatement_checks WHERE incident_id = ?", [INCIDENT]
     )
     assert checks == [("marts/sensor_daily", False, 1)]
+    correction = _checklists(b)["recovery"]["downstream correction"]  # and the report does not call it done
+    assert correction["status"] == "not verified", correction
+    assert "check failed: marts/sensor_daily: the re-materialization of partition" in correction["why"]
 
 
 def test_a_downstream_asset_the_spec_names_in_a_location_that_lacks_it_is_refused_before_any_write(published, tmp_path):

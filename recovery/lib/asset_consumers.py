@@ -23,7 +23,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from recovery.lib.consumer_outputs import CONSUMER_SCHEMA, ensure_tables
-from recovery.lib.control_plane import dataset_table, has_dataset_table, next_seq, utcnow
+from recovery.lib.control_plane import SCHEMA, dataset_table, has_dataset_table, next_seq, utcnow
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import TableName, quote, str_list, ts_literal
 from recovery.lib.managed_names import ManagedName, build
@@ -153,7 +153,7 @@ def capture(
         seq=next_seq(s),
         note=note,
     )
-    s.execute("UPDATE _recovery.namespaces SET status = 'retained' WHERE namespace = ?", [ns])
+    s.execute(f"UPDATE {SCHEMA}.namespaces SET status = 'retained' WHERE namespace = ?", [ns])
     return ns
 
 
