@@ -301,3 +301,32 @@ def test_assets_in_the_same_code_location_are_found_through_its_asset_graph_and_
         f"SELECT note FROM {SCHEMA}.namespaces WHERE public_name = 'consumers.marts__sensor_alerts' ORDER BY created_seq"
     )
     assert CAPTURED_AT_RESTATEMENT in notes[0][0], notes
+
+
+def test_an_asset_downstream_of_the_target_that_declares_no_key_is_named_with_the_fix(published, tmp_path):
+    """Found in the code location's graph but declaring no key: reported apart (assess prints it),
+    and restate refuses it in one line before anything is written."""
+    from recovery.definitions import definitions_for
+    from recovery.defs.asset_consumers import resolve
+    from recovery.defs.location import remember
+    from recovery.lib.spec import parse_spec
+    from recovery_tests.sensor_readings import team_definitions
+
+    b = published[0].copy(tmp_path)
+    doc = yaml.safe_load(b.spec.read_text())
+    del doc["downstream_assets"]
+    b.spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    @dg.asset(key=["marts", "sensor_weekly"], deps=[dg.AssetKey(["clean", "readings"])])
+    def sensor_weekly() -> None: ...
+
+    remember(
+        b.spec,
+        dg.Definitions.merge(definitions_for(b.spec), team_definitions(b.root), dg.Definitions(assets=[sensor_weekly])),
+    )
+    found, undeclared = resolve(None, parse_spec(b.spec), str(b.spec))
+    assert [a.consumer.asset for a in found] == ["marts/sensor_daily"]  # declared in its metadata
+    assert [u.asset for u in undeclared] == ["marts/sensor_weekly"]
+    err = str(undeclared[0].error("clean.readings"))
+    assert err.startswith("asset marts/sensor_weekly: is downstream of clean.readings but declares no key")
+    assert "Fix: list it under downstream_assets (asset: marts/sensor_weekly, key: [columns])" in err
