@@ -39,7 +39,7 @@ def definitions_for(spec: str | Path) -> dg.Definitions:
             dg.components.load_from_defs_folder(path_within_project=Path(__file__).parent),
             example_definitions(),
         )
-    remember(spec, built)  # for steps run in process, which have no repository to ask for the asset graph
+    remember(spec, built, own=True)  # for steps run in process, which have no repository to ask for the asset graph
     return built
 
 

@@ -126,6 +126,22 @@ def test_the_whole_runbook_step_by_step_repairs_a_foreign_target_and_hands_it_ba
         assert r.code == 0, (verb, r.out)
         assert "Traceback" not in r.out
     assert published_vs_truth(warehouse) == 0
+    # the consumer no tool had materialized: its original computed from the adopted, damaged namespace,
+    # so the ledger holds exactly the rows the impact found changed (it was empty, and restate said done)
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        diff = (
+            "SELECT consumer_key, change, original_value, corrected_value, material FROM {} "
+            "WHERE incident_id = 'INC-SHIP-7' ORDER BY 1"
+        )
+        ledger = con.execute(diff.format('_recovery."restatement_ledger__shipments"')).fetchall()
+        impact = con.execute(diff.format('_recovery."impact__shipments"')).fetchall()
+    finally:
+        con.close()
+    assert [(k, c, m) for k, c, _, _, m in ledger] == [(k, c, m) for k, c, _, _, m in impact], (ledger, impact)
+    for (_, _, o, n, _), (_, _, io, in_, _) in zip(ledger, impact, strict=True):
+        assert o == pytest.approx(io) and n == pytest.approx(in_)
+    assert sum(m for *_, m in ledger) == 17
     assert cli(home, "publish", "--incident", incident).out.count("already published") == 1
     for name in ("timeline", "reconciliation", "recovery"):
         assert (reports / f"{name}.html").stat().st_size > 1000

@@ -22,6 +22,7 @@ from recovery.lib.ingest import apply_changes
 from recovery.lib.managed_output import generation_for_run
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.writer import Writer
+from recovery.orchestration import failure_reason
 from recovery_tests.repaired_small import now
 from recovery_tests.small_dataset import build_small_dataset, fetch
 
@@ -245,6 +246,31 @@ def test_a_downstream_asset_reads_the_managed_partition_through_the_public_view(
     assert meta["shards"].value == [shards[0]]
     units = result.asset_materializations_for_node("order_units")[0].metadata["units"].value
     assert units == sum(r[2] for r in shard_rows(db, shards[0]))
+
+
+def test_an_unmanaged_partitioned_output_keeps_the_other_partitions_and_a_failed_one_changes_nothing(orders):
+    """Stored as dagster-duckdb stores it: the run's partition replaced, the others kept; a write that
+    fails (a column added to the table by hand) leaves the partition as it was, all in one transaction."""
+    spec_path, spec, db, shards = orders
+    parts = dg.StaticPartitionsDefinition(shards[:3])
+
+    @dg.asset(key=["mart", "shard_units"], partitions_def=parts, metadata={"partition_expr": "shard"})
+    def shard_units(context: dg.AssetExecutionContext) -> pd.DataFrame:
+        return pd.DataFrame({"shard": [context.partition_key], "units": [len(context.partition_key)]})
+
+    for shard in shards[:3]:
+        assert dg.materialize([shard_units], partition_key=shard, resources=resources(spec_path, db)).success
+    assert fetch(db, "SELECT shard FROM mart.shard_units ORDER BY 1") == [(s,) for s in sorted(shards[:3])]
+    con = duckdb.connect(str(db))
+    try:
+        con.execute("ALTER TABLE mart.shard_units ADD COLUMN note VARCHAR")
+    finally:
+        con.close()
+    failed = dg.materialize(
+        [shard_units], partition_key=shards[0], resources=resources(spec_path, db), raise_on_error=False
+    )
+    assert not failed.success and "values were supplied" in failure_reason(failed)
+    assert fetch(db, "SELECT shard FROM mart.shard_units ORDER BY 1") == [(s,) for s in sorted(shards[:3])]
 
 
 # ---- the worked example: a team's own history asset under the incident ------------------------------

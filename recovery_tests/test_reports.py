@@ -244,6 +244,7 @@ def test_the_recovery_report_shows_what_the_repair_recorded(tmp_path):
     """Sections read the repair's tables when they exist (filled by hand here) and say so per section."""
     from recovery.lib.convergence.verify import HISTORY_COLUMNS, history_table
     from recovery.lib.repair.tables import DIFFS, GATES, PARTITIONS, PLANS, REPLAYS, ensure_repair_tables
+    from recovery.lib.restatement.checks import RestatementCheck, record_checks
     from recovery.lib.restatement.ledger import ensure_ledger, ledger_table
     from recovery_tests.small_dataset import build_small_dataset
 
@@ -283,6 +284,17 @@ def test_the_recovery_report_shows_what_the_repair_recorded(tmp_path):
             f"('INC-7', 'order_totals', 'report', 'ops', 'north', 100, 90, true, NULL), "
             f"('INC-7', 'order_totals', 'report', 'ops', 'south', 10, 10.5, false, NULL), "
             f"('INC-8', 'order_totals', 'report', 'ops', 'south', 1, 2, false, NULL)"
+        )
+        record_checks(
+            s,
+            spec.dataset,
+            "INC-7",
+            [
+                RestatementCheck(
+                    consumer="order_totals", check="equals_consumer_on_source", passed=True, observed=0, details=""
+                )
+            ],
+            run_id=None,
         )
         s.execute(f"CREATE TABLE {history_table(spec)} ({HISTORY_COLUMNS})")
         s.execute(
@@ -342,7 +354,7 @@ def test_the_recovery_report_shows_what_the_repair_recorded(tmp_path):
     md = (tmp_path / "out" / "recovery.md").read_text()
     assert "| Recurrence gates in force | in force |" in md and "| order_totals | ops | 2 | 1 | not yet |" in md
     assert "upserted 46, deleted 3, skipped_older 2" in md
-    # the Done checklist reads the same records: what ran is verified or qualified, what did not names its command
+    # the Done checklist reads the same records: what ran and held is verified, what did not names its command
     done = {r["item"]: r for r in reports.contexts["recovery"]["done"]}
     assert (
         done["concurrent-write preservation"]["status"] == "verified"
@@ -354,10 +366,14 @@ def test_the_recovery_report_shows_what_the_repair_recorded(tmp_path):
         done["downstream correction"]["status"] == "verified"
         and "2 ledger rows, 1 material" in done["downstream correction"]["evidence"]
     )
-    assert done["isolated repair"]["status"] == "qualified" and "recovery publish" in done["isolated repair"]["why"]
+    assert done["isolated repair"]["status"] == "not verified" and "recovery publish" in done["isolated repair"]["why"]
     assert (
-        done["tested backfill gates"]["status"] == "qualified"
+        done["tested backfill gates"]["status"] == "not verified"
         and "recovery backfill plan" in done["tested backfill gates"]["why"]
+    )
+    assert (
+        done["idempotency"]["status"] == "verified"
+        and "1 idempotency gates (idempotent_rerun)" in (done["idempotency"]["evidence"])
     )
     assert _Page(html).tables["done-checklist"][1][0] == "isolated repair"
     recon_done = {r["item"]: r for r in reports.contexts["reconciliation"]["done"]}

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import dagster as dg
@@ -169,7 +170,7 @@ def test_the_job_rerun_changes_nothing_and_each_owner_is_notified_once(tmp_path,
             )
         mats = result.asset_materializations_for_node("restatement")
     assert snapshots[0] == snapshots[1]  # same ledger (notified_at included), no new namespace, no pointer move
-    assert {m.asset_key.path[-1]: m.metadata["reused"].value for m in mats} == {
+    assert {m.asset_key.path[-1]: m.metadata["reused"].value for m in mats if "reused" in m.metadata} == {
         "orders_by_shard": True,
         "region_units": True,
     }
@@ -314,7 +315,7 @@ def test_the_code_location_has_one_restatement_asset_per_consumer_of_the_served_
     defs = code_location()
     dg.Definitions.validate_loadable(defs)
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys() if k.path[0] == "restatement"}
-    assert keys == {"restatement/orders_by_shard", "restatement/region_units"}
+    assert keys == {"restatement/orders_by_shard", "restatement/region_units", "restatement/downstream_assets"}
     assert defs.resolve_job_def(RESTATE_JOB) is not None
 
 
@@ -338,3 +339,40 @@ def test_the_restate_cli_refuses_before_publish_then_restates_and_prints_each_co
     assert "orders_by_shard" in out and "region_units" in out and "consumers.region_units__g0002" in out
     with dg.DagsterInstance.get() as instance:  # the run is in the project's instance, as a UI launch would be
         assert instance.get_latest_materialization_event(dg.AssetKey(["restatement", "region_units"])) is not None
+
+
+def test_a_restatement_whose_own_check_fails_exits_1_naming_it_and_tells_no_owner(
+    tmp_path, monkeypatch, capsys, receiver
+):
+    """The issue's case: a corrected output that differs from the consumer on the source used to
+    exit 0, the failure showing only in the alerts file. A row deleted from the published target
+    behind the package's back (so the repair no longer holds the source's rows) makes both
+    consumers' checks fail: the run stops with one sentence, the command exits 1, and the
+    corrections are recorded but no owner is told of them."""
+    import shutil
+
+    from recovery.cli import main
+    from recovery.config import PROJECT_ROOT
+
+    r = build_damaged(tmp_path / "orders")
+    ns = publish_repair(r)
+    with r.engine.transaction() as s:
+        s.execute(f"DELETE FROM {ns} WHERE rowid IN (SELECT min(rowid) FROM {ns})")
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("RECOVERY_SPEC", str(r.spec_path))
+    monkeypatch.setenv("RECOVERY_ALERT_WEBHOOK", receiver.url)
+    assert main(["restate", "--incident", str(r.incident_path)]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert re.search(
+        r"restate_consumers \(run [0-9a-f-]+\) stopped: restatement/\w+ equals_consumer_on_source: \w+: the corrected "
+        r"output has \d+ rows that differ from the consumer on the source's expected rows",
+        out,
+    ), out
+    assert "Traceback" not in out
+    checks = r.fetch(f"SELECT consumer, passed, observed > 0 FROM {SCHEMA}.restatement_checks ORDER BY 1")
+    assert checks == [("orders_by_shard", False, True), ("region_units", False, True)]
+    assert r.fetch(f"SELECT count(*) FROM {ledger_table(r.spec)} WHERE notified_at IS NOT NULL") == [(0,)]
+    assert receiver.received == []

@@ -17,11 +17,14 @@ from recovery.commands.reconcile import print_summary
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
+    from recovery.defs.asset_consumers import resolve
     from recovery.launch import Launcher
     from recovery.lib.phases import ASSESS
 
     launcher = Launcher.for_file(args.incident)
     incident, spec = launcher.incident, launcher.spec
+    launcher.definitions  # noqa: B018 - built first: the asset graph the downstream assets are found in
+    resolve(None, spec, str(incident.spec))  # a downstream asset the spec names wrongly: refused before any write
     result = launcher.run(ASSESS)
     out = incident.reports_dir(spec)
     print_summary(
@@ -36,6 +39,15 @@ def run(args: argparse.Namespace, console: Console) -> int:
         highlight=False,
     )
     console.print(impact["impact"].value, highlight=False, soft_wrap=True)
+    if impact.get("downstream_assets_reached") is not None and impact["downstream_assets_reached"].value:
+        console.print(str(impact["downstream_assets"].value), highlight=False, soft_wrap=True)
+    not_traced = impact["downstream_assets_not_traced"].value if "downstream_assets_not_traced" in impact else []
+    for u in not_traced if isinstance(not_traced, list) else []:
+        console.print(
+            f"asset {u['asset']} is downstream of {spec.target.table} but {u['problem']}: {u['fix']}",
+            highlight=False,
+            soft_wrap=True,
+        )
     console.print(f"decision: [bold]{decision['choice'].value}[/]", highlight=False)
     console.print(decision["reasons"].value, highlight=False, soft_wrap=True)
     next_verb = "publish" if decision["choice"].value == "rollback" else "repair"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from recovery.defs.location import remember
 from recovery.launch.state import IncidentState, read_state, require
 from recovery.lib.catalog_checks import checked_once
 from recovery.lib.incident import Incident, check_incident, parse_incident
@@ -60,6 +61,8 @@ class Launcher:
     @cached_property
     def definitions(self) -> dg.Definitions:
         if self._definitions is not None:
+            # steps run in this process find the asset graph (a team's assets merged in) here
+            remember(self.incident.spec, self._definitions)
             return self._definitions
         from recovery.definitions import definitions_for
 

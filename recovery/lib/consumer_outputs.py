@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recovery.lib.control_plane import SCHEMA, ensure_control_plane, has_dataset_table, next_seq, utcnow
+from recovery.lib.control_plane import SCHEMA, delta_table, ensure_control_plane, has_dataset_table, next_seq, utcnow
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import TableName, quote
 from recovery.lib.managed_names import ADOPTED_NOTE, ManagedName, adopt_if_plain, build, current, move, rebuild_in_place
@@ -148,23 +148,31 @@ ORIGINAL_FROM_DAMAGE = "original computed from the preserved damaged generation"
 
 def damaged_target(s: Session, spec: DatasetSpec, generations: list[str] | None) -> str | None:
     """The target namespace the failed generations last wrote (kept after the repair's publish):
-    what a consumer built during the damage would have read."""
-    from recovery.lib.control_plane import delta_table
-
-    if not has_dataset_table(s, "delta", spec.dataset):
-        return None
+    what a consumer built during the damage would have read. From the write log; for a target
+    adopted after the damage (its log starts at adoption), the latest of the target's namespaces
+    that holds their rows."""
     wanted = (
         str_list(generations)
         if generations
         else f"SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL AND dataset = '{spec.dataset}'"
     )
-    ns = s.scalar(
-        f"SELECT arg_max(_delta_namespace, _delta_seq) FROM {delta_table(spec.dataset)} "
-        f"WHERE {quote(spec.target.metadata.generation)} IN ({wanted})"
-    )
-    if ns is None or s.scalar(f"SELECT count(*) FROM {SCHEMA}.namespaces WHERE namespace = ?", [ns]) == 0:
-        return None
-    return ns
+    gen = quote(spec.target.metadata.generation)
+    ns = None
+    if has_dataset_table(s, "delta", spec.dataset):
+        ns = s.scalar(
+            f"SELECT arg_max(_delta_namespace, _delta_seq) FROM {delta_table(spec.dataset)} WHERE {gen} IN ({wanted})"
+        )
+    if ns is not None and s.scalar(f"SELECT count(*) FROM {SCHEMA}.namespaces WHERE namespace = ?", [ns]):
+        return ns
+    for (candidate,) in s.fetchall(
+        f"SELECT namespace FROM {SCHEMA}.namespaces WHERE dataset = ? ORDER BY created_seq DESC", [spec.dataset]
+    ):
+        t = TableName.parse(candidate)
+        if s.object_kind(t.schema, t.name) is not None and s.scalar(
+            f"SELECT count(*) FROM (SELECT 1 FROM {t.sql()} WHERE {gen} IN ({wanted}) LIMIT 1)"
+        ):
+            return candidate
+    return None
 
 
 def build_original(

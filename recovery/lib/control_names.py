@@ -13,6 +13,7 @@ PER_DATASET_TABLES = (
     "impact",
     "repair_snapshot",
     "restatement_ledger",
+    "asset_impact",
     "convergence",
     "expected",
 )

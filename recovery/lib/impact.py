@@ -19,7 +19,7 @@ from recovery.lib.engine.base import Session
 from recovery.lib.expected_cache import drop_staged, stage_expected
 from recovery.lib.identifiers import quote
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec import DatasetSpec, DownstreamSpec
+from recovery.lib.spec import Consumer, DatasetSpec, DownstreamSpec
 
 DECISIONS = {
     "dashboard": "dashboard figures shown to decision makers changed",
@@ -55,7 +55,7 @@ def impact_table(spec: DatasetSpec) -> str:
 
 def consumer_impact_sql(
     spec: DatasetSpec,
-    c: DownstreamSpec,
+    c: Consumer,
     watermark: datetime | None,
     value_columns: list[str],
     *,
@@ -68,10 +68,14 @@ def consumer_impact_sql(
     extract twice): the published side is taken per key, its materiality column summed
     over the copies, and a key published more than once always counts as changed.
     ``original_relation`` (a table) and ``corrected_sql`` (a SELECT) replace the two sides,
-    e.g. a consumer's preserved and restated namespaces.
+    e.g. a consumer's preserved and restated namespaces (a Dagster asset consumer gives both).
     """
-    published = original_relation or consumer_table(spec, c).sql()
-    corrected = corrected_sql or consumer_sql(spec, c, expected_rows_sql(spec, watermark))
+    if original_relation is not None and corrected_sql is not None:
+        published, corrected = original_relation, corrected_sql
+    else:
+        assert isinstance(c, DownstreamSpec), "a Dagster asset consumer's sides are its kept rows"
+        published = original_relation or consumer_table(spec, c).sql()
+        corrected = corrected_sql or consumer_sql(spec, c, expected_rows_sql(spec, watermark))
     key = ", ".join(quote(k) for k in c.key)
     key_text = " || '|' || ".join(f"coalesce(CAST({quote(k)} AS VARCHAR), '∅')" for k in c.key)
     m = c.materiality

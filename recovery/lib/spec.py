@@ -24,7 +24,7 @@ from pydantic_core import PydanticCustomError
 from recovery.lib.durations import EXAMPLES as DURATION_EXAMPLES
 from recovery.lib.durations import parse_duration
 from recovery.lib.errors import SpecError
-from recovery.lib.identifiers import TableName, check_identifier
+from recovery.lib.identifiers import TableName, check_identifier, is_plain_identifier
 from recovery.lib.lakehouse_spec import LakehouseTable
 from recovery.lib.sql_files import check_single_select
 
@@ -318,6 +318,86 @@ class DownstreamSpec(_Strict):
         return _idents(v)
 
 
+class AssetConsumerSpec(_Strict):
+    """A Dagster asset downstream of the target: the team's own code computes it, its IO manager
+    stores it in a table of the warehouse. It is restated by launching its materialization for the
+    affected partitions through Dagster; the ledger compares its rows by ``key`` before and after."""
+
+    asset: str = Field(description="Its asset key as the UI shows it, e.g. marts/sensor_daily.")
+    key: list[str] = Field(description="Columns identifying one row of its table, e.g. [sensor_id, day].")
+    table: str | None = Field(
+        None, description="Where its IO manager stores it, schema.table (default: the key's last two parts)."
+    )
+    partition: str | None = Field(
+        None, description="Column holding its partition (dagster-duckdb's partition_expr); omit when unpartitioned."
+    )
+    owner: str = Field("unassigned", min_length=1, description="Who is told what changed.")
+    kind: ConsumerKind = "report"
+    materiality: Materiality | None = None
+    decisions: list[ConsumerDecision] = Field(default_factory=list, description="Decisions the output fed (optional).")
+    definitions: Path | None = Field(
+        None,
+        description="Python file of the team's code location (a Definitions object in it), relative to the spec; "
+        "omit when the asset is in this code location.",
+    )
+
+    @field_validator("asset")
+    @classmethod
+    def _asset(cls, v: str) -> str:
+        parts = v.split("/")
+        for part in parts:
+            if not is_plain_identifier(part):
+                raise ValueError(f"{v!r} is not an asset key of plain names separated by '/' (e.g. marts/sensor_daily)")
+        return v
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, v: str | None) -> str | None:
+        return v if v is None else str(TableName.parse(v))
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: list[str]) -> list[str]:
+        return _idents(v)
+
+    @field_validator("partition")
+    @classmethod
+    def _partition(cls, v: str | None) -> str | None:
+        return v if v is None else _ident(v)
+
+    @field_validator("definitions")
+    @classmethod
+    def _python_file(cls, v: Path | None) -> Path | None:
+        if v is not None and v.suffix != ".py":
+            raise ValueError(f"{str(v)!r} is not a Python file (.py) holding the team's Definitions")
+        return v
+
+    @property
+    def name(self) -> str:
+        """What the ledger, the notices and the reports call it: the asset key."""
+        return self.asset
+
+    @property
+    def asset_path(self) -> list[str]:
+        return self.asset.split("/")
+
+    @property
+    def slug(self) -> str:
+        """A plain identifier for the tables its captured outputs are kept in."""
+        return "__".join(self.asset_path)
+
+    @property
+    def table_name(self) -> TableName:
+        if self.table:
+            return TableName.parse(self.table)
+        path = self.asset_path
+        return TableName(path[-2] if len(path) > 1 else "public", path[-1])
+
+
+Consumer = DownstreamSpec | AssetConsumerSpec
+"""A downstream consumer: SQL the package runs (``downstream``) or a Dagster asset the team's code computes."""
+
+
 class ExpectationSpec(_Strict):
     type: str = Field(
         description="A Great Expectations expectation, snake_case, e.g. expect_column_values_to_be_between."
@@ -512,6 +592,11 @@ class DatasetSpec(_Strict):
     source: SourceSpec
     target: TargetSpec
     downstream: list[DownstreamSpec] = []
+    downstream_assets: list[AssetConsumerSpec] = Field(
+        default_factory=list,
+        description="Dagster assets downstream of the target (see docs/restatement.md); those in this code "
+        "location's asset graph are found without being listed, given their key.",
+    )
     suites: list[SuiteSpec] = Field(
         default_factory=list, description="Great Expectations suites every repair must pass."
     )
@@ -542,6 +627,12 @@ class DatasetSpec(_Strict):
         names = [d.name for d in self.downstream]
         if len(set(names)) != len(names):
             raise ValueError("downstream: two consumers share a name")
+        assets = [a.asset for a in self.downstream_assets]
+        if len(set(assets)) != len(assets):
+            raise ValueError("downstream_assets: an asset is listed twice")
+        shared = sorted(set(assets) & set(names))
+        if shared:
+            raise ValueError(f"downstream_assets: {shared} is also the name of a downstream consumer; rename one")
         suites = [x.name for x in self.suites]
         if len(set(suites)) != len(suites):
             raise ValueError("suites: two suites share a name")
@@ -571,8 +662,8 @@ class DatasetSpec(_Strict):
         # convergence only judges what is there (it changes no data): tuning its lag keeps the hash
         exclude: dict = {
             k: True
-            for k in ("spec_path", "convergence", "recurrence", "registry")
-            if k in ("spec_path", "convergence") or getattr(self, k) is None
+            for k in ("spec_path", "convergence", "recurrence", "registry", "downstream_assets")
+            if k in ("spec_path", "convergence") or not getattr(self, k)
         }
         for side in ("source", "target"):  # unchanged for older specs
             if getattr(self, side).lakehouse is None:
@@ -834,6 +925,20 @@ def parse_spec(path: str | Path) -> DatasetSpec:
         p = resolve_path(base, d.sql, f"downstream[{i}].sql", source=source)
         downstream_sql[d.name] = _read_sql(p, f"downstream[{i}].sql", "target", source)
         downstream.append(d.model_copy(update={"sql": p}))
+    assets = []
+    for i, a in enumerate(spec.downstream_assets):
+        if a.definitions is not None:
+            field = f"downstream_assets[{i}].definitions"
+            p = resolve_path(base, a.definitions, field, source=source)
+            if not p.is_file():
+                raise SpecError(
+                    field,
+                    f"{p} is not a file",
+                    "name the Python file of the team's code location, relative to the spec",
+                    source=source,
+                )
+            a = a.model_copy(update={"definitions": p})
+        assets.append(a)
     target = spec.target.model_copy(update={"transform": transform, "lakehouse": target_lake})
     return spec.model_copy(
         update={
@@ -841,6 +946,7 @@ def parse_spec(path: str | Path) -> DatasetSpec:
             "source": source_spec,
             "target": target,
             "downstream": downstream,
+            "downstream_assets": assets,
             "spec_path": path.resolve(),
             "transform_sql": transform_sql,
             "downstream_sql": downstream_sql,

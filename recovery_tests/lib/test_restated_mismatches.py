@@ -7,7 +7,7 @@ from __future__ import annotations
 import duckdb
 
 from recovery.lib.engine.duckdb_engine import DuckDBSession
-from recovery.lib.restatement.restate import _mismatches
+from recovery.lib.restatement.record import mismatched_rows
 
 
 def _session() -> DuckDBSession:
@@ -20,14 +20,14 @@ def _session() -> DuckDBSession:
 def test_rows_held_more_often_on_one_side_count_and_nulls_match():
     s = _session()
     # a holds (1, 'x') once more; b holds (3, 'y'); (2, NULL) and (4, 'z') are on both sides once
-    assert _mismatches(s, "SELECT * FROM a", "SELECT * FROM b") == 2
-    assert _mismatches(s, "SELECT * FROM b", "SELECT * FROM a") == 2
-    assert _mismatches(s, "SELECT * FROM a", "SELECT * FROM a") == 0
+    assert mismatched_rows(s, "SELECT * FROM a", "SELECT * FROM b") == 2
+    assert mismatched_rows(s, "SELECT * FROM b", "SELECT * FROM a") == 2
+    assert mismatched_rows(s, "SELECT * FROM a", "SELECT * FROM a") == 0
     # a consumer's SQL ending in a comment still compares
-    assert _mismatches(s, "SELECT * FROM a", "SELECT * FROM a -- every row") == 0
+    assert mismatched_rows(s, "SELECT * FROM a", "SELECT * FROM a -- every row") == 0
 
 
 def test_outputs_with_other_columns_are_not_compared_row_by_row():
     s = _session()
-    assert _mismatches(s, "SELECT * FROM a", "SELECT k FROM b") == -1
-    assert _mismatches(s, "SELECT k, s AS t FROM a", "SELECT * FROM b") == -1
+    assert mismatched_rows(s, "SELECT * FROM a", "SELECT k FROM b") == -1
+    assert mismatched_rows(s, "SELECT k, s AS t FROM a", "SELECT * FROM b") == -1

@@ -1,15 +1,21 @@
 """Consumer impact: each consumer's published output vs the same SQL over the expected rows.
 
-Consumers come from the spec and, through lineage, from the Dagster asset graph:
-an asset downstream of the target that the spec does not describe is still
-reported as reached (its magnitude needs its SQL in the spec).
+Consumers come from the spec and, through lineage, from the Dagster asset graph. A Dagster
+asset downstream of the target (in this code location, or named in the spec with its own)
+cannot be computed here: its impact is the partitions that read damaged target partitions
+and its rows in them, which are kept now, while the damage is published, as the original
+the restatement compares its corrected rows with (``recovery/lib/asset_consumers.py``).
 """
+
+from dataclasses import asdict
 
 import dagster as dg
 
+from recovery.defs.asset_consumers import affected_partitions, resolve
 from recovery.defs.containment.config import IncidentConfig, resolve_incident
 from recovery.defs.location import asset_graph
 from recovery.defs.resources import WarehouseResource
+from recovery.lib.asset_consumers import AssetImpact, damaged_target_partitions, trace_asset
 from recovery.lib.control_plane import record_event
 from recovery.lib.engine import open_engine
 from recovery.lib.impact import assess_impact
@@ -30,7 +36,8 @@ def downstream_of_target(context: dg.AssetExecutionContext, target_table: str, s
     deps=[dg.AssetKey(["incident", "reconciliation"])],
     kinds={"duckdb"},
     group_name="recovery",
-    description="Downstream impact: rows changed, magnitude and materiality per consumer, and the decisions affected.",
+    description="Downstream impact: rows changed, magnitude and materiality per consumer (SQL consumers), "
+    "partitions and rows reached per downstream Dagster asset, and the decisions affected.",
 )
 def impact(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
@@ -38,11 +45,28 @@ def impact(
     incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
     engine = open_engine(spec.warehouse)
     lineage = downstream_of_target(context, str(spec.target.table_name), warehouse.spec_path)
+    assets, undeclared = resolve(context, spec, warehouse.spec_path)
 
     def txn():
         with engine.transaction() as s:
             impacts = assess_impact(s, spec, incident_id=incident.incident_id, watermark=None)
+            damaged = damaged_target_partitions(s, spec, incident.incident_id) if assets else []
+            traced: list[AssetImpact] = []
+            for a in assets:
+                partitions, scope = affected_partitions(a, spec, damaged)
+                traced.append(
+                    trace_asset(
+                        s,
+                        spec,
+                        a.consumer,
+                        incident_id=incident.incident_id,
+                        partitions=partitions,
+                        scope=scope,
+                        run_id=context.run.run_id,
+                    )
+                )
             affected = [i for i in impacts if i.affected]
+            reached = [t for t in traced if t.affected]
             record_event(
                 s,
                 kind="impact",
@@ -51,11 +75,18 @@ def impact(
                 run_id=context.run.run_id,
                 actor="impact",
                 summary=f"{len(affected)} of {len(impacts)} consumers affected: "
-                + "; ".join(f"{i.consumer} {i.material_rows:,} material" for i in affected),
+                + "; ".join(f"{i.consumer} {i.material_rows:,} material" for i in affected)
+                + (
+                    f"; {len(reached)} of {len(traced)} downstream assets reached: "
+                    + "; ".join(f"{t.asset} {len(t.partitions)} partitions, {t.rows_reached:,} rows" for t in reached)
+                    if traced
+                    else ""
+                )
+                + "".join(f"; asset {u.asset} not traced: it {u.problem} (fix: {u.fix})" for u in undeclared),
             )
-            return impacts
+            return impacts, traced
 
-    impacts = retrying(txn)
+    impacts, traced = retrying(txn)
     rows = [
         "| consumer | kind | owner | changed | missing | extra | material | decision |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |",
@@ -64,11 +95,22 @@ def impact(
         f"| {i.consumer} | {i.kind} | {i.owner} | {i.rows_changed:,} | {i.rows_missing:,} | {i.rows_extra:,} | {i.material_rows:,} | {i.decision} |"
         for i in impacts
     ]
+    asset_rows = [
+        "| asset | table | owner | partitions reached | rows reached | original kept in |",
+        "| --- | --- | --- | --- | ---: | --- |",
+    ] + [
+        f"| {t.asset} | {t.table} | {t.owner} | {', '.join(t.partitions[:8])}{' ...' if len(t.partitions) > 8 else ''} "
+        f"| {t.rows_reached:,} | {t.original_namespace or '-'} |"
+        for t in traced
+    ]
     return dg.MaterializeResult(
         metadata={
             "consumers_affected": sum(i.affected for i in impacts),
             "material_rows": sum(i.material_rows for i in impacts),
             "impact": dg.MetadataValue.md("\n".join(rows)),
+            "downstream_assets": dg.MetadataValue.md("\n".join(asset_rows)),
+            "downstream_assets_reached": sum(t.affected for t in traced),
+            "downstream_assets_not_traced": dg.MetadataValue.json([asdict(u) for u in undeclared]),
             "lineage_downstream_of_target": dg.MetadataValue.json(lineage),
         }
     )

@@ -9,14 +9,13 @@ this package disables. Each copies the object into the table slice in one statem
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from typing import TYPE_CHECKING
 
 import duckdb
 from dagster import InputContext, OutputContext
 from dagster._core.storage.db_io_manager import DbTypeHandler, TableSlice
 from dagster_duckdb.io_manager import DuckDbClient
-
-from recovery.lib.engine.duckdb_engine import fetch_row
 
 if TYPE_CHECKING:  # pandas and pyarrow load when a run stores or loads a frame, not with the code location
     import pandas as pd
@@ -26,12 +25,19 @@ _VIEW = "__recovery_io_output"
 
 
 def _store(obj, table_slice: TableSlice, connection: duckdb.DuckDBPyConnection) -> Mapping[str, object]:
+    """Append the rows to the slice's table, created from them if missing, as dagster-duckdb's own
+    handlers do: the IO manager has already deleted the slice's partitions, and the table keeps the
+    other partitions (replacing the table would drop them)."""
+    table = f"{table_slice.schema}.{table_slice.table}"
     connection.register(_VIEW, obj)
     try:
-        connection.execute(f"CREATE OR REPLACE TABLE {table_slice.schema}.{table_slice.table} AS SELECT * FROM {_VIEW}")
-    finally:
-        connection.unregister(_VIEW)
-    rows = fetch_row(connection, f"SELECT count(*) FROM {table_slice.schema}.{table_slice.table}")[0]
+        connection.execute(f"CREATE TABLE IF NOT EXISTS {table} AS SELECT * FROM {_VIEW} LIMIT 0")
+        rows = connection.execute(f"INSERT INTO {table} SELECT * FROM {_VIEW}").fetchall()[0][0]
+    except duckdb.Error:
+        with suppress(duckdb.Error):  # in an aborted transaction: the insert's own error is the one to tell
+            connection.unregister(_VIEW)
+        raise
+    connection.unregister(_VIEW)
     return {"dagster/row_count": int(rows)}
 
 

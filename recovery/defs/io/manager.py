@@ -16,6 +16,7 @@ stores it; reading a managed asset reads its public name (the managed view).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -92,6 +93,7 @@ class ManagedDbIOManager(DbIOManager):
             )
             with writer.engine.transaction() as s:
                 s.execute(f"CREATE SCHEMA IF NOT EXISTS {STAGE_SCHEMA}")
+                s.execute(f"DROP TABLE IF EXISTS {stage}")  # a stage a killed attempt left: never added to
                 handler_metadata = self._resolve_handler(type(obj)).handle_output(
                     context, TableSlice(table=name, schema=schema), obj, s.conn
                 )
@@ -178,6 +180,38 @@ def _code_version(context: dg.OutputContext) -> str | None:
         return None
 
 
+class AtomicDuckDbClient(DuckDbClient):
+    """dagster-duckdb's client, with each output's delete-then-insert in one transaction, and the
+    connection closed when the step fails too. Its own deletes the slice's partitions, then inserts,
+    each committed apart, and closes only after a clean exit: a failed insert (a column added to the
+    table by hand) left the partitions empty, and the file open in the run's process."""
+
+    @staticmethod
+    @contextmanager
+    def connect(context, table_slice):
+        with DuckDbClient.connect(context, table_slice) as conn:
+            conn.begin()
+            try:
+                yield conn
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+            finally:
+                conn.close()
+
+    @staticmethod
+    def delete_table_slice(context, table_slice: TableSlice, connection) -> None:
+        # dagster-duckdb's own ignores the error a missing table raises, which inside a transaction
+        # aborts it: ask the catalog first
+        found = connection.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
+            [table_slice.schema, table_slice.table],
+        ).fetchall()[0][0]
+        if found:
+            DuckDbClient.delete_table_slice(context, table_slice, connection)
+
+
 class ManagedDuckDBIOManager(DuckDBIOManager):
     """dagster-duckdb's ``DuckDBIOManager`` for a team's assets; the tables of ``specs`` are managed.
 
@@ -212,7 +246,7 @@ class ManagedDuckDBIOManager(DuckDBIOManager):
     def create_io_manager(self, context) -> DbIOManager:
         return ManagedDbIOManager(
             managed=self.managed_tables(),
-            db_client=DuckDbClient(),
+            db_client=AtomicDuckDbClient(),
             database=self.database,
             schema=self.schema_,
             type_handlers=self.type_handlers(),

@@ -1,20 +1,26 @@
 """The runbook's Done list, item by item, at the top of each report.
 
 Each report opens with the Done items it is responsible for (the runbook's three
-Done sentences), one row each: ``verified`` (checked from a record this run of the
-recovery left, named in the evidence column), ``qualified`` (what was recorded
-falls short, e.g. the source or a log is missing: the row says why and what would
-verify it; nothing is invented), or ``not verifiable`` (the phase that would show
-it has not run; the row names the command that would). A row is built only from
-the report's own context (the control-plane records its sections read) and, for
-the evidence bundle, a re-check of its checksums made while the report is built.
+Done sentences), one row each: ``verified`` (its check ran over a non-empty set and
+passed, measured from a record this run of the recovery left, named in the evidence
+column), ``not verified`` (its check ran over an empty set, or failed: the row gives
+the count and the reason), ``qualified`` (what can be recorded falls short by nature,
+e.g. a target with no write log or a backfill run outside Dagster: the row says why
+and what would verify it; nothing is invented), or ``not verifiable`` (the phase that
+would show it has not run; the row names the command that would). A row is built
+only from the report's own context (the control-plane records its sections read)
+and, for the evidence bundle, a re-check of its checksums made while the report is
+built. A record that exists is not a check that passed: a restatement with an empty
+ledger where the impact found material rows, or an idempotency section with no gate,
+is not verified.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from recovery.lib.control_plane import SCHEMA, dataset_table_name, delta_table, has_dataset_table
+from recovery.lib.asset_consumers import asset_impacts
+from recovery.lib.control_plane import SCHEMA, dataset_table, dataset_table_name, delta_table, has_dataset_table
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote
 from recovery.lib.incident import Incident
@@ -22,8 +28,8 @@ from recovery.lib.reports.tables import NOT_RUN, exists, rows_as_dicts
 from recovery.lib.snapshot import str_list
 from recovery.lib.spec import DatasetSpec
 
-VERIFIED, QUALIFIED, NOT_VERIFIABLE = "verified", "qualified", "not verifiable"
-STATUSES = (VERIFIED, QUALIFIED, NOT_VERIFIABLE)
+VERIFIED, NOT_VERIFIED, QUALIFIED, NOT_VERIFIABLE = "verified", "not verified", "qualified", "not verifiable"
+STATUSES = (VERIFIED, NOT_VERIFIED, QUALIFIED, NOT_VERIFIABLE)
 BASIS = {"write_log": "write log", "metadata": "metadata columns"}
 
 TIMELINE_ITEMS = (
@@ -95,9 +101,22 @@ def _md(text: str) -> str:
 
 
 def consumer_builds_from_damage(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
-    """Consumer outputs built while the target exposed the failed generations' rows (propagation)."""
+    """Consumer outputs built while the target exposed the failed generations' rows (propagation),
+    how many builds were recorded at all, and the downstream Dagster assets the impact found reached."""
+    assets = [
+        {"asset": a.asset, "partitions": len(a.partitions), "rows": a.rows_reached}
+        for a in asset_impacts(s, spec, incident.incident_id)
+        if a.rows_reached
+    ]
+    table = dataset_table("asset_impact", spec.dataset)
     if not exists(s, "consumer_builds"):
-        return {"status": NOT_RUN, "builds": []}
+        return {
+            "status": NOT_RUN if not assets else "ok",
+            "builds": [],
+            "total": 0,
+            "assets": assets,
+            "asset_table": table,
+        }
     gens = f"[{str_list(list(incident.failed_generations))}]"
     builds = rows_as_dicts(
         s,
@@ -105,7 +124,8 @@ def consumer_builds_from_damage(s: Session, spec: DatasetSpec, incident: Inciden
         f"WHERE dataset = ? AND list_has_any(generations, CAST({gens} AS VARCHAR[])) ORDER BY seq",
         [spec.dataset],
     )
-    return {"status": "ok", "builds": builds}
+    total = int(s.scalar(f"SELECT count(*) FROM {SCHEMA}.consumer_builds WHERE dataset = ?", [spec.dataset]) or 0)
+    return {"status": "ok", "builds": builds, "total": total, "assets": assets, "asset_table": table}
 
 
 def write_log_holds(s: Session, spec: DatasetSpec, incident: Incident) -> bool:
@@ -259,23 +279,39 @@ def timeline_checklist(tl: dict | None, *, propagation: dict, evidence: dict) ->
                 "materialize consumers through the package (refresh_consumers) so each build records what it read",
             )
         )
-    elif propagation["builds"]:
+    elif propagation["builds"] or propagation.get("assets"):
+        builds, assets = propagation["builds"], propagation.get("assets", [])
         rows.append(
             row(
                 "propagation",
                 VERIFIED,
-                f"{len(propagation['builds'])} consumer outputs built from the failed "
-                f"generations' rows: "
-                + ", ".join(f"{b['consumer']} ({b['namespace']}, seq {b['seq']})" for b in propagation["builds"][:5]),
+                "; ".join(
+                    ([f"{len(builds)} consumer outputs built from the failed generations' rows: "
+                      + ", ".join(f"{b['consumer']} ({b['namespace']}, seq {b['seq']})" for b in builds[:5])]
+                     if builds else [])
+                    + ([f"{len(assets)} downstream Dagster assets reached ({propagation['asset_table']}): "
+                        + ", ".join(f"{a['asset']} ({a['partitions']} partitions, {a['rows']:,} rows)" for a in assets[:5])]
+                       if assets else [])
+                ),
+            )
+        )  # fmt: skip
+    elif propagation.get("total", 0):
+        rows.append(
+            row(
+                "propagation",
+                VERIFIED,
+                f"_recovery.consumer_builds: none of the {propagation['total']:,} consumer builds recorded read "
+                f"the failed generations' rows, and no downstream asset was reached (the damage reached no consumer)",
             )
         )
     else:
         rows.append(
             row(
                 "propagation",
-                VERIFIED,
-                "_recovery.consumer_builds: no consumer output was built while the target "
-                "exposed the failed generations' rows (the damage reached no consumer build)",
+                NOT_VERIFIED,
+                "_recovery.consumer_builds: 0 consumer builds recorded, and no downstream asset traced",
+                "nothing was compared: with no consumer build on record, that none read the damage is not shown; "
+                "materialize consumers through the package, or run recovery assess to trace the downstream assets",
             )
         )
     containment = _events(tl, "containment")
@@ -326,7 +362,9 @@ def evidence_row(ev: dict) -> dict:
         )
     what = f"{ev['bundle']}/manifest.json sha256 {ev['manifest_sha256'][:16]}…, {ev['files']} files re-checked now"
     if ev["status"] != "ok":
-        return row("evidence", QUALIFIED, what, "the bundle changed: " + "; ".join(ev["problems"][:3]))
+        return row("evidence", NOT_VERIFIED, what, "the bundle changed: " + "; ".join(ev["problems"][:3]))
+    if not ev["files"]:
+        return row("evidence", NOT_VERIFIED, what, "the manifest lists 0 files: nothing was preserved to re-check")
     if not ev["recorded"]:
         return row(
             "evidence",
@@ -339,6 +377,89 @@ def evidence_row(ev: dict) -> dict:
 
 
 # ---- the reconciliation ------------------------------------------------------------------------
+
+
+def _rests_on(ctx: dict, labels: tuple[str, ...], write_log: bool) -> str:
+    """What the given labels' keys rest on: the basis recorded key by key (``write_log``,
+    ``registry <table>``, ``none``); without a labelled key, the summary's, else the write log's presence."""
+    recorded = sorted({b for label in labels for b in str(ctx.get("basis", {}).get(label, "")).split("; ") if b})
+    if recorded:
+        return "; ".join(recorded)
+    side = "older" if "overwritten" in labels else "absent"
+    summary = ((ctx.get("summary") or {}).get("basis") or {}).get(side)
+    return summary or ("write_log" if write_log else "none")
+
+
+def _history_rows(ctx: dict, counts: dict, *, write_log: bool, out_of_order_basis: str | None) -> list[dict]:
+    """overwritten, deleted, concurrent: from the write log, or inferred from the run registry, as the
+    reconciliation recorded it key by key; only without either are older versions stale and absent keys missing."""
+    table = f"{SCHEMA}.{dataset_table_name('recon', ctx['dataset'])}"
+    parts = ctx["partitions"]
+    over, deleted = counts.get("overwritten", 0), counts.get("deleted", 0)
+    older, absent = (
+        _rests_on(ctx, ("overwritten", "stale"), write_log),
+        _rests_on(ctx, ("deleted", "missing"), write_log),
+    )
+
+    def said(basis: str) -> str:
+        if basis == "write_log":
+            return "from the write log"
+        return f"inferred from {basis} (each registered run taken to have applied every change up to its watermark)"
+
+    none_why = (
+        "the target keeps no write log of the failed generations and the spec names no run registry: what it "
+        "held before the backfill and which writes were concurrent cannot be told from its rows; add the "
+        "registry section (or preserve the target's versions) to verify"
+    )
+    rows = []
+    if older == "none":
+        rows.append(
+            row(
+                "overwritten",
+                QUALIFIED,
+                f"{over:,} keys labelled overwritten in {table}: an older version is labelled stale "
+                f"({counts.get('stale', 0):,} keys), since nothing tells a clobbered concurrent write from a stale read",
+                none_why,
+            )
+        )
+    else:
+        rows.append(
+            row(
+                "overwritten",
+                VERIFIED,
+                f"{over:,} keys labelled overwritten in {table} (a concurrent generation's newer write clobbered by "
+                f"the failed one), {counts.get('stale', 0):,} stale, {said(older)}",
+            )
+        )
+    if absent == "none":
+        rows.append(
+            row(
+                "deleted",
+                QUALIFIED,
+                f"{deleted:,} keys labelled deleted in {table}: an absent key is labelled missing "
+                f"({counts.get('missing', 0):,} keys), since nothing tells what the target held before the backfill",
+                none_why,
+            )
+        )
+    else:
+        rows.append(
+            row(
+                "deleted",
+                VERIFIED,
+                f"{deleted:,} keys labelled deleted in {table} (held before the failed generation started), "
+                f"{counts.get('missing', 0):,} missing, {said(absent)}",
+            )
+        )
+    concurrent = (
+        f"{over:,} concurrent writes lost, {counts.get('out_of_order', 0):,} keys applied out of order (from the "
+        f"{BASIS.get(out_of_order_basis or 'write_log', out_of_order_basis)}), "
+        f"{parts.get('findings', {}).get('written_after_fence', 0)} partitions written after the fence"
+    )
+    if older == "none":
+        rows.append(row("concurrent", QUALIFIED, concurrent + ", read from the metadata columns", none_why))
+    else:
+        rows.append(row("concurrent", VERIFIED, concurrent + f"; concurrent writes {said(older)}"))
+    return rows
 
 
 def reconciliation_checklist(ctx: dict, *, write_log: bool, out_of_order_basis: str | None) -> list[dict]:
@@ -359,84 +480,43 @@ def reconciliation_checklist(ctx: dict, *, write_log: bool, out_of_order_basis: 
         counts = {r["label"]: r["keys"] for r in labels["rows"]}
         table = f"{SCHEMA}.{dataset_table_name('recon', ctx['dataset'])}"
         unexplained = labels["unexplained"]
+        compared = int(scope.get("source_keys") or 0) + int(scope.get("actual_rows") or 0)
+        empty = "nothing was compared: the source and the target hold no rows"
         rows = [
             row(
                 "keys",
-                QUALIFIED if unexplained else VERIFIED,
+                NOT_VERIFIED if unexplained or not scope["source_keys"] else VERIFIED,
                 f"{table}: {labels['total']:,} damaged keys, one label each; {scope['source_keys']:,} source keys compared",
                 f"{unexplained:,} keys match no rule (unexplained): inspect them before repairing"
                 if unexplained
-                else "",
+                else ("" if scope["source_keys"] else "0 source keys compared: the source holds no key"),
             ),
             row(
                 "partitions",
-                VERIFIED,
+                VERIFIED if scope["partitions"] else NOT_VERIFIED,
                 f"{SCHEMA}.{dataset_table_name('recon_partitions', ctx['dataset'])}: {scope['partitions']:,} partitions "
                 f"compared, {len(parts.get('damaged', [])):,} damaged",
+                "" if scope["partitions"] else "0 partitions compared",
             ),
             row(
                 "versions",
-                VERIFIED,
+                VERIFIED if scope["source_events"] else NOT_VERIFIED,
                 f"{scope['source_events']:,} source changes up to version {scope['max_version']}, "
                 f"as of {scope['watermark']}; each label's keys by version relation (older, expected, absent)",
+                "" if scope["source_events"] else "0 source changes read",
             ),
         ]
         for label in ("missing", "duplicate"):
-            rows.append(row(label, VERIFIED, f"{counts.get(label, 0):,} keys labelled {label} in {table}"))
-        if write_log:
-            over = counts.get("overwritten", 0)
             rows.append(
                 row(
-                    "overwritten",
-                    VERIFIED,
-                    f"{over:,} keys overwritten: a concurrent generation's newer write "
-                    f"clobbered by the failed one, from the write log",
+                    label,
+                    VERIFIED if compared else NOT_VERIFIED,
+                    f"{counts.get(label, 0):,} keys labelled {label} in {table}, of {compared:,} source keys and "
+                    f"target rows compared",
+                    "" if compared else empty,
                 )
             )
-            rows.append(
-                row(
-                    "deleted",
-                    VERIFIED,
-                    f"{counts.get('deleted', 0):,} keys deleted (held before the failed "
-                    f"generation started, per the write log)",
-                )
-            )
-            rows.append(
-                row(
-                    "concurrent",
-                    VERIFIED,
-                    f"{over:,} concurrent writes lost, {counts.get('out_of_order', 0):,} "
-                    f"keys applied out of order (from the {BASIS.get(out_of_order_basis or 'write_log')}), "
-                    f"{parts.get('findings', {}).get('written_after_fence', 0)} partitions written after the fence",
-                )
-            )
-        else:
-            why = (
-                "the target keeps no write log of the failed generations (a foreign table): what it held before the "
-                "backfill and concurrent writes cannot be told from its rows; preserve the target's versions "
-                "(time travel, snapshots) to verify"
-            )
-            rows.append(
-                row(
-                    "overwritten",
-                    QUALIFIED,
-                    f"{counts.get('overwritten', 0):,} keys; older versions are reported as stale",
-                    why,
-                )
-            )
-            rows.append(
-                row(
-                    "deleted", QUALIFIED, f"{counts.get('deleted', 0):,} keys; absent keys are reported as missing", why
-                )
-            )
-            rows.append(
-                row(
-                    "concurrent",
-                    QUALIFIED,
-                    f"{counts.get('out_of_order', 0):,} keys out of order, read from the metadata columns",
-                    why,
-                )
-            )
+        rows += _history_rows(ctx, counts, write_log=write_log, out_of_order_basis=out_of_order_basis)
     if impact["status"] == NOT_RUN:
         rows.append(
             row(
@@ -447,12 +527,28 @@ def reconciliation_checklist(ctx: dict, *, write_log: bool, out_of_order_basis: 
             )
         )
     else:
+        assets = ctx.get("assets", [])
+        reached = [a for a in assets if a["rows_reached"] or a["partitions"]]
+        assessed = len(impact["rows"]) + len(assets)
         rows.append(
             row(
                 "downstream",
-                VERIFIED,
+                VERIFIED if assessed else NOT_VERIFIED,
                 f"{SCHEMA}.{dataset_table_name('impact', ctx['dataset'])}: {impact['affected']} of "
-                f"{len(impact['rows'])} consumers affected, {impact['material_rows']:,} material rows",
+                f"{len(impact['rows'])} consumers affected, {impact['material_rows']:,} material rows"
+                + (
+                    f"; {len(reached)} of {len(assets)} downstream Dagster assets reached: "
+                    + ", ".join(
+                        f"{a['asset']} ({len(a['partitions'])} partitions, {a['rows_reached']:,} rows)"
+                        for a in reached[:5]
+                    )
+                    if assets
+                    else ""
+                ),
+                ""
+                if assessed
+                else "0 consumers assessed: the spec declares no consumer (downstream, downstream_assets) and no "
+                "Dagster asset was found downstream of the target, so no downstream output was compared",
             )
         )
     per = decisions.get("per_consumer", [])
@@ -495,19 +591,22 @@ def recovery_checklist(ctx: dict) -> list[dict]:
         facts = dict(rep["facts"])
         pub = rep.get("published")
         isolated = facts.get("namespace") and facts.get("namespace") != facts.get("from_namespace")
+        rebuilt = sum(n for action, n in rep.get("actions", {}).items() if not str(action).startswith("keep"))
         evidence = (
             f"generation {facts.get('generation')} built {facts.get('namespace')} from the source as of "
-            f"{facts.get('source_watermark')}, apart from {facts.get('from_namespace')}"
+            f"{facts.get('source_watermark')}, apart from {facts.get('from_namespace')}; {rebuilt:,} partitions rebuilt"
             + (f"; published by one pointer move at seq {pub['seq']}" if pub else "")
         )
-        rows.append(
-            row(
-                "isolated repair",
-                VERIFIED if isolated and pub else QUALIFIED,
-                evidence,
-                "" if isolated and pub else "not published yet: run recovery publish --incident FILE",
-            )
+        why = (
+            "the repair wrote into the namespace it repairs"
+            if not isolated
+            else "0 partitions rebuilt: the repair changed nothing to isolate"
+            if not rebuilt
+            else "not published yet: run recovery publish --incident FILE"
+            if not pub
+            else ""
         )
+        rows.append(row("isolated repair", NOT_VERIFIED if why else VERIFIED, evidence, why))
     idem = sec["idempotency"]
     if idem["status"] == NOT_RUN:
         rows.append(
@@ -520,15 +619,21 @@ def recovery_checklist(ctx: dict) -> list[dict]:
         )
     else:
         gates = idem.get("gates", [])
-        rows.append(
-            row(
-                "idempotency",
-                VERIFIED if idem["status"] in ("passed", "recorded") else QUALIFIED,
-                f"{len(gates)} idempotency gates ({', '.join(sorted({g['gate'] for g in gates})[:3])}), "
-                f"{len(idem.get('noop_replays', []))} replays that found nothing left",
-                "" if idem["status"] in ("passed", "recorded") else "an idempotency gate failed",
-            )
+        failed = [g for g in gates if not g["passed"]]
+        evidence = (
+            f"{len(gates)} idempotency gates"
+            + (f" ({', '.join(sorted({g['gate'] for g in gates})[:3])})" if gates else "")
+            + f", {len(failed)} failed; {len(idem.get('noop_replays', []))} replays that found nothing left"
         )
+        why = (
+            f"{len(failed)} of {len(gates)} idempotency gates failed: a second pass changed something"
+            if failed
+            else "0 idempotency gates ran: a replay that found nothing left is not a second pass of the repair, "
+            "so that re-running changes nothing was not measured"
+            if not gates
+            else ""
+        )
+        rows.append(row("idempotency", NOT_VERIFIED if why else VERIFIED, evidence, why))
     cw = sec["concurrent_writes"]
     if cw["status"] == NOT_RUN:
         rows.append(
@@ -559,11 +664,16 @@ def recovery_checklist(ctx: dict) -> list[dict]:
         rows.append(
             row(
                 "canaries",
-                VERIFIED if ok else QUALIFIED,
+                VERIFIED if ok else NOT_VERIFIED,
                 f"canary of {canary[0]['partitions'] if canary else 0} partitions, {len(canary_gates)} gates at "
                 f"stage canary"
                 + (f", run {canary_gates[0]['run_id']}" if canary_gates and canary_gates[0].get("run_id") else ""),
-                "" if ok else "the canary's blocking gates did not all pass (or none is recorded)",
+                ""
+                if ok
+                else f"{sum(not g['passed'] for g in canary_gates if g['blocking'])} of {len(canary_gates)} blocking "
+                f"gates at stage canary failed"
+                if canary_gates
+                else "0 gates recorded at stage canary: the canary was not gated",
             )
         )
     dc = sec["downstream_corrections"]
@@ -577,20 +687,7 @@ def recovery_checklist(ctx: dict) -> list[dict]:
             )
         )
     else:
-        computed = dc.get("computed_originals", [])
-        rows.append(
-            row(
-                "downstream correction",
-                VERIFIED,
-                f"{len(dc['consumers'])} consumers restated, {dc['rows_restated']:,} ledger rows, {dc['material']:,} "
-                f"material"
-                + (
-                    f"; originals of {', '.join(computed)} computed from the preserved damaged generation"
-                    if computed
-                    else ""
-                ),
-            )
-        )
+        rows.append(downstream_correction_row(dc))
     cv = sec["convergence"]
     if cv["status"] == NOT_RUN:
         rows.append(
@@ -603,19 +700,25 @@ def recovery_checklist(ctx: dict) -> list[dict]:
         )
     else:
         latest = cv["latest"]
+        why = (
+            "0 partitions checked: nothing was compared with the source"
+            if not latest["partitions"]
+            else ""
+            if cv["status"] == "converged"
+            else f"ingestion is behind: {latest['pending_overdue']} changes pending past convergence.max_lag; "
+            f"run ingestion, then recovery verify"
+            if cv["status"] == "behind"
+            else f"drift: {latest['drift_keys'] or 0} keys in {latest.get('drifting_partitions', 0)} partitions differ "
+            f"from the source; ingestion has not converged; re-run recovery verify"
+        )
         rows.append(
             row(
                 "current-ingestion validation",
-                VERIFIED if cv["status"] == "converged" else QUALIFIED,
+                NOT_VERIFIED if why else VERIFIED,
                 f"check {latest['check_id']} (run {latest.get('run_id') or '—'}): {latest['partitions']} partitions "
                 f"({latest['recent']} recent, {latest['repaired']} repaired), {latest['drift_keys'] or 0} drift keys, "
                 f"{latest.get('pending_changes') or 0} changes pending after the watermark",
-                ""
-                if cv["status"] == "converged"
-                else f"ingestion is behind: {latest['pending_overdue']} changes pending past convergence.max_lag; "
-                f"run ingestion, then recovery verify"
-                if cv["status"] == "behind"
-                else "drift: ingestion has not converged; re-run recovery verify",
+                why,
             )
         )
     rg = sec["recurrence_gates"]
@@ -633,9 +736,42 @@ def recovery_checklist(ctx: dict) -> list[dict]:
         rows.append(
             row(
                 "tested backfill gates",
-                QUALIFIED,
-                f"{rg['total']} gates in force from the spec's recurrence policy",
+                NOT_VERIFIED,
+                f"{rg['total']} gates in force from the spec's recurrence policy; 0 gate evaluations recorded",
                 "no guarded backfill has been evaluated against them yet: run recovery backfill plan to test them",
             )
         )
     return rows
+
+
+def downstream_correction_row(dc: dict) -> dict:
+    """Verified only when consumers were restated, every restatement check passed, every consumer in
+    which the impact found material rows has ledger rows, and every downstream asset the damage
+    reached was restated."""
+    restated = {c["consumer"]: c for c in dc["consumers"]}
+    checks = dc.get("checks", [])
+    failed = [c for c in checks if not c["passed"]]
+    unchecked = sorted(set(restated) - {c["consumer"] for c in checks})
+    material = {k: v for k, v in dc.get("impact_material", {}).items() if v}
+    not_restated = sorted(set(material) - set(restated)) + sorted(set(dc.get("assets_reached", [])) - set(restated))
+    empty = sorted(k for k in material if k in restated and not restated[k]["rows_restated"])
+    computed = dc.get("computed_originals", [])
+    evidence = (
+        f"{len(restated)} consumers restated, {dc['rows_restated']:,} ledger rows, {dc['material']:,} material; "
+        f"{len(checks) - len(failed)} of {len(checks)} restatement checks passed"
+        + (f"; originals of {', '.join(computed)} computed from the preserved damaged generation" if computed else "")
+    )
+    reasons = (
+        (["0 consumers restated"] if not restated else [])
+        + [f"check failed: {c['details']}" for c in failed[:3]]
+        + ([f"no restatement check recorded for {', '.join(unchecked[:5])}"] if unchecked else [])
+        + (
+            [f"the impact found material rows in {', '.join(not_restated[:5])}, which were not restated"]
+            if not_restated
+            else []
+        )
+        + [f"{k}: 0 ledger rows while the impact found {material[k]:,} material rows" for k in empty[:3]]
+    )
+    if reasons:
+        return row("downstream correction", NOT_VERIFIED, evidence, "; ".join(reasons) + "; run recovery restate again")
+    return row("downstream correction", VERIFIED, evidence)

@@ -9,6 +9,7 @@ the recovery acts on, not a recomputation.
 
 from __future__ import annotations
 
+from recovery.lib.asset_consumers import asset_impacts
 from recovery.lib.control_plane import SCHEMA, dataset_table_name
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, quote_all
@@ -247,9 +248,25 @@ def decisions(s: Session, spec: DatasetSpec, incident: Incident, impact: dict) -
     return {"recorded": recorded, "affected": affected, "vocabulary": DECISIONS, "per_consumer": per_consumer}
 
 
+def basis(s: Session, spec: DatasetSpec, incident: Incident) -> dict[str, str]:
+    """What each label's keys rest on (``rows``, ``write_log``, ``registry <table>``, ``none``), per
+    label with keys: the reconciliation records it key by key."""
+    table = dataset_table_name("recon", spec.dataset)
+    if not exists(s, table) or "basis" not in {c for c, _ in s.columns(qualified(table))}:
+        return {}
+    rows = s.fetchall(
+        f"SELECT label, string_agg(DISTINCT basis, '; ' ORDER BY basis) FROM {qualified(table)} "
+        f"WHERE incident_id = ? GROUP BY 1",
+        [incident.incident_id],
+    )
+    return {label: b for label, b in rows}
+
+
 def reconciliation_context(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
     impact = consumers(s, spec, incident)
     return {
+        "basis": basis(s, spec, incident),
+        "assets": [a.model_dump() for a in asset_impacts(s, spec, incident.incident_id)],
         "incident_id": incident.incident_id,
         "dataset": spec.dataset,
         "target": spec.target.table,

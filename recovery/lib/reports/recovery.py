@@ -17,11 +17,14 @@ dedicated summary).
 
 from __future__ import annotations
 
+from recovery.lib.asset_consumers import asset_impacts
 from recovery.lib.control_plane import SCHEMA, dataset_table_name
 from recovery.lib.engine.base import Session
+from recovery.lib.impact import impact_summary
 from recovery.lib.incident import Incident
 from recovery.lib.reports import plots
 from recovery.lib.reports.tables import NOT_RUN, exists, qualified, rows_as_dicts
+from recovery.lib.restatement.checks import recorded_checks
 from recovery.lib.spec import DatasetSpec
 
 PLANS, PARTITIONS, GATES, DIFFS, REPLAYS = (
@@ -287,9 +290,17 @@ def downstream_corrections(s: Session, spec: DatasetSpec, incident: Incident) ->
                 [incident.incident_id, spec.dataset],
             )
         ]
+    impact_material = (
+        {i.consumer: i.material_rows for i in impact_summary(s, spec, incident_id=incident.incident_id)}
+        if exists(s, dataset_table_name("impact", spec.dataset))
+        else {}
+    )
     return {
         "status": "recorded",
         "consumers": rows,
+        "checks": [c.model_dump() for c in recorded_checks(s, spec.dataset, incident.incident_id)],
+        "impact_material": impact_material,
+        "assets_reached": [a.asset for a in asset_impacts(s, spec, incident.incident_id) if a.affected],
         "decisions": decisions,
         "material": sum(r["material"] for r in rows),
         "rows_restated": sum(r["rows_restated"] for r in rows),

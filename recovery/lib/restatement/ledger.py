@@ -18,7 +18,7 @@ from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import TableName, quote
 from recovery.lib.impact import consumer_impact_sql
 from recovery.lib.notify import NOTIFICATIONS, NOTIFICATIONS_DDL
-from recovery.lib.spec import DatasetSpec, DownstreamSpec
+from recovery.lib.spec import Consumer, DatasetSpec
 
 # what a material change of one key obliges its owner to do, by consumer kind
 ROW_DECISIONS = {
@@ -65,7 +65,7 @@ def _sign_change(kind: str) -> str:
 def write_ledger(
     s: Session,
     spec: DatasetSpec,
-    c: DownstreamSpec,
+    c: Consumer,
     *,
     incident_id: str,
     original_namespace: str | None,
@@ -112,7 +112,7 @@ DECISIONS_LEDGER = f"{SCHEMA}.restatement_decisions"
 def write_decisions(
     s: Session,
     spec: DatasetSpec,
-    c: DownstreamSpec,
+    c: Consumer,
     *,
     incident_id: str,
     material_rows: int,
@@ -158,7 +158,7 @@ def ledger_counts(s: Session, spec: DatasetSpec, *, incident_id: str, consumer: 
     return dict(zip(("changed", "missing", "extra", "material"), (int(x or 0) for x in row)))
 
 
-def output_total(s: Session, namespace: str | None, c: DownstreamSpec) -> float | None:
+def output_total(s: Session, namespace: str | None, c: Consumer) -> float | None:
     """Sum of the consumer's materiality column over one of its namespaces."""
     if namespace is None or c.materiality is None:
         return None

@@ -10,12 +10,14 @@ first, largest difference first.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from recovery.lib.consumer_outputs import RESTATEMENTS
 from recovery.lib.control_plane import SCHEMA, utcnow
 from recovery.lib.engine.base import Engine
 from recovery.lib.notify import NOTIFICATIONS, NotificationError, Notifier, Severity
 from recovery.lib.restatement.ledger import ledger_items, ledger_table, notice_key
-from recovery.lib.spec import DatasetSpec
+from recovery.lib.spec import Consumer, DatasetSpec
 from recovery.lib.writer import retrying
 
 ITEMS_IN_NOTICE = 20
@@ -25,10 +27,9 @@ def _fmt(v: float | None) -> str:
     return "none" if v is None else f"{v:,.2f}"
 
 
-def compose(spec: DatasetSpec, row: tuple, items: list[tuple]) -> tuple[str, str, Severity]:
+def compose(spec: DatasetSpec, c: Consumer, row: tuple, items: list[tuple]) -> tuple[str, str, Severity]:
     """Subject, body and severity of one owner's notice (``row`` from the restatements record)."""
     incident, consumer, kind, owner, original_ns, corrected_ns, n, material, orig_total, corr_total = row
-    c = next(d for d in spec.downstream if d.name == consumer)
     column = c.materiality.column if c.materiality else None
     subject = f"{incident}: {consumer} restated, {material:,} material change(s) of {n:,}"
     lines = [
@@ -63,9 +64,17 @@ def qualified_partitions(s, incident_id: str) -> list[tuple[str, str]]:
 
 
 def notify_owners(
-    engine: Engine, spec: DatasetSpec, incident_id: str, notifier: Notifier, *, consumers: list[str] | None = None
+    engine: Engine,
+    spec: DatasetSpec,
+    incident_id: str,
+    notifier: Notifier,
+    *,
+    consumers: list[str] | None = None,
+    extra: Sequence[Consumer] = (),
 ) -> list[str]:
-    """Deliver each affected consumer's notice once; returns the deliveries that failed (retried next run)."""
+    """Deliver each affected consumer's notice once; returns the deliveries that failed (retried next run).
+    ``extra``: consumers the spec does not list (Dagster assets found in the code location's graph)."""
+    known: dict[str, Consumer] = {c.name: c for c in [*spec.downstream, *spec.downstream_assets, *extra]}
     with engine.session(read_only=True) as s:
         rows = s.fetchall(
             f"SELECT incident_id, consumer, kind, owner, original_namespace, corrected_namespace, ledger_rows, material_rows, "
@@ -73,7 +82,7 @@ def notify_owners(
             f"ORDER BY material_rows > 0 DESC, material_rows DESC, consumer",
             [incident_id, spec.dataset],
         )
-        rows = [r for r in rows if consumers is None or r[1] in consumers]
+        rows = [r for r in rows if (consumers is None or r[1] in consumers) and r[1] in known]
         items = {
             r[1]: ledger_items(s, spec, incident_id=incident_id, consumer=r[1], limit=ITEMS_IN_NOTICE) for r in rows
         }
@@ -83,7 +92,7 @@ def notify_owners(
         consumer, owner = row[1], row[3]
         key = notice_key(spec, incident_id, consumer)
         if not notifier.already_delivered(key):
-            subject, body, severity = compose(spec, row, items[consumer])
+            subject, body, severity = compose(spec, known[consumer], row, items[consumer])
             if qualified:
                 body += (
                     "\nQualified (the source holds no authoritative rows; kept as published, not corrected): "

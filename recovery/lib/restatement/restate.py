@@ -14,11 +14,6 @@ only re-publish the damage, so it is refused before anything is written.
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
-
-from pydantic import BaseModel, ConfigDict
-
 from recovery.lib.consumer_outputs import (
     RESTATEMENTS,
     build_original,
@@ -26,57 +21,22 @@ from recovery.lib.consumer_outputs import (
     damaged_target,
     ensure_tables,
     managed,
-    original_basis,
     preserved_because,
     publish_output,
 )
 from recovery.lib.consumers import consumer_sql, fenced_generations_in_target
-from recovery.lib.control_plane import control_plane_exists, next_seq, record_event, utcnow
-from recovery.lib.convergence.scope import applied_watermark
+from recovery.lib.control_plane import control_plane_exists, has_dataset_table
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import FencedGenerationError, RecoveryError, SpecError
 from recovery.lib.expected_cache import drop_staged, stage_expected
-from recovery.lib.identifiers import TableName, quote_all
-from recovery.lib.impact import DECISIONS
+from recovery.lib.identifiers import TableName
+from recovery.lib.impact import impact_summary
 from recovery.lib.managed_names import adopt_if_plain
 from recovery.lib.notify import Notifier
-from recovery.lib.restatement.ledger import ledger_counts, ledger_table, output_total, write_decisions, write_ledger
+from recovery.lib.restatement.checks import record_checks, sql_consumer_check
+from recovery.lib.restatement.record import ConsumerRestatement, mismatched_rows, record_restatement
 from recovery.lib.spec import DatasetSpec, DownstreamSpec
 from recovery.lib.writer import retrying
-
-
-class ConsumerRestatement(BaseModel):
-    """One consumer restated for one incident."""
-
-    model_config = ConfigDict(frozen=True)
-    incident_id: str
-    consumer: str
-    kind: str
-    owner: str
-    decision: str
-    original_namespace: str | None
-    corrected_namespace: str
-    reused: bool  # the corrected namespace of an earlier run, still current and exact
-    rows_changed: int
-    rows_missing: int
-    rows_extra: int
-    material_rows: int
-    original_total: float | None
-    corrected_total: float | None
-    watermark: datetime | None
-    notified_at: datetime | None = None
-    # rows where the corrected output differs from the consumer on the source's expected rows;
-    # None until source_mismatches has compared them (restate_consumers always does)
-    mismatches_vs_source: int | None = None
-    original_basis: str = ""  # kept as materialized, or computed from the preserved damaged generation
-
-    @property
-    def ledger_rows(self) -> int:
-        return self.rows_changed + self.rows_missing + self.rows_extra
-
-    @property
-    def affected(self) -> bool:
-        return self.ledger_rows > 0
 
 
 def check_request(
@@ -117,26 +77,6 @@ def check_request(
             f"would re-publish the damage. Fix: publish the repair first, then restate"
         )
     return [by_name[n] for n in consumers] if consumers else list(spec.downstream)
-
-
-def _mismatches(s: Session, a_sql: str, b_sql: str) -> int:
-    """Rows in one relation and not the other (multiset difference, both ways); -1 when their columns differ.
-
-    One pass over each side: every row tallied +1 from ``a`` and -1 from ``b``, grouped by all its
-    columns (NULLs group together, as in ``EXCEPT ALL``); what does not cancel is the difference.
-    ``EXCEPT ALL`` both ways computed each side twice, and a side is a consumer's SQL over the
-    whole expected table (at 10M events the phase took 10.6 s instead of 12.7 s)."""
-    columns = [c for c, _ in s.relation_columns(a_sql)]
-    if columns != [c for c, _ in s.relation_columns(b_sql)]:
-        return -1
-    tallied = f"SELECT *, 1 AS __side FROM ({a_sql}\n) UNION ALL SELECT *, -1 AS __side FROM ({b_sql}\n)"
-    return int(
-        s.scalar(
-            f"SELECT coalesce(sum(abs(__n)), 0) FROM "
-            f"(SELECT sum(__side) AS __n FROM ({tallied}) GROUP BY {quote_all(columns)})"
-        )
-        or 0
-    )
 
 
 def _restate_one(
@@ -185,98 +125,24 @@ def _restate_one(
         prior
         and current is not None
         and prior[1] == current
-        and _mismatches(s, f"SELECT * FROM {TableName.parse(current).sql()}", select_sql) == 0
+        and mismatched_rows(s, f"SELECT * FROM {TableName.parse(current).sql()}", select_sql) == 0
     )
     corrected = (
         current
         if reused and current is not None
         else publish_output(s, spec, c.name, select_sql, actor=actor, reason=f"restatement of incident {incident_id}")
     )
-    write_ledger(s, spec, c, incident_id=incident_id, original_namespace=original, corrected_namespace=corrected)
-    counts = ledger_counts(s, spec, incident_id=incident_id, consumer=c.name)
-    watermark = applied_watermark(s, spec)
-    totals = output_total(s, original, c), output_total(s, corrected, c)
-    write_decisions(
+    return record_restatement(
         s,
         spec,
         c,
         incident_id=incident_id,
-        material_rows=counts["material"],
-        original_total=totals[0],
-        corrected_total=totals[1],
-    )
-    seq = next_seq(s)
-    s.execute(
-        f"DELETE FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ? AND consumer = ?",
-        [incident_id, spec.dataset, c.name],
-    )
-    s.execute(
-        f"INSERT INTO {RESTATEMENTS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-        f"(SELECT max(notified_at) FROM {ledger_table(spec)} WHERE incident_id = ? AND consumer = ?))",
-        [
-            incident_id,
-            spec.dataset,
-            c.name,
-            c.kind,
-            c.owner,
-            original,
-            corrected,
-            counts["changed"] + counts["missing"] + counts["extra"],
-            counts["material"],
-            totals[0],
-            totals[1],
-            watermark,
-            utcnow(),
-            run_id,
-            seq,
-            incident_id,
-            c.name,
-        ],
-    )
-    notified = s.scalar(
-        f"SELECT notified_at FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ? AND consumer = ?",
-        [incident_id, spec.dataset, c.name],
-    )
-    result = ConsumerRestatement(
-        incident_id=incident_id,
-        consumer=c.name,
-        kind=c.kind,
-        owner=c.owner,
-        decision=DECISIONS[c.kind],
-        original_namespace=original,
-        corrected_namespace=corrected,
+        original=original,
+        corrected=corrected,
         reused=reused,
-        rows_changed=counts["changed"],
-        rows_missing=counts["missing"],
-        rows_extra=counts["extra"],
-        material_rows=counts["material"],
-        original_total=totals[0],
-        corrected_total=totals[1],
-        watermark=watermark,
-        notified_at=notified,
-        original_basis=original_basis(s, original),
-    )
-    record_event(
-        s,
-        kind="restatement",
-        dataset=spec.dataset,
-        incident_id=incident_id,
         actor=actor,
         run_id=run_id,
-        summary=f"{c.name} restated into {corrected}"
-        + (f" (original kept in {original})" if original and original != corrected else "")
-        + f": {result.ledger_rows:,} keys changed, {result.material_rows:,} material",
-        details=json.dumps(
-            {
-                "consumer": c.name,
-                "original_namespace": original,
-                "corrected_namespace": corrected,
-                "reused": reused,
-                "material_rows": result.material_rows,
-            }
-        ),
     )
-    return result
 
 
 def restate_consumers(
@@ -309,7 +175,7 @@ def restate_consumers(
                 )
 
         results.append(retrying(txn))
-    results = source_mismatches(engine, spec, results)
+    results = checked(engine, spec, incident_id, source_mismatches(engine, spec, results), run_id=run_id)
     if notifier is not None:
         from recovery.lib.notify import NotificationError
         from recovery.lib.restatement.notices import notify_owners
@@ -342,9 +208,43 @@ def source_mismatches(
             for r in (r for r in results if r.watermark == watermark):
                 corrected = f"SELECT * FROM {TableName.parse(r.corrected_namespace).sql()}"
                 expected = consumer_sql(spec, by_name[r.consumer], "SELECT * FROM __restated_expected")
-                out[r.consumer] = r.model_copy(update={"mismatches_vs_source": _mismatches(s, corrected, expected)})
+                out[r.consumer] = r.model_copy(update={"mismatches_vs_source": mismatched_rows(s, corrected, expected)})
         drop_staged(s, "__restated_expected")
     return [out[r.consumer] for r in results]
+
+
+def checked(
+    engine: Engine, spec: DatasetSpec, incident_id: str, results: list[ConsumerRestatement], *, run_id: str | None
+) -> list[ConsumerRestatement]:
+    """The same results with their check (``checks.sql_consumer_check``), recorded for the reports:
+    each compared with the source, and its ledger cross-checked with the impact's material rows."""
+    if not results:
+        return results
+
+    def txn() -> list[ConsumerRestatement]:
+        with engine.transaction() as s:
+            material = (
+                {i.consumer: i.material_rows for i in impact_summary(s, spec, incident_id=incident_id)}
+                if has_dataset_table(s, "impact", spec.dataset)
+                else {}
+            )
+            out = [
+                r.model_copy(
+                    update={
+                        "check": sql_consumer_check(
+                            r.consumer,
+                            mismatches=r.mismatches_vs_source,
+                            ledger_rows=r.ledger_rows,
+                            impact_material=material.get(r.consumer, 0),
+                        )
+                    }
+                )
+                for r in results
+            ]
+            record_checks(s, spec.dataset, incident_id, [r.check for r in out if r.check], run_id=run_id)
+            return out
+
+    return retrying(txn)
 
 
 def refreshed(engine: Engine, spec: DatasetSpec, results: list[ConsumerRestatement]) -> list[ConsumerRestatement]:

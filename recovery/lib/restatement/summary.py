@@ -27,7 +27,8 @@ class RestatementSummary(BaseModel):
 
 
 def restatement_summary(s: Session, spec: DatasetSpec, incident_id: str) -> list[RestatementSummary]:
-    """One row per consumer restated for ``incident_id``, in the spec's order ([] before any)."""
+    """One row per consumer restated for ``incident_id``: the spec's SQL consumers in its order, then
+    the Dagster assets by key ([] before any)."""
     if s.object_kind("_recovery", "restatements") is None:
         return []
     rows = s.fetchall(
@@ -37,4 +38,5 @@ def restatement_summary(s: Session, spec: DatasetSpec, incident_id: str) -> list
     )
     fields = list(RestatementSummary.model_fields)
     by_name = {r[0]: RestatementSummary(**dict(zip(fields, r))) for r in rows}
-    return [by_name[c.name] for c in spec.downstream if c.name in by_name]
+    listed = [c.name for c in spec.downstream]
+    return [by_name[n] for n in listed if n in by_name] + [by_name[n] for n in sorted(set(by_name) - set(listed))]
