@@ -412,9 +412,12 @@ def test_reconcile_cli_and_assess_job_run_through_dagster(example_copy, tmp_path
         impact = result.asset_materializations_for_node("incident__impact")[0].metadata
     assert decision["choice"].value == "repair"
     assert impact["consumers_affected"].value == 5
-    # the consumers, and the restatement of each, are reached through the asset graph
+    # the consumers, the restatement of each, and the restatement of the Dagster assets downstream of the
+    # target are reached through the asset graph
     assert sorted(impact["lineage_downstream_of_target"].value) == sorted(
-        [f"consumers/{c.name}" for c in spec.downstream] + [f"restatement/{c.name}" for c in spec.downstream]
+        [f"consumers/{c.name}" for c in spec.downstream]
+        + [f"restatement/{c.name}" for c in spec.downstream]
+        + ["restatement/downstream_assets"]
     )
 
 
