@@ -60,8 +60,9 @@ class Repaired:
             return s.fetchall(sql, params or [])
 
 
-def build_damaged(root: Path) -> Repaired:
-    """Ingested, consumers published, damaged by ``bf-7`` and consumers refreshed from the damage; fenced."""
+def build_damaged(root: Path, *, misfiled: bool = False) -> Repaired:
+    """Ingested, consumers published, damaged by ``bf-7`` and consumers refreshed from the damage; fenced.
+    ``misfiled``: the backfill also wrote copies of some west orders into the next month's shard."""
     spec_path = build_small_dataset(root, n_orders=160)
     (root / "region_units.sql").write_text(REGION_UNITS_SQL)
     data = spec_dict()
@@ -116,6 +117,14 @@ def build_damaged(root: Path) -> Repaired:
         f"SELECT region, order_no, src_rev FROM ({e}) WHERE region = 'east' AND order_no % 3 = 0",
         mode="delete_keys",
     )
+    if misfiled:
+        writer.write(
+            FAILED,
+            f"SELECT * REPLACE (region || '-' || strftime(placed_at + INTERVAL 31 DAY, '%Y%m') AS shard) FROM ({e}) "
+            f"WHERE region = 'west' AND order_no % 5 = 0 AND placed_at < TIMESTAMP '2026-03-01'",
+            mode="append",
+            allow_duplicate_keys=True,
+        )
     for c in spec.downstream:
         materialize_consumer(writer.engine, spec, c)
     with writer.engine.session(read_only=True) as s:

@@ -4,7 +4,9 @@
   (every commit before it) and, in the same transaction, every gate evaluated over
   the whole generation, so the checks see exactly what will be published.
 - ``publish``: one transaction that confirms every gate of the candidate passed,
-  replays the writes that landed after the high watermark, and moves the public
+  replays the writes that landed after the high watermark, compares every key a
+  concurrent write touched with the snapshot plus those writes (``preservation_gate``:
+  a lost or doubled row refuses the move), and moves the public
   view and its pointer row to the repair generation, with the pointer history. It
   is idempotent: a publish whose acknowledgement was lost finds that it already
   happened.
@@ -26,8 +28,9 @@ from recovery.lib.published_export import refresh_published_export
 from recovery.lib.repair.diffs import record_diffs
 from recovery.lib.repair.gates import BUILTIN, evaluate_gates, latest_gates
 from recovery.lib.repair.plan import RepairPlan, load_plan, require_plan
+from recovery.lib.repair.preservation import preservation_gate
 from recovery.lib.repair.replay import ReplayResult, committed_seq, replay_in
-from recovery.lib.repair.tables import PARTITIONS, PLANS
+from recovery.lib.repair.tables import GATES, PARTITIONS, PLANS
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.writer import Writer, retrying
 
@@ -149,6 +152,10 @@ def publish(writer: Writer, incident_id: str, *, actor: str = "publish", run_id:
                 s, writer, plan, after_seq=plan.high_seq, through_seq=seq - 1, stage="publish", run_id=run_id
             )
             faults.checkpoint("publish:replayed")
+            kept = preservation_gate(s, writer, plan, through_seq=seq - 1, scope=plan.rebuild + _carried(s, spec, plan))
+            if not kept.passed:
+                raise _PreservationRefused(plan, kept)
+            _record_gate(s, plan, kept, seq, run_id)
             move_pointer(s, spec, plan.namespace, actor=actor, reason=f"publish repair of {incident_id}")
             faults.checkpoint("publish:view_moved")
             s.execute(
@@ -183,10 +190,46 @@ def publish(writer: Writer, incident_id: str, *, actor: str = "publish", run_id:
                 "from_namespace": plan.from_namespace,
             }
 
-    result = retrying(txn)
+    try:
+        result = retrying(txn)
+    except _PreservationRefused as refused:
+        with writer.engine.transaction() as s:  # the refusal is kept; the replay and the move are not
+            _record_gate(s, refused.plan, refused.gate, committed_seq(s), run_id)
+        raise RecoveryError(
+            f"publish refused: {refused.gate.gate} found the repair generation would lose or double rows a "
+            f"concurrent write put there ({refused.gate.details}); the public view still points at "
+            f"{refused.plan.from_namespace}. Keep both generations and investigate the delta replay "
+            f"(recovery timeline --incident FILE)"
+        ) from None
     faults.checkpoint("publish:committed")  # committed, not yet acknowledged
     refresh_published_export(writer.engine, spec)  # outside readers' copy (BI tools): after the commit, atomically
     return result
+
+
+class _PreservationRefused(Exception):
+    """Raised inside the publish transaction so that it rolls back; carries the failed gate."""
+
+    def __init__(self, plan: RepairPlan, gate: GateResult):
+        super().__init__(gate.details)
+        self.plan, self.gate = plan, gate
+
+
+def _record_gate(s, plan: RepairPlan, gate: GateResult, seq: int, run_id: str | None) -> None:
+    s.execute(
+        f"INSERT INTO {GATES} VALUES (?, ?, ?, ?, ?, true, ?, ?, ?, ?, ?)",
+        [
+            plan.incident_id,
+            plan.generation,
+            "publish",
+            gate.gate,
+            gate.passed,
+            gate.observed,
+            gate.details,
+            seq,
+            utcnow(),
+            run_id,
+        ],
+    )
 
 
 def rollback(

@@ -1,13 +1,27 @@
-"""Replay the delta log onto the repair generation: by key and source version.
+"""Replay the delta log onto the repair generation: each key's captured writes, in order.
 
 Normal ingestion keeps writing to the published namespace during the repair; each
 of its writes is in the dataset's append-only delta log with its commit sequence.
-The replay takes, per key, the last entry written by a non-fenced generation into
-the published namespace in ``(after_seq, through_seq]`` and applies it when it is
-newer than what the repair holds: an upsert with a higher source version replaces
-the row (wherever it sits), a delete removes a row of the same or an older version.
+The replay folds, per key, every entry written by a non-fenced generation into the
+published namespace in ``(after_seq, through_seq]``, in commit order, over what the
+repair holds, with each write's own semantics:
+
+- an upsert replaces the key's row (wherever it sits) when its source version is
+  newer than the row's;
+- a ``delete_keys`` tombstone removes the key wherever it sits, when the row is of
+  the same or an older version;
+- a row a partition replace removed is removed from that partition only (a replace
+  of day P that drops the backfill's misfiled copy of a key whose right day is Q
+  must not delete the repaired row in Q).
+
+That is for the keys the repair rebuilt from its snapshot. A carried key (outside the
+rebuilt partitions: nothing to repair) that a write touched ends as the published
+table holds it, so publish changes nothing there.
+
 Because it compares versions instead of re-applying writes, replaying a window
-twice, or a wider window, changes nothing.
+twice, or a wider window, changes nothing. The fold is set-based: one statement per
+rank (a key's n-th entry), so its rounds are the most entries one key has in the
+window, not the number of keys.
 """
 
 from __future__ import annotations
@@ -19,7 +33,7 @@ from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.repair.plan import RepairPlan
-from recovery.lib.repair.tables import REPLAYS
+from recovery.lib.repair.tables import REPLAYS, snapshot_table
 from recovery.lib.snapshot import str_list
 from recovery.lib.writer import Writer
 
@@ -33,18 +47,90 @@ class ReplayResult:
     skipped_older: int
 
 
-def latest_delta_sql(writer: Writer, plan: RepairPlan, after_seq: int, through_seq: int) -> str:
-    """The last valid delta entry per key in the window (payload columns plus ``_delta_op``)."""
+def window_delta_sql(writer: Writer, plan: RepairPlan, after_seq: int, through_seq: int) -> str:
+    """Every valid delta entry in the window (payload columns, ``_delta_seq``, ``_delta_op`` and
+    ``_delta_scoped``: a delete that a partition replace made, which removes the key from the
+    entry's own partition only)."""
     spec = writer.spec
-    key = quote_all(spec.key)
     gen = quote(spec.target.metadata.generation)
     return (
-        f"SELECT * FROM {delta_table(spec.dataset)} "
-        f"WHERE _delta_seq > {int(after_seq)} AND _delta_seq <= {int(through_seq)} "
-        f"AND _delta_namespace = {str_list([plan.from_namespace])} "
-        f"AND {gen} NOT IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL) "
+        f"SELECT d.*, coalesce(d._delta_op = 'delete' AND w.__w_mode = 'replace_partitions', false) AS _delta_scoped "
+        f"FROM {delta_table(spec.dataset)} d "
+        f"LEFT JOIN (SELECT seq AS __w_seq, mode AS __w_mode FROM {SCHEMA}.writes) w ON w.__w_seq = d._delta_seq "
+        f"WHERE d._delta_seq > {int(after_seq)} AND d._delta_seq <= {int(through_seq)} "
+        f"AND d._delta_namespace = {str_list([plan.from_namespace])} "
+        f"AND d.{gen} NOT IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL)"
+    )
+
+
+def latest_delta_sql(writer: Writer, plan: RepairPlan, after_seq: int, through_seq: int) -> str:
+    """The last valid delta entry per key in the window: which keys the window touched, and where."""
+    key = quote_all(writer.spec.key)
+    return (
+        f"SELECT * FROM ({window_delta_sql(writer, plan, after_seq, through_seq)}) "
         f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY _delta_seq DESC, _delta_op DESC) = 1"
     )
+
+
+def fold_delta(
+    s: Session,
+    writer: Writer,
+    plan: RepairPlan,
+    *,
+    after_seq: int,
+    through_seq: int,
+    start: str,
+    columns: list[str],
+    out: str,
+) -> int:
+    """Create temp table ``out``: for every key with an entry in the window, the row it ends with
+    when the window's entries are applied in commit order to its row in ``start`` (a relation
+    with ``columns``; its newest row per key). Columns: ``columns``, ``__present`` (the key
+    still has a row), ``__started`` (``start`` held it), ``__from_entry`` (the row is an entry's).
+    Returns the number of keys."""
+    spec = writer.spec
+    key = quote_all(spec.key)
+    sv, part = quote(spec.target.metadata.source_version), quote(spec.target.partition)
+    cols = quote_all(columns)
+    s.execute(
+        f"CREATE OR REPLACE TEMP TABLE __fold_entries AS SELECT {cols}, _delta_op, _delta_scoped, "
+        f"row_number() OVER (PARTITION BY {key} ORDER BY _delta_seq, _delta_op, {sv}) AS __rank "
+        f"FROM ({window_delta_sql(writer, plan, after_seq, through_seq)})"
+    )
+    s.execute(
+        f"CREATE OR REPLACE TEMP TABLE {out} AS "
+        f"SELECT {cols}, true AS __present, true AS __started, false AS __from_entry FROM {start} "
+        f"SEMI JOIN (SELECT {key} FROM __fold_entries) USING ({key}) "
+        f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {sv} DESC) = 1"
+    )
+    nulls = ", ".join(f"NULL AS {quote(c)}" for c in columns if c not in spec.key)
+    s.execute(
+        f"INSERT INTO {out} ({cols}, __present, __started, __from_entry) "
+        f"SELECT {key}{', ' + nulls if nulls else ''}, false, false, false FROM "
+        f"(SELECT DISTINCT {key} FROM __fold_entries) ANTI JOIN {out} USING ({key})"
+    )
+    rounds = int(s.scalar("SELECT coalesce(max(__rank), 0) FROM __fold_entries") or 0)
+    up = f"coalesce(e._delta_op = 'upsert' AND (NOT o.__present OR e.{sv} > o.{sv}), false)"
+    down = (
+        f"coalesce(e._delta_op = 'delete' AND o.__present AND o.{sv} <= e.{sv} AND "
+        f"(NOT e._delta_scoped OR CAST(o.{part} AS VARCHAR) IS NOT DISTINCT FROM CAST(e.{part} AS VARCHAR)), false)"
+    )
+    picked = ", ".join(
+        f"o.{quote(c)}" if c in spec.key else f"CASE WHEN {up} THEN e.{quote(c)} ELSE o.{quote(c)} END AS {quote(c)}"
+        for c in columns
+    )
+    for rank in range(1, rounds + 1):
+        s.execute(
+            f"CREATE OR REPLACE TEMP TABLE __fold_next AS SELECT {picked}, "
+            f"CASE WHEN {up} THEN true WHEN {down} THEN false ELSE o.__present END AS __present, o.__started, "
+            f"CASE WHEN {up} THEN true WHEN {down} THEN false ELSE o.__from_entry END AS __from_entry "
+            f"FROM {out} o LEFT JOIN (SELECT * FROM __fold_entries WHERE __rank = {rank}) e "
+            f"ON {' AND '.join(f'e.{quote(k)} = o.{quote(k)}' for k in spec.key)}"
+        )
+        s.execute(f"CREATE OR REPLACE TEMP TABLE {out} AS SELECT * FROM __fold_next")
+    s.execute("DROP TABLE IF EXISTS __fold_next")
+    s.execute("DROP TABLE IF EXISTS __fold_entries")
+    return int(s.scalar(f"SELECT count(*) FROM {out}") or 0)
 
 
 def replay_in(
@@ -59,33 +145,49 @@ def replay_in(
 ) -> ReplayResult:
     """Replay ``(after_seq, through_seq]`` inside the caller's transaction."""
     spec = writer.spec
-    meta = spec.target.metadata
     key = quote_all(spec.key)
-    sv = quote(meta.source_version)
+    sv = quote(spec.target.metadata.source_version)
     ns = namespace_sql(plan.namespace)
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __latest_delta AS {latest_delta_sql(writer, plan, after_seq, through_seq)}"
-    )
-    # the held version of the window's keys only (grouping the whole generation for a handful of
-    # replayed keys took 1 s at 10M events, and a publish replays three times)
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __replay AS SELECT d.*, r.{sv} AS __held_version FROM __latest_delta d "
-        f"LEFT JOIN (SELECT {key}, max({sv}) AS {sv} FROM {ns} SEMI JOIN __latest_delta USING ({key}) GROUP BY ALL) r "
-        f"USING ({key})"
-    )
     cols = [c for c, _ in s.columns(ns)]
-    upserts = (
-        f"SELECT {quote_all(cols)} FROM __replay WHERE _delta_op = 'upsert' "
-        f"AND (__held_version IS NULL OR {sv} > __held_version)"
+    total = fold_delta(
+        s, writer, plan, after_seq=after_seq, through_seq=through_seq, start=ns, columns=cols, out="__replay"
     )
-    deletes = (
-        f"SELECT {key}, {sv} FROM __replay WHERE _delta_op = 'delete' "
-        f"AND __held_version IS NOT NULL AND __held_version <= {sv}"
-    )
+    rebuilt = f"({key}) IN (SELECT ({key}) FROM {snapshot_table(spec)})"
+    upserts = f"SELECT {quote_all(cols)} FROM __replay WHERE __present AND __from_entry AND {rebuilt}"
+    deletes = f"SELECT {key}, {sv} FROM __replay WHERE __started AND NOT __present AND {rebuilt}"
     n_up = int(s.scalar(f"SELECT count(*) FROM ({upserts})") or 0)
     n_del = int(s.scalar(f"SELECT count(*) FROM ({deletes})") or 0)
-    total = int(s.scalar("SELECT count(*) FROM __replay") or 0)
     note = f"delta replay ({stage}) of seq ({after_seq}, {through_seq}]"
+    # a carried key (one the snapshot does not rebuild) needs no repair: it ends as the published
+    # table holds it now, the backfill's fenced rows left out
+    gen = quote(spec.target.metadata.generation)
+    s.execute(f"CREATE OR REPLACE TEMP TABLE __replay_carried AS SELECT {key} FROM __replay WHERE NOT ({rebuilt})")
+    n_carried = int(s.scalar("SELECT count(*) FROM __replay_carried") or 0)
+    if n_carried:
+        s.execute(
+            f"CREATE OR REPLACE TEMP TABLE __replay_mirror AS SELECT {quote_all(cols)} FROM "
+            f"{namespace_sql(plan.from_namespace)} SEMI JOIN __replay_carried USING ({key}) "
+            f"WHERE {gen} NOT IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL)"
+        )
+        s.execute(
+            f"CREATE OR REPLACE TEMP TABLE __replay_carried_del AS SELECT {key}, max({sv}) AS {sv} FROM {ns} "
+            f"SEMI JOIN __replay_carried USING ({key}) GROUP BY ALL"
+        )
+        if int(s.scalar("SELECT count(*) FROM __replay_carried_del") or 0):
+            writer.write_in(
+                s, plan.generation, "SELECT * FROM __replay_carried_del", mode="delete_keys", run_id=run_id, note=note
+            )
+        if int(s.scalar("SELECT count(*) FROM __replay_mirror") or 0):
+            writer.write_in(
+                s,
+                plan.generation,
+                "SELECT * FROM __replay_mirror",
+                mode="append",
+                run_id=run_id,
+                note=note + " (carried keys, as published)",
+                keep_stamps=True,
+                existing_keys=False,
+            )
     if n_up:
         s.execute(f"CREATE OR REPLACE TEMP TABLE __replay_up AS {upserts}")
         writer.write_in(
@@ -105,7 +207,7 @@ def replay_in(
         f"INSERT INTO {REPLAYS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [plan.incident_id, stage, after_seq, through_seq, n_up, n_del, result.skipped_older, utcnow(), run_id],
     )
-    for t in ("__latest_delta", "__replay", "__replay_up", "__replay_del"):
+    for t in ("__replay", "__replay_up", "__replay_del", "__replay_carried", "__replay_carried_del", "__replay_mirror"):
         s.execute(f"DROP TABLE IF EXISTS {t}")
     return result
 

@@ -646,14 +646,23 @@ def recovery_checklist(ctx: dict) -> list[dict]:
         )
     else:
         t = cw["totals"]
-        rows.append(
-            row(
-                "concurrent-write preservation",
-                VERIFIED,
-                f"_recovery.delta_replays: {t['upserted']:,} upserts and {t['deleted']:,} deletes made during the "
-                f"repair replayed into the repair generation ({len(cw['replays'])} replays)",
-            )
+        gate = cw.get("gate")
+        captured = sum(t.get(k) or 0 for k in ("upserted", "deleted", "skipped_older"))
+        evidence = (
+            f"_recovery.delta_replays: {t['upserted']:,} upserts and {t['deleted']:,} deletes made during the "
+            f"repair replayed into the repair generation ({len(cw['replays'])} replays)"
+            + (f"; publish gate repair_concurrent_writes: {gate['details']}" if gate else "")
         )
+        why = (
+            "the key-by-key publish gate (repair_concurrent_writes) did not run: run recovery publish --incident FILE"
+            if gate is None
+            else f"the publish gate repair_concurrent_writes failed on {gate['observed']:,} keys"
+            if not gate["passed"]
+            else "no write landed during the repair, so no concurrent write could be checked"
+            if not captured
+            else ""
+        )
+        rows.append(row("concurrent-write preservation", NOT_VERIFIED if why else VERIFIED, evidence, why))
     waves = sec["waves"]
     if waves["status"] == NOT_RUN:
         rows.append(row("canaries", NOT_VERIFIABLE, "no repair wave recorded", "run recovery repair --through canary"))

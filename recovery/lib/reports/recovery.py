@@ -146,7 +146,16 @@ def concurrent_writes(s: Session, spec: DatasetSpec, incident: Incident) -> dict
     if not rows:
         return _not_run(REPLAYS)
     totals = {k: sum(r[k] or 0 for r in rows) for k in ("upserted", "deleted", "skipped_older")}
-    return {"status": "recorded", "replays": rows, "totals": totals}
+    gate = None
+    if exists(s, GATES):
+        found = rows_as_dicts(
+            s,
+            f"SELECT gate, passed, observed, details, evaluated_at, run_id FROM {qualified(GATES)} "
+            f"WHERE incident_id = ? AND gate = 'repair_concurrent_writes' ORDER BY evaluated_seq DESC, evaluated_at DESC LIMIT 1",
+            [incident.incident_id],
+        )
+        gate = found[0] if found else None
+    return {"status": "recorded", "replays": rows, "totals": totals, "gate": gate}
 
 
 def waves(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
