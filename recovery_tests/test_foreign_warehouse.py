@@ -91,6 +91,35 @@ def test_partition_range_is_given_in_the_partition_columns_own_format(warehouse,
     assert r.code == 2 and "before start" in r.out, r.out
 
 
+@pytest.mark.parametrize("bound", ["end: '2013-13'", "end: '2013-00'", "start: '2012-13'"])
+def test_a_partition_bound_of_the_right_shape_that_is_no_real_month_is_refused(bound, warehouse, tmp_path):
+    """'2013-13' looks like '2013-02' but is no month of the 'YYYY-MM' partition column (issue 39)."""
+    incident = warehouse / "incident.yaml"
+    field = bound.split(":")[0]
+    text = incident.read_text()
+    incident.write_text(text.replace("end: '2013-04'" if field == "end" else "start: '2013-01'", bound))
+    before = file_digest(warehouse / "warehouse.duckdb")
+    r = cli(tmp_path / "home", "reconcile", "--incident", str(incident))
+    assert r.code == 2, r.out
+    lines = r.out.strip().splitlines()
+    assert len(lines) == 1 and f"partitions.{field}:" in lines[0], r.out
+    assert "is not a real YYYY-MM value" in r.out and "Fix:" in r.out
+    assert file_digest(warehouse / "warehouse.duckdb") == before
+
+
+def test_an_amount_naming_a_text_column_is_refused_before_contain_writes_anything(warehouse, tmp_path):
+    """It used to pass: contain adopted and fenced the target, then reconcile crashed summing text (issue 39)."""
+    spec = warehouse / "spec.yaml"
+    spec.write_text(spec.read_text().replace("amount: cost_usd", "amount: service"))
+    before = file_digest(warehouse / "warehouse.duckdb")
+    for verb in ("contain", "reconcile"):
+        r = cli(tmp_path / "home", verb, "--incident", str(warehouse / "incident.yaml"))
+        assert r.code == 2, (verb, r.out)
+        assert "target.amount: column 'service' is VARCHAR, not a number" in r.out, r.out
+        assert len(r.out.strip().splitlines()) == 1 and "Traceback" not in r.out
+    assert file_digest(warehouse / "warehouse.duckdb") == before
+
+
 def test_the_whole_runbook_step_by_step_repairs_a_foreign_target_and_hands_it_back(warehouse, tmp_path):
     home, incident = tmp_path / "home", str(warehouse / "incident.yaml")
     db = warehouse / "warehouse.duckdb"
@@ -214,8 +243,8 @@ WHERE order_date BETWEEN DATE '2024-03-05' AND DATE '2024-03-10';
 """
 
 
-def test_a_plain_sql_warehouse_with_date_partitions_no_registry_and_no_consumers_is_recovered(tmp_path):
-    root = tmp_path / "orders"
+def _plain_sql_dataset(root: Path) -> Path:
+    """The plain-SQL warehouse above with its spec and incident; returns the incident file."""
     root.mkdir()
     con = duckdb.connect(str(root / "wh.duckdb"))
     con.execute(PLAIN_SQL_WAREHOUSE)
@@ -234,6 +263,12 @@ def test_a_plain_sql_warehouse_with_date_partitions_no_registry_and_no_consumers
         "incident_id: INC-9\nspec: spec.yaml\nfailed_generations: [bf-march]\n"
         "partitions: {start: 2024-03-05, end: 2024-03-10}\nrequested_by: oncall\n"
     )
+    return root / "incident.yaml"
+
+
+def test_a_plain_sql_warehouse_with_date_partitions_no_registry_and_no_consumers_is_recovered(tmp_path):
+    root = tmp_path / "orders"
+    _plain_sql_dataset(root)
     r = cli(tmp_path / "home", "recover", "--incident", str(root / "incident.yaml"))
     assert r.code == 0, r.out
     assert "nothing to restate" in r.out and "Traceback" not in r.out
@@ -250,3 +285,15 @@ def test_a_plain_sql_warehouse_with_date_partitions_no_registry_and_no_consumers
     finally:
         con.close()
     assert wrong == 0
+
+
+def test_a_foreign_target_whose_amount_column_holds_text_is_refused_at_incident_validation(tmp_path):
+    """The transform returns a number, but the table the other tool wrote holds text there."""
+    incident = _plain_sql_dataset(tmp_path / "orders")
+    con = duckdb.connect(str(tmp_path / "orders" / "wh.duckdb"))
+    con.execute("ALTER TABLE dw.orders ALTER total TYPE VARCHAR")
+    con.close()
+    before = file_digest(tmp_path / "orders" / "wh.duckdb")
+    r = cli(tmp_path / "home", "contain", "--incident", str(incident))
+    assert r.code == 2 and "target.amount: column 'total' of dw.orders is VARCHAR, not a number" in r.out, r.out
+    assert file_digest(tmp_path / "orders" / "wh.duckdb") == before
