@@ -58,6 +58,21 @@ def test_responders_size_the_damage_before_containment_without_writing_to_the_wa
     assert summary["labels"]["overwritten"] > 0 and summary["labels"]["deleted"] > 0
 
 
+def test_evidence_is_built_before_containment_without_writing_to_the_warehouse(warehouse, tmp_path):
+    """The README's order: size the damage and freeze the evidence, then contain (issue 39: exit 3,
+    ``_recovery.generations`` did not exist)."""
+    home, incident = tmp_path / "home", str(warehouse / "incident.yaml")
+    before = file_digest(warehouse / "warehouse.duckdb")
+    r = cli(home, "evidence", "build", "--incident", incident)
+    assert r.code == 0, r.out
+    assert "built" in r.out and "mart.shipments was not contained when the bundle was built" in r.out, r.out
+    assert cli(home, "evidence", "verify", "--incident", incident).code == 0
+    assert file_digest(warehouse / "warehouse.duckdb") == before
+    bundle = warehouse / "evidence" / "INC-SHIP-7"
+    (failed,) = duckdb.sql(f"SELECT count(*) FROM '{bundle / 'target' / 'current' / 'bf-0007.parquet'}'").fetchall()
+    assert failed[0] > 0  # the failed load's rows, as found in the plain table
+
+
 def test_a_verb_run_before_the_one_it_needs_names_that_verb_and_writes_nothing(warehouse, tmp_path):
     incident = str(warehouse / "incident.yaml")
     before = file_digest(warehouse / "warehouse.duckdb")
@@ -285,6 +300,35 @@ def test_a_plain_sql_warehouse_with_date_partitions_no_registry_and_no_consumers
     finally:
         con.close()
     assert wrong == 0
+
+
+def test_on_a_warehouse_written_by_plain_sql_evidence_and_reconcile_run_read_only_before_contain(tmp_path):
+    """Every order the README documents works: evidence and reconcile before ``contain`` write nothing
+    to a warehouse the package never wrote (no control schema), and contain afterwards records the bundle."""
+    home, incident = tmp_path / "home", _plain_sql_dataset(tmp_path / "orders")
+    db = tmp_path / "orders" / "wh.duckdb"
+    before = file_digest(db)
+    for verb in (("evidence", "build"), ("evidence", "verify"), ("reconcile",), ("evidence", "build")):
+        r = cli(home, *verb, "--incident", str(incident))
+        assert r.code == 0, (verb, r.out)
+        assert "Traceback" not in r.out
+        assert file_digest(db) == before, verb
+    assert "already existed: left untouched" in r.out
+    assert "not fenced yet" in cli(home, "reconcile", "--incident", str(incident)).out
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        schemas = {row[0] for row in con.execute("SELECT schema_name FROM information_schema.schemata").fetchall()}
+    finally:
+        con.close()
+    assert "_recovery" not in schemas and {"src", "dw"} <= schemas
+    assert cli(home, "contain", "--incident", str(incident)).code == 0
+    assert cli(home, "evidence", "build", "--incident", str(incident)).code == 0  # now recorded in the timeline
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        recorded = con.execute("SELECT count(*) FROM _recovery.timeline WHERE kind = 'evidence_preserved'").fetchone()
+    finally:
+        con.close()
+    assert recorded == (1,)
 
 
 def test_a_foreign_target_whose_amount_column_holds_text_is_refused_at_incident_validation(tmp_path):
