@@ -9,11 +9,17 @@ from the generator's own history, not from the package.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import duckdb
 import pytest
 
+from recovery.config import PROJECT_ROOT
 from recovery_tests.foreign_warehouse import (
     build_shipments,
     cli,
@@ -218,6 +224,77 @@ def test_the_whole_runbook_step_by_step_repairs_a_foreign_target_and_hands_it_ba
     finally:
         con.close()
     assert published_vs_truth(warehouse) == 0
+
+
+def _rows(path: Path, sql: str) -> list[tuple]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return sorted(con.execute(sql).fetchall(), key=repr)
+    finally:
+        con.close()
+
+
+def test_a_publish_killed_after_its_commit_is_finished_by_the_rerun_before_it_says_already_published(
+    warehouse, tmp_path
+):
+    """Killed after the commit and before the read copy BI tools open (issue 39): the rerun used to
+    say "already published ... nothing to do" and the copy stayed missing for good. The kill is
+    injected at the commit (``RECOVERY_FAULT_AT``), not by timing."""
+    home, incident = tmp_path / "home", str(warehouse / "incident.yaml")
+    for verb in ("contain", "assess", "repair"):
+        r = cli(home, verb, "--incident", incident)
+        assert r.code == 0, (verb, r.out)
+    ready = tmp_path / "ready"
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from recovery.cli import main; sys.exit(main(sys.argv[1:]))"]
+        + ["publish", "--incident", incident],
+        cwd=PROJECT_ROOT,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(PROJECT_ROOT),
+            "DAGSTER_HOME": str(home),
+            "RECOVERY_LOG_DIR": str(home / "logs"),
+            "RECOVERY_FAULT_AT": "publish:committed",
+            "RECOVERY_FAULT_READY": str(ready),
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 300
+    while not ready.exists():
+        assert child.poll() is None, child.stderr.read().decode()[-2000:] if child.stderr else ""
+        assert time.monotonic() < deadline, "the publish never reached its commit"
+        time.sleep(0.05)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    read_copy = warehouse / "published" / "mart.shipments" / "current.duckdb"
+    alerts = home / "recovery-alerts.jsonl"
+    assert published_vs_truth(warehouse) == 0  # the commit happened: the public view serves the repair
+    assert not read_copy.exists() and not alerts.exists()  # ... and nothing after it did
+
+    r = cli(home, "publish", "--incident", incident)
+    assert r.code == 0, r.out
+    assert "already published" not in r.out and "nothing to do" not in r.out, r.out
+    assert "finished what that publish left undone: the read copy, the timeline entry, the notification" in r.out
+    assert _rows(read_copy, "SELECT * FROM shipments") == _rows(
+        warehouse / "warehouse.duckdb", "SELECT * FROM mart.shipments"
+    )
+    events = _rows(
+        warehouse / "warehouse.duckdb",
+        "SELECT kind, summary FROM _recovery.timeline WHERE incident_id = 'INC-SHIP-7' "
+        "AND kind IN ('read_copy_refreshed', 'alert')",
+    )
+    assert [k for k, _ in events] == ["alert", "read_copy_refreshed"], events
+    assert str(read_copy) in dict(events)["read_copy_refreshed"]
+    notices = [json.loads(line) for line in alerts.read_text().splitlines()]
+    assert [(n["owner"], n["incident_id"], n["severity"]) for n in notices] == [
+        ("logistics-data-oncall", "INC-SHIP-7", "info")
+    ]
+    assert "mart.shipments is published" in notices[0]["subject"] and str(read_copy) in notices[0]["body"]
+
+    again = cli(home, "publish", "--incident", incident)
+    assert again.code == 0 and "already published" in again.out and "nothing to do" in again.out, again.out
+    assert len(alerts.read_text().splitlines()) == 1  # told once
 
 
 def test_recover_runs_every_phase_on_a_foreign_target(warehouse, tmp_path):
