@@ -17,10 +17,11 @@ from pathlib import Path
 from recovery.lib.engine import open_engine
 from recovery.lib.incident import Incident
 from recovery.lib.ingest import apply_changes
+from recovery.lib.notify import FileChannel, Notifier
 from recovery.lib.reconcile.run import run_reconciliation
 from recovery.lib.repair.build import build_wave, start_repair
 from recovery.lib.repair.plan import RepairPlan, load_plan
-from recovery.lib.repair.publish import gate_candidate, publish
+from recovery.lib.repair.publish import PublishNotice, gate_candidate, publish
 from recovery.lib.repair.waves import gate_wave
 from recovery.lib.spec import DatasetSpec, parse_spec
 from recovery.lib.writer import Writer
@@ -113,9 +114,12 @@ def read_public(spec_path: Path, failed: str, stop_file: Path, out: Path) -> Non
         time.sleep(0.02)
 
 
-def publish_once(spec_path: Path, incident_id: str) -> None:
+def publish_once(spec_path: Path, incident_id: str, alerts: Path | None = None) -> None:
+    """Publish in this process; with ``alerts``, the notice goes to that JSON-lines file (owner ops-oncall)."""
     spec = parse_spec(spec_path)
-    print(json.dumps(publish(Writer(open_engine(spec.warehouse), spec), incident_id), default=str))
+    writer = Writer(open_engine(spec.warehouse), spec)
+    notice = PublishNotice(Notifier(FileChannel(alerts), writer.engine), "ops-oncall") if alerts else None
+    print(json.dumps(publish(writer, incident_id, notice=notice), default=str))
 
 
 def current_plan(spec: DatasetSpec, incident_id: str) -> RepairPlan:
@@ -150,6 +154,6 @@ if __name__ == "__main__":
     elif role == "read":
         read_public(Path(args[0]), args[1], Path(args[2]), Path(args[3]))
     elif role == "publish":
-        publish_once(Path(args[0]), args[1])
+        publish_once(Path(args[0]), args[1], Path(args[2]) if len(args) > 2 else None)
     else:
         raise SystemExit(f"unknown role {role}")

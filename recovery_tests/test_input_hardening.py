@@ -147,6 +147,10 @@ SPEC_CASES = [
         ),
         "downstream[0].sql",
     ),
+    # a newline in a path the user gave is quoted as \n, never printed raw (issue 39: a message spanned two lines)
+    ("newline_in_warehouse_path", _with("warehouse.path", "no\nsuch.duckdb"), "warehouse.path"),
+    ("newline_in_transform_path", _with("target.transform", "no\nsuch.sql"), "target.transform"),
+    ("carriage_return_in_consumer_path", _with("downstream.0.sql", "no\r\nsuch.sql"), "downstream[0].sql"),
     (
         "consumer_expression_column",
         _file("expr.sql", b"SELECT shard, count(*) AS orders, sum(qty) FROM {{ target }} GROUP BY shard", "downstream"),
@@ -200,6 +204,9 @@ INCIDENT_CASES = [
     ("spec_path_with_nul", lambda d: {"spec": "spec.yaml\x00"}, "spec"),
     ("spec_is_dev_zero", lambda d: {"spec": "/dev/zero"}, "spec"),
     ("nested", lambda d: {"notes": [[[[[[[[[[[[[[[[[[[[[["x"]]]]]]]]]]]]]]]]]]]]]]}, "incident"),
+    ("spec_path_with_newline", lambda d: {"spec": "no\nsuch_spec.yaml"}, "spec"),
+    ("partition_start_true", lambda d: {"partitions": {"start": True, "end": "north-202601"}}, "partitions.start"),
+    ("partition_end_false", lambda d: {"partitions": {"start": "north-202601", "end": False}}, "partitions.end"),
 ]
 
 
@@ -231,6 +238,8 @@ CLI_CASES = {
     "evidence_root /": (_dump({**valid_incident(), "evidence_root": "/"}), "evidence_root"),
     "threads 100000": (None, "warehouse.threads"),
     "transform /dev/zero": (None, "target.transform"),
+    "a newline in the spec path": (_dump({**valid_incident(), "spec": "spec\n.yaml"}), "spec"),
+    "a newline in the warehouse path": (None, "warehouse.path"),
 }
 
 
@@ -244,6 +253,8 @@ def test_the_cli_prints_one_line_and_exits_2_for_the_nastiest_inputs(case, datas
         d = spec_dict()
         if field == "warehouse.threads":
             d["warehouse"]["threads"] = 100000
+        elif field == "warehouse.path":
+            d["warehouse"]["path"] = "wh\n.duckdb"
         else:
             d["target"]["transform"] = "/dev/zero"
         (dataset / "nasty_spec.yaml").write_bytes(_dump(d))

@@ -10,6 +10,7 @@ import shutil
 import string
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 import duckdb
@@ -257,7 +258,59 @@ BAD_SPECS = [
     BadSpec("downstream_sql_reads_the_source", _downstream_sql("SELECT shard FROM {{ source }}"), "downstream[0].sql"),
     BadSpec("metadata_column_collides_with_key", _set("target.metadata.generation", "region"), "target.metadata"),
     BadSpec("metadata_column_collides_with_transform", _set("target.metadata.written_at", "qty"), "target.metadata"),
+    # validation that knows the warehouse (issue 39, item 5): each of these passed and then crashed or misled
+    BadSpec("amount_names_a_text_column", _set("target.amount", "sku"), "target.amount"),
+    BadSpec("amount_names_a_timestamp_column", _set("target.amount", "placed_at"), "target.amount"),
+    BadSpec("threads_given_as_true", _set("warehouse.threads", True), "warehouse.threads"),
+    BadSpec("busy_timeout_given_as_true", _set("warehouse.busy_timeout_s", True), "warehouse.busy_timeout_s"),
+    BadSpec("materiality_given_as_false", _set("downstream.0.materiality.abs", False), "downstream[0].materiality.abs"),
+    BadSpec(
+        "approvals_required_given_as_true",
+        _set("recurrence", {"approval": {"rules": [{"required": True}]}}),
+        "recurrence.approval.rules[0].required",
+    ),
+    BadSpec("available_from_in_the_future", _set("source.available_from", date(2099, 1, 1)), "source.available_from"),
 ]
+
+
+def test_a_numeric_amount_whole_numbers_for_numbers_and_a_past_available_from_still_load(dataset):
+    d = spec_dict()
+    d["target"]["amount"] = "qty"  # INTEGER: summed as it is
+    d["warehouse"]["busy_timeout_s"] = 60  # a whole number where a number is meant
+    d["downstream"][0]["materiality"]["rel"] = 0
+    d["source"]["available_from"] = date(2026, 1, 1)
+    spec = load_spec(write_spec(dataset, d, "numbers.yaml"))
+    assert spec.target.amount == "qty" and spec.warehouse.busy_timeout_s == 60.0
+    assert spec.source.available_from == date(2026, 1, 1)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_a_boolean_where_a_number_is_meant_names_the_field_and_says_so(value, dataset):
+    d = spec_dict()
+    d["warehouse"]["threads"] = value
+    with pytest.raises(SpecError) as info:
+        load_spec(write_spec(dataset, d, "bool.yaml"))
+    assert info.value.field == "warehouse.threads"
+    assert "true or false, not a whole number" in str(info.value) and "Fix: give a whole number" in str(info.value)
+
+
+def test_an_amount_that_is_text_is_refused_naming_its_type_and_the_fix(dataset):
+    d = spec_dict()
+    d["target"]["amount"] = "sku"
+    with pytest.raises(SpecError) as info:
+        load_spec(write_spec(dataset, d, "amount.yaml"))
+    assert "'sku' is VARCHAR, not a number" in str(info.value)
+    assert "Fix: name a numeric column" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_future_available_from_is_one_line_naming_the_date(dataset):
+    d = spec_dict()
+    d["source"]["available_from"] = date(2099, 1, 1)
+    with pytest.raises(SpecError) as info:
+        load_spec(write_spec(dataset, d, "future.yaml"))
+    text = str(info.value)
+    assert "source.available_from: 2099-01-01 is in the future" in text and "\n" not in text
+    assert "Fix: give a date that has passed" in text
 
 
 def test_there_are_at_least_twelve_kinds_of_bad_spec():

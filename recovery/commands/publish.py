@@ -24,10 +24,21 @@ def run(args: argparse.Namespace, console: Console) -> int:
     plan, chosen = decision(launcher)
     if plan is None and not chosen.is_rollback:
         launcher.require(PUBLISH)  # names the verb to run first
-    done, result, plan = publish_or_roll_back(launcher)
+    done, result, plan, finished = publish_or_roll_back(launcher)
     if done == "rolled_back":
         assert result is not None  # the rollback run
         console.print(f"rolled back {spec.target.table} to {chosen.rollback_to} (run {result.run_id[:8]})")
+        return 0
+    if done == "finished":  # the commit happened; a publish stopped after it left these undone
+        assert plan is not None
+        console.print(
+            f"{incident.incident_id}: published earlier ({spec.target.table} -> {plan.namespace}); finished what "
+            f"that publish left undone: {', '.join(finished)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        if spec.target.lakehouse is not None:
+            console.print(publish_onto_table(spec, incident.incident_id).line())
         return 0
     if done == "already_published":
         assert plan is not None  # published from this plan

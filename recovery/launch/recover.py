@@ -138,7 +138,9 @@ def run_recovery(
         )
 
     def publish():
-        done, r, _ = publish_or_roll_back(launcher)
+        done, r, _, finished = publish_or_roll_back(launcher)
+        if done == "finished":
+            return [], f"published earlier; finished what that publish left undone: {', '.join(finished)}"
         if done == "already_published" or r is None:
             return [], "already published; nothing to do"
         if done == "rolled_back":

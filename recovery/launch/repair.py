@@ -100,14 +100,32 @@ def decision(launcher: Launcher):
     return plan, chosen
 
 
-def publish_or_roll_back(launcher: Launcher) -> tuple[str, dg.ExecuteInProcessResult | None, RepairPlan | None]:
+def publish_notice(launcher: Launcher):
+    """The publish notice to whoever asked for the recovery, through the code location's notifier."""
+    from recovery.defs.alerts.resources import notifier_resource
+    from recovery.lib.repair.publish import PublishNotice
+
+    engine = open_engine(launcher.spec.warehouse)
+    return PublishNotice(notifier_resource().notifier(engine), launcher.incident.requested_by)
+
+
+def publish_or_roll_back(
+    launcher: Launcher,
+) -> tuple[str, dg.ExecuteInProcessResult | None, RepairPlan | None, list[str]]:
     """Publish the repair, or roll back when the decision chose it and no repair was planned.
-    Returns what was done ('published', 'rolled_back', 'already_published') and the run."""
+    Returns what was done ('published', 'rolled_back', 'already_published', or 'finished' when an
+    earlier publish committed but was stopped before what follows its commit), the run, the plan,
+    and the steps after the commit that were finished now."""
     from recovery.lib.phases import ROLLBACK
+    from recovery.lib.repair.publish import finish_publish, publish_steps_left
 
     plan, chosen = decision(launcher)
     if plan is None and chosen.is_rollback:
-        return "rolled_back", launcher.run(ROLLBACK), None
+        return "rolled_back", launcher.run(ROLLBACK), None, []
     if plan is not None and plan.status == "published":
-        return "already_published", None, plan
-    return "published", launcher.run(PUBLISH), plan
+        engine, spec, incident_id = open_engine(launcher.spec.warehouse), launcher.spec, launcher.incident.incident_id
+        if not publish_steps_left(engine, spec, incident_id):
+            return "already_published", None, plan, []
+        finished = finish_publish(engine, spec, incident_id, notice=publish_notice(launcher), actor="publish")
+        return "finished", None, plan, finished
+    return "published", launcher.run(PUBLISH), plan, []

@@ -8,6 +8,7 @@ partition fails here with the field and the fix, and the warehouse is untouched.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
@@ -241,6 +242,13 @@ def _check_shapes(spec: DatasetSpec, s, cols: dict, fail) -> None:
                 f"column {n!r} is not produced by the transform",
                 "name a column the transform returns, or remove the field",
             )
+    if spec.target.amount is not None and not is_numeric_type(out[spec.target.amount]):
+        fail(
+            "target.amount",
+            f"column {spec.target.amount!r} is {out[spec.target.amount]}, not a number: totals sum it",
+            "name a numeric column of the transform (e.g. a DECIMAL or DOUBLE amount), cast it to one in the "
+            "transform, or remove the field",
+        )
     if spec.source.sensitive or spec.target.sensitive:
         # evidence hashes what lineage derives from a sensitive column; refuse what no hash can
         # cover (before the name checks below, whose messages would quote a pivoted value)
@@ -288,6 +296,16 @@ def _check_shapes(spec: DatasetSpec, s, cols: dict, fail) -> None:
                 f"column {d.materiality.column!r} is not produced by {d.sql.name}",
                 "name a numeric column of the consumer",
             )
+
+
+_NUMERIC_TYPES = re.compile(
+    r"U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|FLOAT|DOUBLE|REAL|(DECIMAL|NUMERIC)(\(\d+,\s*\d+\))?", re.IGNORECASE
+)
+
+
+def is_numeric_type(sql_type: str) -> bool:
+    """Whether a column of this (DuckDB) type can be summed as an amount."""
+    return _NUMERIC_TYPES.fullmatch(sql_type.strip()) is not None
 
 
 def _check_registry(s, spec: DatasetSpec, fail) -> None:

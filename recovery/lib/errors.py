@@ -7,15 +7,34 @@ step, not a traceback.
 
 from __future__ import annotations
 
+_LINE_BREAKS = frozenset("\u2028\u2029")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character (a newline, a carriage return, an escape) and line
+    separator written as its escape (``\\n``): a path or value a user gave is quoted, never allowed
+    to break the one line an error is printed on."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii")
+        if (ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0 or ch in _LINE_BREAKS)
+        else ch
+        for ch in text
+    )
+
 
 class RecoveryError(Exception):
     """Base class: an expected failure with a message meant for a human.
 
     ``exit_code`` is what the ``recovery`` command exits with (README, "exit codes"):
     2 for bad input or a verb run out of order (nothing written), 1 when a gate or a
-    check said no."""
+    check said no. Its text is always one line (``one_line``), whatever the values it quotes."""
 
     exit_code = 2
+
+    def __str__(self) -> str:
+        return one_line(super().__str__())
 
 
 class OutOfOrderError(RecoveryError):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from recovery.lib.catalog_checks import load_spec
+from recovery.lib.catalog_checks import is_numeric_type, load_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import check_identifier, quote
@@ -33,6 +33,13 @@ class PartitionRange(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     start: PartitionValue = Field(description="First partition of the range, e.g. 2024-01-01, '2013-02' or 201302.")
     end: PartitionValue = Field(description="Last partition of the range, inclusive.")
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _not_bool(cls, v: object) -> object:
+        if isinstance(v, bool):  # pydantic would read true as the integer partition 1
+            raise ValueError("true/false is not a partition value; give one such as 2024-01-01 or '2013-02'")
+        return v
 
     @field_validator("start", "end")
     @classmethod
@@ -169,6 +176,14 @@ def check_incident(inc: Incident) -> DatasetSpec:
                 f"target {spec.target.table} does not exist yet",
                 "point the incident at a dataset whose target has data",
             )
+        amount = spec.target.amount
+        if amount is not None and amount in target_cols and not is_numeric_type(target_cols[amount]):
+            # the transform returns a number, but the target another tool wrote holds text: reconcile sums it
+            fail(
+                "target.amount",
+                f"column {amount!r} of {spec.target.table} is {target_cols[amount]}, not a number: totals sum it",
+                "name a numeric column of the target, or remove the field",
+            )
         if not inc.failed_generations:
             fail(
                 "dagster_backfill",
@@ -212,14 +227,54 @@ def _shape(value: str) -> str:
     return re.sub(r"[A-Za-z]", "a", re.sub(r"[0-9]", "9", value))
 
 
+# calendar formats a text (or integer) partition column's values may all follow: when every value does,
+# a bound must be a real one of them ('2013-13' has the shape of '2013-02' but is no month)
+_TEXT_FORMATS = (
+    ("%Y-%m-%d", "YYYY-MM-DD"),
+    ("%Y-%m", "YYYY-MM"),
+    ("%Y%m%d", "YYYYMMDD"),
+    ("%Y%m", "YYYYMM"),
+    ("%Y/%m/%d", "YYYY/MM/DD"),
+    ("%Y/%m", "YYYY/MM"),
+    ("%Y-%m-%d %H", "YYYY-MM-DD HH"),
+    ("%Y-%m-%dT%H", "YYYY-MM-DDTHH"),
+)
+_INTEGER_FORMATS = (("%Y%m%d", "YYYYMMDD"), ("%Y%m", "YYYYMM"))
+_TEXT_TYPES = ("VARCHAR", "STRING", "TEXT")
+_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT")
+
+
+def _value_format(s, part: str, table: str, col_type: str) -> tuple[str, str] | None:
+    """The calendar format every partition value of the target follows, if one does: (strptime
+    format, how a person writes it). One pass over the distinct values."""
+    upper = col_type.upper()
+    formats: tuple[tuple[str, str], ...]
+    if upper.startswith(_TEXT_TYPES):
+        formats = _TEXT_FORMATS
+    elif upper in _INTEGER_TYPES:
+        formats = _INTEGER_FORMATS
+    else:
+        return None
+    text = f"CAST({part} AS VARCHAR)"
+    # the length check keeps '%Y%m' from reading '2013021' as a month: strptime takes 1-digit fields
+    checks = ", ".join(
+        f"count(*) > 0 AND bool_and(try_strptime(v, '{fmt}') IS NOT NULL AND length(v) = "
+        f"length(strftime(try_strptime(v, '{fmt}'), '{fmt}')))"
+        for fmt, _ in formats
+    )
+    row = s.fetchone(f"SELECT {checks} FROM (SELECT DISTINCT {text} AS v FROM {table} WHERE {part} IS NOT NULL)")
+    return next((f for f, ok in zip(formats, row or (), strict=False) if ok), None)
+
+
 def _check_range(s, spec: DatasetSpec, rng: PartitionRange, col_type: str, fail) -> None:
-    """Each bound is a value of the partition column's type (and, for text, of its values' shape), the
-    range is ordered in that type, and it overlaps the data."""
+    """Each bound is a value of the partition column's type (and, for text, of its values' shape and,
+    when they all follow a calendar format, a real value of it), the range is ordered in that type,
+    and it overlaps the data."""
     part, table = quote(spec.target.partition), spec.target.table_name.sql()
     lo, hi = s.fetchone(f"SELECT min({part}), max({part}) FROM {table}")
     example = lo if lo is not None else "2024-01-01"
     shapes = None
-    if col_type.upper().startswith(("VARCHAR", "STRING", "TEXT")):
+    if col_type.upper().startswith(_TEXT_TYPES):
         shapes = {
             r[0]
             for r in s.fetchall(
@@ -227,6 +282,7 @@ def _check_range(s, spec: DatasetSpec, rng: PartitionRange, col_type: str, fail)
                 f"FROM {table} WHERE {part} IS NOT NULL LIMIT 50"
             )
         }
+    value_format = _value_format(s, part, table, col_type)
     for field in ("start", "end"):
         value = getattr(rng, field)
         text = value.isoformat() if isinstance(value, date) else str(value)
@@ -236,6 +292,17 @@ def _check_range(s, spec: DatasetSpec, rng: PartitionRange, col_type: str, fail)
                 f"partitions.{field}",
                 f"{text!r} is not a partition of {spec.target.partition} ({col_type})",
                 f"give a value like {str(example)!r}, in the column's own format",
+            )
+        if value_format and not s.scalar(
+            f"SELECT try_strptime(?, '{value_format[0]}') IS NOT NULL AND length(?) = "
+            f"length(strftime(try_strptime(?, '{value_format[0]}'), '{value_format[0]}'))",
+            [text, text, text],
+        ):
+            fail(
+                f"partitions.{field}",
+                f"{text!r} is not a real {value_format[1]} value, the format of every {spec.target.partition} "
+                f"({col_type}) in the target",
+                f"give an existing date in that format, like {str(example)!r}",
             )
     start, end = (
         getattr(rng, f).isoformat() if isinstance(getattr(rng, f), date) else str(getattr(rng, f))

@@ -54,6 +54,20 @@ def read_marker(spec: DatasetSpec) -> dict | None:
         return None
 
 
+def _exported(spec: DatasetSpec, name: str) -> bool:
+    d, marker = export_dir(spec), read_marker(spec)
+    return bool(marker and marker.get("file") == name and (d / name).exists() and (d / CATALOG).exists())
+
+
+def export_is_current(s, spec: DatasetSpec) -> bool:
+    """Whether the read copy holds the namespace the public view points at now, at its pointer move
+    (nothing published: nothing to export, so it is)."""
+    ns = current_namespace(s, spec)
+    if ns is None:
+        return True
+    return _exported(spec, f"{ns}__{pointer_seq(s, str(spec.target.table_name))}.parquet")
+
+
 def refresh_published_export(engine: Engine, spec: DatasetSpec) -> Path | None:
     """Export the namespace the public view points at, unless already exported; returns the
     catalog file outside readers open, or None when nothing is published yet."""
@@ -64,8 +78,7 @@ def refresh_published_export(engine: Engine, spec: DatasetSpec) -> Path | None:
             return None
         seq = pointer_seq(s, str(spec.target.table_name))
         name = f"{ns}__{seq}.parquet"
-        marker = read_marker(spec)
-        if marker and marker.get("file") == name and (d / name).exists() and (d / CATALOG).exists():
+        if _exported(spec, name):
             return d / CATALOG
         d.mkdir(parents=True, exist_ok=True)
         tmp = d / f".{name}.{os.getpid()}.{secrets.token_hex(4)}"

@@ -90,14 +90,23 @@ class GenerationRefs:
 
 
 def generation_refs(session: Session, generations: list[str]) -> list[GenerationRefs]:
-    """Backfill ids and run ids the control plane recorded for each generation (registry and writes)."""
+    """Backfill ids and run ids the control plane recorded for each generation (registry and writes);
+    none before containment, on a warehouse the package never wrote (read before ``contain``, as the
+    runbook orders evidence: the runs are then found by the generations' own names and tags)."""
+    if session.object_kind(SCHEMA, "generations") is None:
+        return [GenerationRefs(g, (), ()) for g in generations]
+    writes = (
+        f"SELECT generation, run_id FROM {SCHEMA}.writes UNION "
+        if session.object_kind(SCHEMA, "writes") is not None
+        else ""
+    )
     found = {
         g: (tuple(sorted(b or [])), tuple(sorted(r or [])))
         for g, b, r in session.fetchall(
             f"SELECT g.generation, list(DISTINCT g.backfill_id) FILTER (WHERE g.backfill_id IS NOT NULL), "
             f"list(DISTINCT x.run_id) FILTER (WHERE x.run_id IS NOT NULL) "
-            f"FROM {SCHEMA}.generations g LEFT JOIN (SELECT generation, run_id FROM {SCHEMA}.writes "
-            f"UNION SELECT generation, run_id FROM {SCHEMA}.generations) x USING (generation) "
+            f"FROM {SCHEMA}.generations g LEFT JOIN ({writes}SELECT generation, run_id FROM {SCHEMA}.generations) x "
+            f"USING (generation) "
             f"WHERE g.generation IN (SELECT unnest(CAST(? AS VARCHAR[]))) GROUP BY 1",
             [list(generations)],
         )

@@ -13,12 +13,12 @@ import hashlib
 import os
 import re
 import stat
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from recovery.lib.durations import EXAMPLES as DURATION_EXAMPLES
@@ -35,6 +35,25 @@ MAX_BUSY_TIMEOUT_S = 86_400.0
 _MEMORY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(%|(?:[KMGTP]i?)?B|bytes)\s*", re.IGNORECASE)
 
 ConsumerKind = Literal["dashboard", "report", "export", "feature", "model", "experiment", "statement"]
+
+
+def _whole_number(v: object) -> object:
+    # pydantic reads true as 1 and false as 0 for a number: `threads: true` would pass as one thread
+    if isinstance(v, bool):
+        raise PydanticCustomError("int_not_bool", "is true or false, not a whole number")
+    return v
+
+
+def _number(v: object) -> object:
+    if isinstance(v, bool):
+        raise PydanticCustomError("float_not_bool", "is true or false, not a number")
+    return v
+
+
+WholeNumber = Annotated[int, BeforeValidator(_whole_number)]
+"""An integer field that refuses a boolean (pydantic alone reads ``true`` as 1)."""
+Number = Annotated[float, BeforeValidator(_number)]
+"""A number field that refuses a boolean (an integer is still read as a number)."""
 
 
 class _Strict(BaseModel):
@@ -85,8 +104,8 @@ class WarehouseSpec(_Strict):
     )
     spark: SparkSpec | None = Field(None, description="Required when engine is spark.")
     memory_limit: str | None = Field(None, description="DuckDB memory_limit, e.g. '4GB' or '50%'; spills past it.")
-    threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="DuckDB worker threads.")
-    busy_timeout_s: float = Field(
+    threads: WholeNumber | None = Field(None, ge=1, le=MAX_THREADS, description="DuckDB worker threads.")
+    busy_timeout_s: Number = Field(
         300.0, gt=0, le=MAX_BUSY_TIMEOUT_S, description="How long to retry a locked warehouse file."
     )
 
@@ -140,6 +159,17 @@ class SourceSpec(_Strict):
     @classmethod
     def _key(cls, v: list[str]) -> list[str]:
         return _idents(v)
+
+    @field_validator("available_from")
+    @classmethod
+    def _passed(cls, v: date | None) -> date | None:
+        # a source authoritative only from a future day would qualify every partition as unrecoverable
+        today = max(date.today(), datetime.now(UTC).date())
+        if v is not None and v > today:
+            raise PydanticCustomError(
+                "date_in_future", "{when} is in the future (today is {today})", {"when": str(v), "today": str(today)}
+            )
+        return v
 
     @field_validator("version", "op", "ingested_at")
     @classmethod
@@ -275,8 +305,8 @@ class RegistrySpec(_Strict):
 
 class Materiality(_Strict):
     column: str
-    abs: float | None = Field(None, ge=0, description="A change is material when |diff| >= abs.")
-    rel: float | None = Field(None, ge=0, description="...or when |diff| / |original| >= rel.")
+    abs: Number | None = Field(None, ge=0, description="A change is material when |diff| >= abs.")
+    rel: Number | None = Field(None, ge=0, description="...or when |diff| / |original| >= rel.")
 
     @field_validator("column")
     @classmethod
@@ -450,9 +480,13 @@ class InvariantSpec(_Strict):
 
 
 class ApprovalRule(_Strict):
-    required: int = Field(ge=1, description="Approvals this rule requires when it applies.")
-    rows_over: int | None = Field(None, ge=0, description="Applies when the scope's estimated rows exceed this.")
-    partitions_over: int | None = Field(None, ge=0, description="Applies when the scope has more partitions than this.")
+    required: WholeNumber = Field(ge=1, description="Approvals this rule requires when it applies.")
+    rows_over: WholeNumber | None = Field(
+        None, ge=0, description="Applies when the scope's estimated rows exceed this."
+    )
+    partitions_over: WholeNumber | None = Field(
+        None, ge=0, description="Applies when the scope has more partitions than this."
+    )
     consumer_kinds: list[ConsumerKind] = Field(
         [], description="Applies when a consumer of one of these kinds reads the scope."
     )
@@ -467,11 +501,17 @@ class ApprovalPolicy(_Strict):
 
 
 class CapacityLimits(_Strict):
-    max_rows: int | None = Field(None, ge=1, description="Refuse a backfill estimated to write more rows than this.")
-    max_bytes: int | None = Field(None, ge=1, description="Refuse a backfill whose new generation is estimated larger.")
-    max_partitions: int | None = Field(None, ge=1, description="Refuse a backfill over more partitions than this.")
-    free_disk_factor: float = Field(2.0, ge=1, description="Free disk must hold this many times the estimated bytes.")
-    rows_per_second: float = Field(
+    max_rows: WholeNumber | None = Field(
+        None, ge=1, description="Refuse a backfill estimated to write more rows than this."
+    )
+    max_bytes: WholeNumber | None = Field(
+        None, ge=1, description="Refuse a backfill whose new generation is estimated larger."
+    )
+    max_partitions: WholeNumber | None = Field(
+        None, ge=1, description="Refuse a backfill over more partitions than this."
+    )
+    free_disk_factor: Number = Field(2.0, ge=1, description="Free disk must hold this many times the estimated bytes.")
+    rows_per_second: Number = Field(
         200_000, gt=0, description="Throughput assumed for the run-time estimate without history."
     )
 
@@ -479,56 +519,56 @@ class CapacityLimits(_Strict):
 class ColumnThresholds(_Strict):
     """Per-column overrides of the value gate's defaults (``recurrence.anomaly.columns.<column>``)."""
 
-    max_changed_share: float | None = Field(
+    max_changed_share: Number | None = Field(
         None, ge=0, le=1, description="Share of keys whose value may change undeclared."
     )
-    max_mean_shift: float | None = Field(
+    max_mean_shift: Number | None = Field(
         None, ge=0, description="Largest shift of a partition's mean, in published std devs."
     )
-    max_quantile_shift: float | None = Field(
+    max_quantile_shift: Number | None = Field(
         None, ge=0, description="Largest shift of p10/p50/p90, in published std devs."
     )
-    max_null_share_change: float | None = Field(None, ge=0, le=1, description="Largest change of the null share.")
-    max_distinct_change: float | None = Field(None, ge=0, description="Largest relative change of the distinct count.")
+    max_null_share_change: Number | None = Field(None, ge=0, le=1, description="Largest change of the null share.")
+    max_distinct_change: Number | None = Field(None, ge=0, description="Largest relative change of the distinct count.")
     ignore: bool = Field(False, description="Leave the column out of the value gate (e.g. a load timestamp).")
 
 
 class AnomalyThresholds(_Strict):
-    max_row_change: float = Field(
+    max_row_change: Number = Field(
         0.05, ge=0, description="Largest relative change of a partition's row count vs published."
     )
-    max_total_change: float = Field(
+    max_total_change: Number = Field(
         0.05, ge=0, description="Largest relative change of a partition's amount total vs published."
     )
-    history_factor: float = Field(
+    history_factor: Number = Field(
         3.0,
         gt=1,
         description="A partition's rows or total beyond this factor of the median of "
         "the published partitions (history) is an anomaly.",
     )
     # the value gate: key by key and column by column against the published rows (no per-column setup needed)
-    max_changed_share: float = Field(
+    max_changed_share: Number = Field(
         0.2,
         ge=0,
         le=1,
         description="Largest share of the range's keys whose value of one "
         "column may change without being declared (expect_change).",
     )
-    max_missing_keys_share: float = Field(
+    max_missing_keys_share: Number = Field(
         0.05, ge=0, le=1, description="Largest share of published keys the backfill may drop."
     )
-    max_new_keys_share: float = Field(0.05, ge=0, le=1, description="Largest share of keys the backfill may add.")
-    max_mean_shift: float = Field(
+    max_new_keys_share: Number = Field(0.05, ge=0, le=1, description="Largest share of keys the backfill may add.")
+    max_mean_shift: Number = Field(
         0.5, ge=0, description="Largest shift of a partition's column mean, in published std devs."
     )
-    max_quantile_shift: float = Field(
+    max_quantile_shift: Number = Field(
         0.5, ge=0, description="Largest shift of a partition's p10/p50/p90, in published std devs."
     )
-    max_null_share_change: float = Field(0.05, ge=0, le=1, description="Largest change of a partition's null share.")
-    max_distinct_change: float = Field(
+    max_null_share_change: Number = Field(0.05, ge=0, le=1, description="Largest change of a partition's null share.")
+    max_distinct_change: Number = Field(
         0.25, ge=0, description="Largest relative change of a partition's distinct count."
     )
-    min_baseline_rows: int = Field(
+    min_baseline_rows: WholeNumber = Field(
         20,
         ge=1,
         description="A partition with fewer published rows is profiled against the "
@@ -551,7 +591,7 @@ class RecurrenceSpec(_Strict):
     capacity: CapacityLimits = Field(default_factory=CapacityLimits)
     anomaly: AnomalyThresholds = Field(default_factory=AnomalyThresholds)
     invariants: list[InvariantSpec] = Field([], description="SQL assertions every backfilled partition must satisfy.")
-    current_partitions: int = Field(
+    current_partitions: WholeNumber = Field(
         2,
         ge=1,
         description="The latest partitions normal ingestion writes count as current: "
@@ -694,6 +734,9 @@ _FIXES = {
     "too_long": "give fewer values",
     "finite_number": "give a finite number",
     "bool_type": "give true or false",
+    "int_not_bool": "give a whole number, e.g. 4 (not true or false)",
+    "float_not_bool": "give a number, e.g. 0.5 (not true or false)",
+    "date_in_future": "give a date that has passed (today or earlier), or remove the field",
     "dict_type": "give a mapping of fields",
     "path_type": "give a path as a string",
     "duration": f"give a positive duration such as {DURATION_EXAMPLES}",

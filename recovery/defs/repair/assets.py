@@ -13,6 +13,7 @@
 import dagster as dg
 
 from recovery.config import spec_path
+from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.containment.config import IncidentConfig, resolve_incident
 from recovery.defs.repair.checks import (
     CANDIDATE_KEY,
@@ -31,7 +32,7 @@ from recovery.lib.engine import open_engine
 from recovery.lib.repair.build import build_wave, start_repair
 from recovery.lib.repair.diffs import label_diffs
 from recovery.lib.repair.plan import load_plan, require_plan, wave_name
-from recovery.lib.repair.publish import gate_candidate, publish, replay_to_now
+from recovery.lib.repair.publish import PublishNotice, gate_candidate, publish, replay_to_now
 from recovery.lib.repair.waves import gate_wave
 from recovery.lib.spec import parse_spec
 from recovery.lib.writer import Writer
@@ -158,12 +159,17 @@ def repair_candidate(
     description="Atomic publish: every gate confirmed, late writes replayed and the public view moved, in one transaction.",
 )
 def repair_publication(
-    context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
+    context: dg.AssetExecutionContext,
+    config: IncidentConfig,
+    warehouse: WarehouseResource,
+    notifier: NotifierResource,
 ) -> dg.MaterializeResult:
     incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
     if spec.target.lakehouse is not None:
         refuse_foreign_changes(spec, incident.incident_id)
-    result = publish(_writer(spec, "repair_publication"), incident.incident_id, run_id=context.run.run_id)
+    writer = _writer(spec, "repair_publication")
+    notice = PublishNotice(notifier.notifier(writer.engine), incident.requested_by)
+    result = publish(writer, incident.incident_id, run_id=context.run.run_id, notice=notice)
     onto_table = (  # the consumers' table itself: one commit, after the pointer move every gate allowed
         publish_onto_table(spec, incident.incident_id) if spec.target.lakehouse is not None else None
     )

@@ -10,12 +10,18 @@
   view and its pointer row to the repair generation, with the pointer history. It
   is idempotent: a publish whose acknowledgement was lost finds that it already
   happened.
+- ``finish_publish``: what follows the commit, each step once: the read copy outside
+  readers open (``published/<table>/current.duckdb``), its timeline entry, and the
+  notice to whoever asked for the recovery. A publish killed after its commit leaves
+  some undone; ``publish_steps_left`` names them, and a rerun finishes them: the
+  repair is "already published" only when none is left.
 - ``rollback``: the same pointer move, backwards, when the decision chose it.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from recovery.lib import faults
 from recovery.lib.control_plane import SCHEMA, next_seq, record_event, utcnow
@@ -24,7 +30,8 @@ from recovery.lib.errors import RecoveryError
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import current_namespace, move_pointer, namespace_sql
-from recovery.lib.published_export import refresh_published_export
+from recovery.lib.notify import Notifier, delivered_keys
+from recovery.lib.published_export import export_dir, export_is_current, read_marker, refresh_published_export
 from recovery.lib.repair.diffs import record_diffs
 from recovery.lib.repair.gates import BUILTIN, evaluate_gates, latest_gates
 from recovery.lib.repair.plan import RepairPlan, load_plan, require_plan
@@ -35,6 +42,22 @@ from recovery.lib.spec import DatasetSpec
 from recovery.lib.writer import Writer, retrying
 
 CANDIDATE = "candidate"
+READ_COPY_EVENT = "read_copy_refreshed"
+"""Timeline kind: the read copy outside readers open now serves the published repair."""
+READ_COPY, TIMELINE_ENTRY, NOTIFICATION = "the read copy", "the timeline entry", "the notification"
+"""The steps after publish's commit, as ``publish_steps_left`` names them."""
+
+
+@dataclass(frozen=True)
+class PublishNotice:
+    """Who is told that the repair is published, and through what."""
+
+    notifier: Notifier
+    owner: str  # the incident's requested_by: who asked for the recovery
+
+
+def notice_key(incident_id: str) -> str:
+    return f"published:{incident_id}"
 
 
 def _require_building(plan: RepairPlan) -> None:
@@ -119,8 +142,16 @@ def _carried(s, spec: DatasetSpec, plan: RepairPlan) -> list[str]:
     return sorted(r[0] for r in rows if r[0] not in skip)
 
 
-def publish(writer: Writer, incident_id: str, *, actor: str = "publish", run_id: str | None = None) -> dict:
-    """Publish the repair generation of ``incident_id`` in one transaction. Idempotent."""
+def publish(
+    writer: Writer,
+    incident_id: str,
+    *,
+    actor: str = "publish",
+    run_id: str | None = None,
+    notice: PublishNotice | None = None,
+) -> dict:
+    """Publish the repair generation of ``incident_id`` in one transaction, then finish what follows
+    the commit (``finish_publish``). Idempotent: a rerun finishes what a killed one left."""
     spec = writer.spec
 
     def txn() -> dict:
@@ -202,7 +233,7 @@ def publish(writer: Writer, incident_id: str, *, actor: str = "publish", run_id:
             f"(recovery timeline --incident FILE)"
         ) from None
     faults.checkpoint("publish:committed")  # committed, not yet acknowledged
-    refresh_published_export(writer.engine, spec)  # outside readers' copy (BI tools): after the commit, atomically
+    finish_publish(writer.engine, spec, incident_id, notice=notice, actor=actor, run_id=run_id)
     return result
 
 
@@ -230,6 +261,78 @@ def _record_gate(s, plan: RepairPlan, gate: GateResult, seq: int, run_id: str | 
             run_id,
         ],
     )
+
+
+def publish_steps_left(engine, spec: DatasetSpec, incident_id: str, *, notify: bool = True) -> list[str]:
+    """What a published repair still lacks after its commit (``READ_COPY``, ``TIMELINE_ENTRY``,
+    ``NOTIFICATION``); [] when the repair is not published or nothing is left."""
+    with engine.session(read_only=True) as s:
+        plan = load_plan(s, incident_id)
+        if plan is None or plan.status != "published":
+            return []
+        left = [] if export_is_current(s, spec) else [READ_COPY]
+        recorded = s.scalar(
+            f"SELECT count(*) FROM {SCHEMA}.timeline WHERE kind = ? AND incident_id = ?", [READ_COPY_EVENT, incident_id]
+        )
+        if not recorded:
+            left.append(TIMELINE_ENTRY)
+        if notify and notice_key(incident_id) not in delivered_keys(s):
+            left.append(NOTIFICATION)
+    return left
+
+
+def finish_publish(
+    engine,
+    spec: DatasetSpec,
+    incident_id: str,
+    *,
+    notice: PublishNotice | None = None,
+    actor: str = "publish",
+    run_id: str | None = None,
+) -> list[str]:
+    """Do what follows a publish's commit and is not done yet (a rerun after a kill finishes it):
+    export the read copy, record it in the timeline, tell the requester. Returns the steps done now."""
+    left = publish_steps_left(engine, spec, incident_id, notify=notice is not None)
+    if READ_COPY in left:
+        refresh_published_export(engine, spec)  # outside readers' copy (BI tools): after the commit, atomically
+    faults.checkpoint("publish:exported")
+    marker = read_marker(spec) or {}
+    where = export_dir(spec) / str(marker.get("catalog", "current.duckdb"))
+    if TIMELINE_ENTRY in left:
+
+        def txn() -> None:
+            with engine.transaction() as s:
+                if s.scalar(  # a concurrent finisher recorded it first
+                    f"SELECT count(*) FROM {SCHEMA}.timeline WHERE kind = ? AND incident_id = ?",
+                    [READ_COPY_EVENT, incident_id],
+                ):
+                    return
+                record_event(
+                    s,
+                    kind=READ_COPY_EVENT,
+                    dataset=spec.dataset,
+                    incident_id=incident_id,
+                    actor=actor,
+                    run_id=run_id,
+                    summary=f"read copy {where} now serves {marker.get('namespace')} "
+                    f"(pointer move {marker.get('pointer_seq')}, {marker.get('rows', 0):,} rows)",
+                    details=json.dumps(marker),
+                )
+
+        retrying(txn)
+    faults.checkpoint("publish:read_copy_recorded")
+    if notice is not None and NOTIFICATION in left:
+        notice.notifier.notify(
+            notice.owner,
+            f"{incident_id}: the repair of {spec.target.table} is published",
+            f"{spec.target.table} now serves the repaired generation {marker.get('namespace')}; outside readers "
+            f"(BI tools) read it from {where}. Restate the consumers next: recovery restate --incident <file>.",
+            "info",
+            notice_key(incident_id),
+            incident_id=incident_id,
+            dataset=spec.dataset,
+        )
+    return left
 
 
 def rollback(
