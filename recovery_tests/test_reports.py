@@ -103,9 +103,10 @@ def _assert_offline(name: str, html: str) -> None:
 
 @pytest.fixture
 def reported(example_copy: Path, failed_example, tmp_path: Path, monkeypatch):
-    """The failed example, assessed through Dagster, then reported by ``recovery report``."""
+    """The failed example, contained and assessed through Dagster, then reported by ``recovery report``."""
     from recovery.definitions import defs
     from recovery.defs.reconciliation.partitions import reconciliation_tags
+    from recovery.lib.phases import CONTAIN
     from recovery.orchestration import run_job
 
     home = tmp_path / "dagster_home"
@@ -116,8 +117,11 @@ def reported(example_copy: Path, failed_example, tmp_path: Path, monkeypatch):
     spec = load_spec(example_copy)
     config = {"incident_file": str(incident_file)}
     with dg.DagsterInstance.get() as instance:
+        code_location = defs()
+        # contained first: the assess job refuses an incident whose generations are not fenced yet
+        run_job(code_location, "contain_backfill", instance, run_config=CONTAIN.run_config(str(incident_file)))
         run_job(
-            defs(),
+            code_location,
             "assess_incident",
             instance,
             tags=reconciliation_tags(instance, spec),
