@@ -26,7 +26,7 @@ from dagster._core.workspace.load_target import WorkspaceFileTarget
 
 from recovery import dagster_sqlite
 from recovery.config import PROJECT_ROOT
-from recovery.lib.errors import GateRefusedError, RecoveryError, RunCrashedError, environment_hint
+from recovery.lib.errors import GateRefusedError, OutOfOrderError, RecoveryError, RunCrashedError, environment_hint
 
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"
 dagster_sqlite.install()  # every process that drives Dagster from here reuses its SQLite connections
@@ -206,6 +206,20 @@ def _failed_step_error(result: dg.ExecuteInProcessResult):
     return None
 
 
+REFUSAL_KEYS = {"phase", "requires", "missing", "run_first"}
+"""The metadata of a phase's refusal to run before the phases it requires (``Refusal.metadata``)."""
+
+
+def order_refusal(result: dg.ExecuteInProcessResult) -> str | None:
+    """The sentence of a step that refused its phase as launched out of order, if one did."""
+    for event in result.all_events:
+        data = event.step_failure_data if event.is_step_failure else None
+        failure = data.user_failure_data if data else None
+        if failure is not None and REFUSAL_KEYS <= set(failure.metadata or {}):
+            return failure.description
+    return None
+
+
 def failed_checks(result: dg.ExecuteInProcessResult) -> list[str]:
     """One sentence per blocking check that failed in the run (its description, else its name)."""
     out = []
@@ -221,6 +235,9 @@ def run_failure(result: dg.ExecuteInProcessResult, job_name: str) -> RecoveryErr
     """The failed run as one error a person can act on: our own error's message (exit 2), the
     failed gates' sentences (exit 1), or an unexpected crash whose trace goes to the log (exit 3)."""
     where = f"{job_name} (run {result.run_id})"
+    refused = order_refusal(result)
+    if refused is not None:  # a phase launched before the phases it requires: its sentence, as the CLI's own
+        return OutOfOrderError(refused)
     err = _failed_step_error(result)
     chain = []
     while err is not None:

@@ -396,8 +396,13 @@ def test_reconcile_cli_and_assess_job_run_through_dagster(example_copy, tmp_path
 
         spec = load_spec(example_copy)
         config = {"incident_file": str(incident_file)}
+        code_location = defs()
+        # contained first: the assess job refuses an incident whose generations are not fenced yet
+        run_job(
+            code_location, "contain_backfill", instance, run_config={"ops": {"validate_incident": {"config": config}}}
+        )
         result = run_job(
-            defs(),
+            code_location,
             "assess_incident",
             instance,
             tags=reconciliation_tags(instance, spec),

@@ -103,9 +103,10 @@ def _assert_offline(name: str, html: str) -> None:
 
 @pytest.fixture
 def reported(example_copy: Path, failed_example, tmp_path: Path, monkeypatch):
-    """The failed example, assessed through Dagster, then reported by ``recovery report``."""
+    """The failed example, contained and assessed through Dagster, then reported by ``recovery report``."""
     from recovery.definitions import defs
     from recovery.defs.reconciliation.partitions import reconciliation_tags
+    from recovery.lib.phases import CONTAIN
     from recovery.orchestration import run_job
 
     home = tmp_path / "dagster_home"
@@ -116,8 +117,11 @@ def reported(example_copy: Path, failed_example, tmp_path: Path, monkeypatch):
     spec = load_spec(example_copy)
     config = {"incident_file": str(incident_file)}
     with dg.DagsterInstance.get() as instance:
+        code_location = defs()
+        # contained first: the assess job refuses an incident whose generations are not fenced yet
+        run_job(code_location, "contain_backfill", instance, run_config=CONTAIN.run_config(str(incident_file)))
         run_job(
-            defs(),
+            code_location,
             "assess_incident",
             instance,
             tags=reconciliation_tags(instance, spec),
@@ -207,7 +211,7 @@ def test_reports_state_the_figures_the_control_plane_holds(reported, failed_exam
     assert any(row[4] == "reconciliation" for row in timeline.tables["events"][1:])
 
     # Done checklists: the reconciliation's items are verified from its records; the recovery's phases
-    # have not run, so each recovery item names the command that would verify it
+    # after the assessment have not run, so each recovery item names the command that would verify it
     recon_done = {r[0]: r[1:] for r in recon.tables["done-checklist"][1:]}
     assert all(v[0] == "verified" for k, v in recon_done.items()), recon_done
     assert f"{sum(labels.values()):,} damaged keys" in recon_done["keys"][1]
@@ -220,7 +224,9 @@ def test_reports_state_the_figures_the_control_plane_holds(reported, failed_exam
     tl_done = {r[0]: r[1:] for r in timeline.tables["done-checklist"][1:]}
     assert tl_done["runs"][0] == tl_done["retries"][0] == tl_done["decisions"][0] == "verified"
     assert any(r[:8] in tl_done["runs"][1] for r in failed_example.info["run_ids"]["backfill"])
-    assert tl_done["containment"][0] == "not verifiable" and "recovery contain" in tl_done["containment"][2]
+    # containment ran before the assessment (the assess job refuses an incident not contained yet)
+    assert tl_done["containment"][0] == "verified" and "backfill-0042 fenced" in tl_done["containment"][1]
+    assert tl_done["evidence"][0] == "not verifiable" and "recovery evidence" in tl_done["evidence"][2]
 
     # recovery: every section present; none has run on the failed example, and the recurrence
     # gates of the spec's policy are listed as in force

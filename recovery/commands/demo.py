@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from recovery.config import EXAMPLE_SPEC
+from recovery.lib.phases import CONTAIN
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -29,7 +30,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.rule("the backfill failed; nothing is recovered yet")
         console.print(
             f"warehouse  {result.warehouse}\nincident   {incident}\n"
-            f"next       recovery contain --incident {incident}   (or launch contain_backfill from make ui)",
+            f"next       recovery contain --incident {incident}   (or launch {CONTAIN.job} from make ui)",
             highlight=False,
             soft_wrap=True,
         )

@@ -24,7 +24,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     launcher = Launcher.for_file(args.incident)
     incident, spec = launcher.incident, launcher.spec
-    launcher.require(PLAN, "repair")
+    launcher.require(PLAN)
     canary = [p.strip() for p in args.canary.split(",") if p.strip()] if args.canary else None
     if args.resume:
         _resume(spec, incident, args.resume, console)

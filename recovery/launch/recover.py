@@ -23,7 +23,7 @@ from recovery.launch.repair import decision, publish_or_roll_back, run_repair
 from recovery.lib.engine import duckdb_engine
 from recovery.lib.errors import RecoveryError
 from recovery.lib.incident import Incident
-from recovery.lib.phases import ASSESS, CONTAIN, EVIDENCE, REPORT, RESTATE, TIMELINE, VERIFY
+from recovery.lib.phases import ASSESS, CONTAIN, EVIDENCE, REPORT, RESTATE, RUNBOOK, TIMELINE, VERIFY
 from recovery.lib.repair.plan import wave_name
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.trace import mark, peak_rss_mb
@@ -171,17 +171,19 @@ def run_recovery(
         out.report_summary = str(r.asset_materializations_for_node("incident__reports")[0].metadata["summary"].value)
         return [t.run_id, r.run_id], f"timeline, reconciliation and recovery reports in {incident.reports_dir(spec)}"
 
-    for name, fn in [
-        ("contain", contain),
-        ("evidence", evidence),
-        ("assess", assess),
-        ("repair", repair),
-        ("publish", publish),
-        ("restate", restate),
-        ("verify", verify),
-        ("reports", reports),
-    ]:
-        if name == "repair" and decision(launcher)[1].is_rollback:
+    steps: dict[str, Callable[[], tuple[list[str], str]]] = {  # by name; the order is RUNBOOK's
+        "assess": assess,
+        "contain": contain,
+        "evidence": evidence,
+        "publish": publish,
+        "repair": repair,
+        "reports": reports,
+        "restate": restate,
+        "verify": verify,
+    }
+    assert set(steps) == {s.name for s in RUNBOOK}, "a step of the runbook without its launcher here"
+    for step in RUNBOOK:  # the runbook's order, declared once in recovery.lib.phases
+        if step.name == "repair" and decision(launcher)[1].is_rollback:
             continue
-        phase(name, fn)
+        phase(step.name, steps[step.name])
     return out

@@ -79,9 +79,9 @@ class Launcher:
     def state(self) -> IncidentState:
         return read_state(self.incident, self.spec)
 
-    def require(self, phase: Phase, verb: str | None = None) -> None:
+    def require(self, phase: Phase) -> None:
         """Refuse (``OutOfOrderError``, nothing written) when an earlier phase has not run."""
-        require(phase.needs, self.state(), self.incident_file, verb or phase.name)
+        require(phase, self.state(), self.incident)
 
     def run(
         self,
@@ -89,15 +89,14 @@ class Launcher:
         *,
         tags: dict[str, str] | None = None,
         check_order: bool = True,
-        verb: str | None = None,
         **config,
     ) -> dg.ExecuteInProcessResult:
         """Run the phase's job; ``config`` goes to its first node's config next to the incident file."""
         from recovery.defs.reconciliation.partitions import reconciliation_tags
         from recovery.orchestration import run_job
 
-        if check_order:
-            self.require(phase, verb)
+        if check_order:  # before a run is created; the job's first step refuses a launch from the UI the same way
+            self.require(phase)
         all_tags = dict(tags or {})
         if phase.whole_target:
             all_tags.update(reconciliation_tags(self.instance, self.spec))

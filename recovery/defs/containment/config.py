@@ -17,6 +17,8 @@ from pydantic import Field
 from recovery.config import PROJECT_ROOT
 from recovery.lib.errors import SpecError
 from recovery.lib.incident import Incident, check_incident, incident_from_mapping, parse_incident
+from recovery.lib.incident_state import read_state, refusal
+from recovery.lib.phases import BY_JOB
 from recovery.lib.spec import DatasetSpec
 
 
@@ -106,3 +108,27 @@ def resolve_incident(
                 "launch from the code location that serves that dataset (RECOVERY_SPEC), or fix the incident's spec",
             )
     return incident, spec
+
+
+def incident_for_step(
+    context: dg.OpExecutionContext | dg.AssetExecutionContext, config: IncidentConfig, served_spec: str | Path
+) -> tuple[Incident, DatasetSpec]:
+    """``resolve_incident`` for a step of a phase's job; in the phase's first step, the runbook's
+    order too: a phase launched before the phases it requires fails here (``refuse_out_of_order``)."""
+    incident, spec = resolve_incident(config, served_spec, context.instance)
+    refuse_out_of_order(context, incident, spec)
+    return incident, spec
+
+
+def refuse_out_of_order(
+    context: dg.OpExecutionContext | dg.AssetExecutionContext, incident: Incident, spec: DatasetSpec
+) -> None:
+    """Fail the phase's first step with the phase's refusal sentence (the one the CLI prints, exit 2)
+    and its facts as metadata when an earlier phase has not run for this incident; nothing is written.
+    A step of a job that is no phase, or not its phase's first, checks nothing."""
+    phase = BY_JOB.get(context.job_name)
+    if phase is None or not phase.needs or context.op_def.name != phase.nodes[0]:
+        return
+    refused = refusal(phase, read_state(incident, spec), incident)
+    if refused is not None:
+        raise dg.Failure(description=refused.sentence, metadata=refused.metadata(), allow_retries=False)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import dagster as dg
 
 from recovery.defs.containment.ops import adopt_target, fence_generations, stop_dagster_work, validate_incident
+from recovery.lib.phases import CONTAIN
 
-CONTAIN_JOB = "contain_backfill"
+CONTAIN_JOB = CONTAIN.job
 
 
 @dg.job(

@@ -9,7 +9,7 @@ re-run for the same incident finds everything done and records nothing.
 import dagster as dg
 
 from recovery.defs.containment import dagster_runs
-from recovery.defs.containment.config import IncidentConfig, resolve_incident
+from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.containment.report import ContainmentReport, GenerationContainment
 from recovery.defs.containment.writers import refused_writers
 from recovery.defs.resources import WarehouseResource
@@ -19,13 +19,14 @@ from recovery.lib.fencing import FenceOutcome, TimelineEvent, event_recorded, fe
 from recovery.lib.incident import Incident
 from recovery.lib.lakehouse.adoption import adopted_lakehouse
 from recovery.lib.lakehouse.fence import fence_table
+from recovery.lib.phases import CONTAIN
 
-ACTOR = "contain_backfill"
+ACTOR = CONTAIN.job
 
 
 @dg.op(description="Validate the incident (shape, then meaning against the warehouse, read-only) before any write.")
 def validate_incident(context: dg.OpExecutionContext, config: IncidentConfig, warehouse: WarehouseResource) -> Incident:
-    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
+    incident, spec = incident_for_step(context, config, warehouse.spec_path)
     context.log.info(
         f"incident {incident.incident_id}: contain {', '.join(incident.failed_generations)} of {spec.dataset}, "
         f"requested by {incident.requested_by}"

@@ -17,14 +17,15 @@ from datetime import datetime
 import dagster as dg
 from pydantic import Field
 
-from recovery.defs.containment.config import IncidentConfig, resolve_incident
+from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.convergence import ConvergenceResult, verify_convergence
 from recovery.lib.durations import format_duration
 from recovery.lib.errors import SpecError
+from recovery.lib.phases import VERIFY
 
 CONVERGENCE_KEY = dg.AssetKey(["convergence", "drift"])
-VERIFY_JOB = "verify_convergence"
+VERIFY_JOB = VERIFY.job
 RECENT_CHECK = "recent_partitions_converge"
 REPAIRED_CHECK = "repaired_history_converges"
 LAG_CHECK = "ingestion_keeps_up"
@@ -194,7 +195,7 @@ def convergence(context: dg.AssetExecutionContext, config: ConvergenceConfig, wa
     incident_id = None
     spec = warehouse.spec()
     if config.incident_file or config.has_fields():
-        incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
+        incident, spec = incident_for_step(context, config, warehouse.spec_path)
         incident_id = incident.incident_id
     result = verify_convergence(
         warehouse.engine(),

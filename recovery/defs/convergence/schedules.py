@@ -11,7 +11,7 @@ import dagster as dg
 from recovery.defs.convergence.assets import verify_convergence_job
 
 verify_convergence_hourly = dg.ScheduleDefinition(
-    name="verify_convergence_hourly",
+    name=f"{verify_convergence_job.name}_hourly",
     cron_schedule="0 * * * *",
     job=verify_convergence_job,
     default_status=dg.DefaultScheduleStatus.STOPPED,

@@ -23,6 +23,7 @@ from recovery.lib.consumers import materialize_consumer
 from recovery.lib.control_plane import utcnow
 from recovery.lib.errors import WarehouseBusyError
 from recovery.lib.ingest import apply_changes
+from recovery.lib.phases import CONTAIN
 from recovery.lib.spec import DatasetSpec, parse_spec
 
 BUSY_TIMEOUT_S = 20.0
@@ -95,7 +96,7 @@ def dataset_definitions(path: Path) -> dg.Definitions:
     # the containment job, bound to this dataset's warehouse (a job's own resource wins over the
     # location's ``warehouse``): its launchpad takes incidents whose spec is this dataset's
     contain = contain_backfill.graph.to_job(
-        name=f"contain_backfill__{d}",
+        name=f"{CONTAIN.job}__{d}",
         resource_defs={"warehouse": warehouse_resource(str(path))},
         executor_def=dg.in_process_executor,
         tags={**contain_backfill.tags, "recovery/dataset": d},

@@ -2,11 +2,12 @@
 
 import dagster as dg
 
-from recovery.defs.containment.config import IncidentConfig, resolve_incident
+from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.control_plane import record_event
 from recovery.lib.decision import decide
 from recovery.lib.engine import open_engine
+from recovery.lib.phases import ASSESS
 from recovery.lib.writer import retrying
 
 
@@ -19,7 +20,7 @@ from recovery.lib.writer import retrying
 def decision(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
+    incident, spec = incident_for_step(context, config, warehouse.spec_path)
     engine = open_engine(spec.warehouse)
 
     def txn():
@@ -47,7 +48,7 @@ def decision(
 
 
 assess_incident = dg.define_asset_job(
-    "assess_incident",
+    ASSESS.job,
     selection=dg.AssetSelection.keys(["incident", "reconciliation"], ["incident", "impact"], ["incident", "decision"]),
     description="Reconcile, trace the impact downstream and decide rollback vs repair for an incident.",
 )

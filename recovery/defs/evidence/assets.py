@@ -10,9 +10,10 @@ the first bundle untouched and reports it (see ``recovery.lib.evidence.bundle``)
 import dagster as dg
 
 from recovery.dagster_history import run_history_for
-from recovery.defs.containment.config import IncidentConfig, resolve_incident
+from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.evidence import build_evidence
+from recovery.lib.phases import EVIDENCE
 
 EVIDENCE_KEY = dg.AssetKey(["incident", "evidence_bundle"])
 
@@ -35,7 +36,7 @@ def _files_table(manifest: dict) -> str:
 def evidence_bundle(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
+    incident, spec = incident_for_step(context, config, warehouse.spec_path)
     engine = warehouse.engine()
     history = run_history_for(context.instance, engine, incident.failed_generations, with_logs=True)
     result = build_evidence(incident, spec, engine, history, actor="evidence_bundle", run_id=context.run.run_id)
@@ -60,7 +61,7 @@ def evidence_bundle(
 
 
 preserve_evidence = dg.define_asset_job(
-    "preserve_evidence",
+    EVIDENCE.job,
     selection=dg.AssetSelection.assets(EVIDENCE_KEY),
     description="Freeze an incident's evidence bundle (refuses to overwrite an existing one).",
 )

@@ -12,7 +12,7 @@ from dataclasses import asdict
 import dagster as dg
 
 from recovery.defs.asset_consumers import affected_partitions, resolve
-from recovery.defs.containment.config import IncidentConfig, resolve_incident
+from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.location import asset_graph
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.asset_consumers import AssetImpact, damaged_target_partitions, trace_asset
@@ -42,7 +42,7 @@ def downstream_of_target(context: dg.AssetExecutionContext, target_table: str, s
 def impact(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
+    incident, spec = incident_for_step(context, config, warehouse.spec_path)
     engine = open_engine(spec.warehouse)
     lineage = downstream_of_target(context, str(spec.target.table_name), warehouse.spec_path)
     assets, undeclared = resolve(context, spec, warehouse.spec_path)

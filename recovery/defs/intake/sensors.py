@@ -141,7 +141,7 @@ def open_drafts(
     name="backfill_incident_sensor",
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Opens a draft incident (file, timeline, prefilled contain_backfill launchpad, alert) for every "
+    description=f"Opens a draft incident (file, timeline, prefilled {CONTAIN_JOB} launchpad, alert) for every "
     "failed or canceled backfill of the managed dataset, or one whose runs failed.",
 )
 def backfill_incident_sensor(

@@ -11,9 +11,10 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from recovery.defs.containment.config import IncidentConfig, resolve_incident
+from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.reconciliation.partitions import TARGET_PARTITIONS, register_found
 from recovery.defs.resources import WarehouseResource
+from recovery.lib.phases import RECONCILE
 from recovery.lib.reconcile.run import run_reconciliation
 
 # a partition's own figures on its materialization, beside the run's (which every partition carries)
@@ -48,7 +49,7 @@ class ReconcileConfig(IncidentConfig):
 def reconciliation(
     context: dg.AssetExecutionContext, config: ReconcileConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
+    incident, spec = incident_for_step(context, config, warehouse.spec_path)
     out = Path(config.out_dir) if config.out_dir else incident.reports_dir(spec)
     rng = (incident.partitions.start, incident.partitions.end) if incident.partitions else None
     summary, files = run_reconciliation(
@@ -93,7 +94,7 @@ def reconciliation(
 
 
 reconcile_incident = dg.define_asset_job(
-    "reconcile_incident",
+    RECONCILE.job,
     selection=dg.AssetSelection.keys(["incident", "reconciliation"]),
     description="Classify every damaged key of an incident and write reconciliation.parquet + summary.json.",
 )

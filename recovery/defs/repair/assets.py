@@ -14,7 +14,7 @@ import dagster as dg
 
 from recovery.config import spec_path
 from recovery.defs.alerts.resources import NotifierResource
-from recovery.defs.containment.config import IncidentConfig, resolve_incident
+from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.repair.checks import (
     CANDIDATE_KEY,
     GENERATION_KEY,
@@ -29,10 +29,11 @@ from recovery.defs.repair.partitions import REPAIR_PARTITIONS, register_repair_p
 from recovery.defs.repair.rollback import rollback_incident
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.engine import open_engine
+from recovery.lib.phases import CANARY, PLAN, PUBLISH, WAVE
 from recovery.lib.repair.build import build_wave, start_repair
 from recovery.lib.repair.diffs import label_diffs
 from recovery.lib.repair.plan import load_plan, require_plan, wave_name
-from recovery.lib.repair.publish import PublishNotice, gate_candidate, publish, replay_to_now
+from recovery.lib.repair.publish import PublishNotice, finish_publish, gate_candidate, publish, replay_to_now
 from recovery.lib.repair.waves import gate_wave
 from recovery.lib.spec import parse_spec
 from recovery.lib.writer import Writer
@@ -50,7 +51,7 @@ def _plan_or_fail(spec, incident_id: str):
         plan = load_plan(s, incident_id)
     if plan is None:
         raise dg.Failure(
-            description=f"incident {incident_id} has no repair plan; materialize repair/plan (job plan_repair) first",
+            description=f"incident {incident_id} has no repair plan; materialize repair/plan (job {PLAN.job}) first",
             allow_retries=False,
         )
     return plan
@@ -67,7 +68,7 @@ def _plan_or_fail(spec, incident_id: str):
 def repair_plan(
     context: dg.AssetExecutionContext, config: RepairPlanConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
+    incident, spec = incident_for_step(context, config, warehouse.spec_path)
     plan = start_repair(
         _writer(spec, "repair_plan"),
         incident,
@@ -106,13 +107,13 @@ def repair_plan(
 def repair_generation(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
+    incident, spec = incident_for_step(context, config, warehouse.spec_path)
     plan = _plan_or_fail(spec, incident.incident_id)
     wave = plan.wave_of(list(context.partition_keys))
-    if context.job_def.name == "repair_canary" and wave != 0:
+    if context.job_def.name == CANARY.job and wave != 0:
         raise dg.Failure(
-            description=f"repair_canary builds the canary only; these partitions are {wave_name(wave)} "
-            f"(launch repair_waves)",
+            description=f"{CANARY.job} builds the canary only; these partitions are {wave_name(wave)} "
+            f"(launch {WAVE.job})",
             allow_retries=False,
         )
     rows = build_wave(_writer(spec, "repair_generation"), plan, wave, run_id=context.run.run_id)
@@ -132,16 +133,37 @@ def repair_generation(
     deps=[GENERATION_KEY],
     group_name="repair",
     kinds={"duckdb"},
+    output_required=False,
     description="Publish candidate: the delta of normal ingestion since the low watermark replayed by key and version "
-    "(newer wins, tombstones delete) up to the high watermark.",
+    "(newer wins, tombstones delete) up to the high watermark. Once the repair is published, a launch is a no-op: "
+    "nothing is replayed, gated or published again, and the published candidate's gates stay as they were.",
 )
 def repair_candidate(
-    context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
-) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
+    context: dg.AssetExecutionContext,
+    config: IncidentConfig,
+    warehouse: WarehouseResource,
+    notifier: NotifierResource,
+):
+    incident, spec = incident_for_step(context, config, warehouse.spec_path)
     plan = _plan_or_fail(spec, incident.incident_id)
+    if plan.status == "published":  # a second publish: no materialization, so its gates and the publication skip
+        engine = open_engine(spec.warehouse)
+        finished = finish_publish(  # a publish killed after its commit left these undone
+            engine,
+            spec,
+            incident.incident_id,
+            notice=PublishNotice(notifier.notifier(engine), incident.requested_by),
+            run_id=context.run.run_id,
+        )
+        context.log.info(
+            f"{incident.incident_id}: already published ({spec.target.table} -> {plan.namespace}); "
+            + (f"finished what that publish left undone: {', '.join(finished)}" if finished else "nothing to do")
+        )
+        if spec.target.lakehouse is not None:  # a publish stopped between the pointer and the table's commit
+            context.log.info(publish_onto_table(spec, incident.incident_id).line())
+        return
     replayed = replay_to_now(_writer(spec, "repair_candidate"), plan, stage="candidate", run_id=context.run.run_id)
-    return dg.MaterializeResult(
+    yield dg.MaterializeResult(
         metadata={
             "upserts_replayed": replayed.upserted,
             "deletes_replayed": replayed.deleted,
@@ -164,7 +186,7 @@ def repair_publication(
     warehouse: WarehouseResource,
     notifier: NotifierResource,
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
+    incident, spec = incident_for_step(context, config, warehouse.spec_path)
     if spec.target.lakehouse is not None:
         refuse_foreign_changes(spec, incident.incident_id)
     writer = _writer(spec, "repair_publication")
@@ -224,22 +246,22 @@ def gate_checks(spec) -> list[dg.AssetChecksDefinition]:
 
 
 plan_repair = dg.define_asset_job(
-    "plan_repair",
+    PLAN.job,
     selection=dg.AssetSelection.assets(PLAN_KEY),
     description="Plan the repair of an incident and start its generation (low watermark).",
 )
 repair_canary = dg.define_asset_job(
-    "repair_canary",
+    CANARY.job,
     selection=dg.AssetSelection.assets(GENERATION_KEY),
     description="Rebuild the canary partitions (select the canary range shown on repair/plan) and gate them.",
 )
 repair_waves = dg.define_asset_job(
-    "repair_waves",
+    WAVE.job,
     selection=dg.AssetSelection.assets(GENERATION_KEY),
     description="Rebuild one wave (select its range shown on repair/plan) and gate it; a failed gate stops the expansion.",
 )
 publish_repair = dg.define_asset_job(
-    "publish_repair",
+    PUBLISH.job,
     selection=dg.AssetSelection.assets(CANDIDATE_KEY, PUBLICATION_KEY),
     description="Replay the delta, run every gate over the candidate, and publish by one pointer move if all pass.",
 )

@@ -2,17 +2,18 @@
 
 import dagster as dg
 
-from recovery.defs.containment.config import IncidentConfig, resolve_incident
+from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.decision import decide
 from recovery.lib.engine import open_engine
+from recovery.lib.phases import ROLLBACK
 from recovery.lib.repair.publish import rollback
 from recovery.lib.writer import Writer
 
 
 @dg.op(description="Move the public view back to the complete prior namespace, if the decision allows it.")
 def roll_back(context: dg.OpExecutionContext, config: IncidentConfig, warehouse: WarehouseResource) -> dg.Output:
-    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
+    incident, spec = incident_for_step(context, config, warehouse.spec_path)
     engine = open_engine(spec.warehouse)
     with engine.session(read_only=True) as s:
         decision = decide(s, spec, incident.failed_generations)
@@ -27,6 +28,9 @@ def roll_back(context: dg.OpExecutionContext, config: IncidentConfig, warehouse:
     )
 
 
-@dg.job(description="Roll the public view back to the prior generation (only when the decision chose rollback).")
+@dg.job(
+    name=ROLLBACK.job,
+    description="Roll the public view back to the prior generation (only when the decision chose rollback).",
+)
 def rollback_incident():
     roll_back()

@@ -14,9 +14,10 @@ import dagster as dg
 from pydantic import Field
 
 from recovery.dagster_history import run_history_for
-from recovery.defs.containment.config import IncidentConfig, resolve_incident
+from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.resources import WarehouseResource
 from recovery.defs.timeline.assets import TIMELINE_KEY
+from recovery.lib.phases import REPORT
 from recovery.lib.reports import build_reports, write_reports
 from recovery.lib.timeline import build_timeline
 
@@ -41,7 +42,7 @@ class ReportsConfig(IncidentConfig):
 def incident_reports(
     context: dg.AssetExecutionContext, config: ReportsConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
+    incident, spec = incident_for_step(context, config, warehouse.spec_path)
     engine = warehouse.engine()
     timeline = build_timeline(
         incident, spec, engine, run_history_for(context.instance, engine, incident.failed_generations)
@@ -60,7 +61,7 @@ def incident_reports(
 
 
 render_reports = dg.define_asset_job(
-    "render_incident_reports",
+    REPORT.job,
     selection=dg.AssetSelection.assets(REPORTS_KEY),
     description="Write an incident's timeline, reconciliation and recovery reports (HTML + Markdown).",
 )

@@ -18,17 +18,18 @@ import dagster as dg
 from recovery.config import spec_path
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.asset_consumers import ResolvedAsset, resolve
-from recovery.defs.containment.config import IncidentConfig, resolve_incident
+from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.resources import WarehouseResource
 from recovery.defs.restatement.downstream_assets import ASSETS_KEY, restate_assets
 from recovery.lib.engine import open_engine
+from recovery.lib.phases import RESTATE
 from recovery.lib.restatement.checks import record_checks, refusal
 from recovery.lib.restatement.notices import notify_owners
 from recovery.lib.restatement.restate import ConsumerRestatement, check_request, refreshed, restate_consumers
 from recovery.lib.spec import DatasetSpec, parse_spec
 from recovery.lib.writer import retrying
 
-RESTATE_JOB = "restate_consumers"
+RESTATE_JOB = RESTATE.job
 RESTATEMENT_OP = "restatement"
 CHECK = "equals_consumer_on_source"
 ASSETS_CHECK = "downstream_assets_restated"
@@ -103,7 +104,7 @@ def restatement_asset(spec: DatasetSpec) -> dg.AssetsDefinition:
         warehouse: WarehouseResource,
         notifier: NotifierResource,
     ):
-        incident, served = resolve_incident(config, warehouse.spec_path, context.instance)
+        incident, served = incident_for_step(context, config, warehouse.spec_path)
         engine = open_engine(served.warehouse)
         names = [k.path[-1] for k in context.selected_asset_keys if k != ASSETS_KEY]
         assets: list[ResolvedAsset] = []

@@ -10,9 +10,10 @@ selected, so the timeline tells that the evidence was preserved.
 import dagster as dg
 
 from recovery.dagster_history import run_history_for
-from recovery.defs.containment.config import IncidentConfig, resolve_incident
+from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.evidence.assets import EVIDENCE_KEY
 from recovery.defs.resources import WarehouseResource
+from recovery.lib.phases import TIMELINE
 from recovery.lib.timeline import build_timeline, render_markdown, write_timeline
 
 TIMELINE_KEY = dg.AssetKey(["incident", "timeline"])
@@ -29,7 +30,7 @@ TIMELINE_KEY = dg.AssetKey(["incident", "timeline"])
 def incident_timeline(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = resolve_incident(config, warehouse.spec_path, context.instance)
+    incident, spec = incident_for_step(context, config, warehouse.spec_path)
     engine = warehouse.engine()
     history = run_history_for(context.instance, engine, incident.failed_generations)
     timeline = build_timeline(incident, spec, engine, history)
@@ -47,7 +48,7 @@ def incident_timeline(
 
 
 render_timeline = dg.define_asset_job(
-    "render_incident_timeline",
+    TIMELINE.job,
     selection=dg.AssetSelection.assets(TIMELINE_KEY),
     description="Rebuild an incident's timeline from the control plane and Dagster's event log.",
 )

@@ -23,6 +23,7 @@ from recovery.lib.errors import RecoveryError, SpecError
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.namespaces import namespace_sql
 from recovery.lib.partition_filter import in_partitions
+from recovery.lib.phases import ASSESS
 from recovery.lib.reconcile.classify import partition_table, recon_table
 from recovery.lib.repair.tables import PARTITIONS, PLANS
 from recovery.lib.snapshot import str_list
@@ -138,7 +139,7 @@ def damaged_partitions(
         f"SELECT count(*) FROM {parts} WHERE incident_id = ?", [incident_id]
     ):
         raise RecoveryError(
-            f"incident {incident_id} has no reconciliation yet; run assess_incident "
+            f"incident {incident_id} has no reconciliation yet; run {ASSESS.job} "
             f"(or `recovery reconcile --incident FILE`) before planning the repair"
         )
     part, gen = quote(spec.target.partition), quote(spec.target.metadata.generation)

@@ -31,6 +31,7 @@ from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import current_namespace, move_pointer, namespace_sql
 from recovery.lib.notify import Notifier, delivered_keys
+from recovery.lib.phases import PUBLISH
 from recovery.lib.published_export import export_dir, export_is_current, read_marker, refresh_published_export
 from recovery.lib.repair.diffs import record_diffs
 from recovery.lib.repair.gates import BUILTIN, evaluate_gates, latest_gates
@@ -164,7 +165,7 @@ def publish(
             _require_building(plan)
             if plan.high_seq is None:
                 raise RecoveryError(
-                    "the repair candidate has not been gated yet; run the candidate checks (publish_repair) first"
+                    f"the repair candidate has not been gated yet; run the candidate checks ({PUBLISH.job}) first"
                 )
             gates = latest_gates(s, incident_id, CANDIDATE)
             missing = [g for g in BUILTIN if g not in gates] + [x.name for x in spec.suites if x.name not in gates]

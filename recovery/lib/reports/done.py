@@ -24,6 +24,7 @@ from recovery.lib.control_plane import SCHEMA, dataset_table, dataset_table_name
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote
 from recovery.lib.incident import Incident
+from recovery.lib.phases import ASSESS
 from recovery.lib.reports.tables import NOT_RUN, exists, rows_as_dicts
 from recovery.lib.snapshot import str_list
 from recovery.lib.spec import DatasetSpec
@@ -331,9 +332,7 @@ def timeline_checklist(tl: dict | None, *, propagation: dict, evidence: dict) ->
     if decisions:
         rows.append(row("decisions", VERIFIED, _first(decisions[-1:])))
     else:
-        rows.append(
-            row("decisions", NOT_VERIFIABLE, "no decision recorded", "run recovery reconcile / assess_incident")
-        )
+        rows.append(row("decisions", NOT_VERIFIABLE, "no decision recorded", f"run recovery reconcile / {ASSESS.job}"))
     rows.append(evidence_row(evidence))
     return rows
 
@@ -523,7 +522,7 @@ def reconciliation_checklist(ctx: dict, *, write_log: bool, out_of_order_basis: 
                 "downstream",
                 NOT_VERIFIABLE,
                 "no impact assessment recorded",
-                "run assess_incident (recovery reconcile)",
+                f"run {ASSESS.job} (recovery reconcile)",
             )
         )
     else:
@@ -553,7 +552,7 @@ def reconciliation_checklist(ctx: dict, *, write_log: bool, out_of_order_basis: 
         )
     per = decisions.get("per_consumer", [])
     if impact["status"] == NOT_RUN:
-        rows.append(row("decision impact", NOT_VERIFIABLE, "no impact assessment recorded", "run assess_incident"))
+        rows.append(row("decision impact", NOT_VERIFIABLE, "no impact assessment recorded", f"run {ASSESS.job}"))
     elif not per:
         rows.append(
             row(

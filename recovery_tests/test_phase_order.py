@@ -1,0 +1,178 @@
+"""The runbook's order, enforced by the jobs themselves: a phase launched from the UI (here through
+Dagster's own API) before the phases it requires fails its first step with the sentence the CLI
+prints, and writes nothing; a publish launched again after the publish is a no-op that leaves the
+published candidate's gates as they were.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+from rich.console import Console
+
+from recovery.config import PROJECT_ROOT
+from recovery.lib.engine import open_engine
+from recovery.lib.errors import OutOfOrderError
+from recovery.lib.incident import check_incident, parse_incident
+from recovery.lib.namespaces import current_namespace
+from recovery.lib.phases import ASSESS, CONTAIN, PUBLISH
+from recovery.lib.repair.plan import load_plan
+
+
+def _warehouse_digest(spec) -> list[tuple]:
+    """Every table and view of the warehouse with its row count: what a write would change."""
+    with open_engine(spec.warehouse).session(read_only=True) as s:
+        relations = s.fetchall(
+            "SELECT schema_name, table_name, 'table' FROM duckdb_tables() "
+            "UNION ALL SELECT schema_name, view_name, 'view' FROM duckdb_views() WHERE NOT internal ORDER BY 1, 2"
+        )
+        return [
+            (schema, name, kind, s.scalar(f'SELECT count(*) FROM "{schema}"."{name}"'))
+            for schema, name, kind in relations
+        ]
+
+
+def _cli(argv: list[str]) -> tuple[int, str]:
+    from recovery.cli import main
+
+    out = io.StringIO()
+    code = main(argv, console=Console(file=out, width=1000))
+    return code, out.getvalue()
+
+
+def _home(tmp_path: Path, monkeypatch, spec_path: Path, copy_from: Path | None = None) -> None:
+    home = tmp_path / "dagster_home"
+    if copy_from is not None:
+        shutil.copytree(copy_from, home, ignore=shutil.ignore_patterns("*.log"))
+    else:
+        home.mkdir()
+        shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("RECOVERY_SPEC", str(spec_path))
+
+
+def test_publish_launched_after_containment_alone_is_refused_inside_its_run(
+    failed_example, example_copy, tmp_path, monkeypatch
+):
+    from recovery.definitions import defs
+    from recovery.launch import Launcher
+
+    _home(tmp_path, monkeypatch, example_copy, failed_example.dagster_home)
+    incident_file = example_copy.with_name("incident.yaml")
+    incident = parse_incident(incident_file)
+    spec = check_incident(incident)
+    sentence = (
+        f"publish: the incident has no recorded reconciliation; run `recovery assess --incident {incident_file}` "
+        f"(Dagster job assess_incident) first"
+    )
+    with dg.DagsterInstance.get() as instance:
+        code_location = defs()
+        launcher = Launcher(incident, spec, instance=instance, definitions=code_location)
+        launcher.run(CONTAIN)
+        assert launcher.state().contained and not launcher.state().assessed
+        before = _warehouse_digest(spec)
+
+        # launched as the UI launches it: the run fails in its first step, with the sentence and its facts
+        result = code_location.resolve_job_def(PUBLISH.job).execute_in_process(
+            instance=instance, run_config=PUBLISH.run_config(str(incident_file)), raise_on_error=False
+        )
+        assert not result.success
+        (failure,) = [e for e in result.all_events if e.is_step_failure]
+        assert failure.step_key == PUBLISH.nodes[0]
+        refusal = failure.step_failure_data.user_failure_data
+        assert refusal.description == sentence
+        assert {k: v.value for k, v in refusal.metadata.items()} == {
+            "phase": "publish",
+            "requires": "contain, assess, wave",
+            "missing": "assessed, built",
+            "run_first": "assess_incident",
+        }
+        assert failure.step_failure_data.error.cls_name == "Failure"  # a decision, not an unexpected exception
+        assert not [e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
+        assert not [e for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+
+        # the CLI reads that run's refusal as its own: the same sentence, exit 2
+        with pytest.raises(OutOfOrderError) as refused:
+            launcher.run(PUBLISH, check_order=False)
+        assert str(refused.value) == sentence and refused.value.exit_code == 2
+    # and refuses before any run when asked itself
+    with dg.DagsterInstance.get() as instance:
+        runs_before = len(instance.get_runs())
+    code, out = _cli(["publish", "--incident", str(incident_file)])
+    assert code == 2 and out.strip() == f"error: {sentence}"
+    with dg.DagsterInstance.get() as instance:
+        assert len(instance.get_runs()) == runs_before
+    assert _warehouse_digest(spec) == before  # nothing was written
+    with open_engine(spec.warehouse).session(read_only=True) as s:
+        assert load_plan(s, incident.incident_id) is None
+
+    # the assess job is refused the same way for an incident that is not contained yet: another sentence
+    other = parse_incident(incident_file).model_copy(update={"failed_generations": ["backfill-never-fenced"]})
+    from recovery.lib.incident_state import read_state, refusal
+
+    refused_assess = refusal(ASSESS, read_state(other, spec), other)
+    assert refused_assess is not None and refused_assess.sentence == (
+        f"assess: the failed generations are not fenced yet; run `recovery contain --incident {incident_file}` "
+        f"(Dagster job contain_backfill) first"
+    )
+
+
+def test_publish_after_a_publish_is_a_no_op_that_changes_no_gate(tmp_path, monkeypatch):
+    from recovery.definitions import defs
+    from recovery.defs.repair.checks import CANDIDATE_KEY
+    from recovery.launch import Launcher
+    from recovery.launch.repair import run_publish, run_repair
+    from recovery_tests.repaired_small import build_damaged
+
+    r = build_damaged(tmp_path / "orders")  # ingested, damaged by bf-7, fenced
+    _home(tmp_path, monkeypatch, r.spec_path)
+    incident = parse_incident(r.incident_path)
+    spec = check_incident(incident)
+    with dg.DagsterInstance.get() as instance:
+        code_location = defs()
+        launcher = Launcher(incident, spec, instance=instance, definitions=code_location)
+        launcher.run(CONTAIN)
+        launcher.run(ASSESS)
+        repaired = run_repair(launcher, wave_size=5)
+        assert repaired.stopped is None, repaired.stopped
+        published = run_publish(launcher)
+        job = code_location.resolve_job_def(PUBLISH.job)
+        gates = [k for k in job.asset_layer.asset_graph.asset_check_keys if k.asset_key == CANDIDATE_KEY]
+        assert len(gates) >= 6
+
+        def evaluations() -> dict[str, tuple[str, bool, str | None]]:
+            """Each gate's latest evaluation (a passed or failed one): the run that made it, passed, its sentence."""
+            done = {AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED}
+            out = {}
+            for key in gates:
+                (latest,) = instance.event_log_storage.get_asset_check_execution_history(key, limit=1, status=done)
+                ev = latest.event.dagster_event.event_specific_data
+                out[key.name] = (latest.run_id, ev.passed, ev.description)
+            return out
+
+        gated = evaluations()
+        assert {run for run, _, _ in gated.values()} == {published.run_id}
+        assert all(passed for _, passed, _ in gated.values())
+        before = _warehouse_digest(spec)
+        with open_engine(spec.warehouse).session(read_only=True) as s:
+            namespace = current_namespace(s, spec)
+
+        # launched again from the UI: a successful run that replays, gates and publishes nothing
+        again = job.execute_in_process(
+            instance=instance, run_config=PUBLISH.run_config(str(incident.incident_path)), raise_on_error=False
+        )
+        assert again.success
+        kinds = [e.event_type_value for e in again.all_events]
+        assert "ASSET_MATERIALIZATION" not in kinds and "ASSET_CHECK_EVALUATION" not in kinds
+        assert evaluations() == gated  # every gate of the published candidate as it was
+    assert _warehouse_digest(spec) == before
+    with open_engine(spec.warehouse).session(read_only=True) as s:
+        assert current_namespace(s, spec) == namespace
+        assert load_plan(s, incident.incident_id).status == "published"
+    code, out = _cli(["publish", "--incident", str(incident.incident_path)])
+    assert code == 0 and "already published" in out and "nothing to do" in out
