@@ -184,7 +184,13 @@ def row_frame_sql(s: Session, spec: DatasetSpec, plan: RepairPlan, scope: list[s
 
 def _per_partition(s: Session, spec: DatasetSpec, relation: str, scope: list[str]) -> str:
     part = quote(spec.target.partition)
-    total = f"CAST(sum({quote(spec.target.amount)}) AS VARCHAR)" if spec.target.amount else "CAST(NULL AS VARCHAR)"
+    # each amount to a fixed-point decimal first, so the sum is exact and does not depend on the order the
+    # engine adds the rows in (a DOUBLE sum over the same rows in another order differs in its last digits)
+    total = (
+        f"CAST(sum(CAST({quote(spec.target.amount)} AS DECIMAL(38, 6))) AS VARCHAR)"
+        if spec.target.amount
+        else "CAST(NULL AS VARCHAR)"
+    )
     return (
         f"SELECT CAST({part} AS VARCHAR) AS partition, count(*) AS n, {total} AS t FROM ({relation}) "
         f"WHERE {in_partitions(s, spec, scope)} GROUP BY 1"
