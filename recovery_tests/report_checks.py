@@ -33,9 +33,11 @@ def check_done_reports(
     consumers: list[str],
     computed_originals: set[str] = frozenset(),
     qualified: dict[str, str] | None = None,
+    concurrent_writes: bool = True,
 ) -> dict[str, dict]:
     """``run_ids``: the failed generations' Dagster runs the timeline must cite; ``qualified``: timeline
-    items expected to be qualified, with a phrase their reason must hold."""
+    items expected to be qualified, with a phrase their reason must hold; ``concurrent_writes``: whether
+    ingestion wrote during the repair (if not, preservation has nothing to check and must not read verified)."""
     """Assert what every recovered incident's reports must say; return the checklists for more."""
     pages = {
         name: _Page((reports_dir / f"{name}.html").read_text()) for name in ("timeline", "reconciliation", "recovery")
@@ -72,9 +74,13 @@ def check_done_reports(
 
     # recovery: every phase that ran is reported from its record, never as "not run yet"
     rv = lists["recovery"]
+    cw = rv["concurrent-write preservation"]
+    if concurrent_writes:
+        assert cw["status"] == "verified" and "repair_concurrent_writes" in cw["evidence"], cw
+    else:
+        assert cw["status"] == "not verified" and "no write landed during the repair" in cw["why"], cw
     for item in (
         "isolated repair",
-        "concurrent-write preservation",
         "canaries",
         "downstream correction",
         "current-ingestion validation",

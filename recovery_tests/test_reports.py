@@ -279,6 +279,11 @@ def test_the_recovery_report_shows_what_the_repair_recorded(tmp_path):
             f"('INC-7', 'repair-7', 'rerun', 'idempotent_rerun', true, true, 0, 3)"
         )
         s.execute(
+            f"INSERT INTO {GATES} (incident_id, generation, stage, gate, passed, blocking, observed, details, "
+            f"evaluated_seq) VALUES ('INC-7', 'repair-7', 'publish', 'repair_concurrent_writes', true, true, 0, "
+            f"'49 keys written during the repair, in 2 partitions: each equals the snapshot plus the captured writes', 22)"
+        )
+        s.execute(
             f"INSERT INTO {REPLAYS} (incident_id, stage, after_seq, through_seq, upserted, deleted, skipped_older) VALUES "
             f"('INC-7', 'before_publish', 10, 20, 41, 3, 2), ('INC-7', 'in_publish', 20, 22, 5, 0, 0)"
         )
@@ -365,6 +370,7 @@ def test_the_recovery_report_shows_what_the_repair_recorded(tmp_path):
     assert (
         done["concurrent-write preservation"]["status"] == "verified"
         and "46 upserts and 3 deletes" in done["concurrent-write preservation"]["evidence"]
+        and "49 keys written during the repair" in done["concurrent-write preservation"]["evidence"]
     )
     assert done["canaries"]["status"] == "verified" and "canary of 1 partitions" in done["canaries"]["evidence"]
     assert done["current-ingestion validation"]["status"] == "verified"

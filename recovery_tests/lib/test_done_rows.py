@@ -4,8 +4,7 @@ One case per row and way of falling short: the row's underlying set made empty, 
 made to fail, starting from a context in which every row is verified (checked first, so no
 case passes by a row that could never be verified). The contexts are the shapes the report
 builders hand ``done.py``; the end-to-end recoveries check the same rows from real records
-(``report_checks.py``). "concurrent-write preservation" is not here: its row is being rebuilt
-on the publish gate's key-by-key comparison (issue 34, item 1).
+(``report_checks.py``).
 """
 
 from __future__ import annotations
@@ -102,7 +101,12 @@ def recovery_inputs() -> dict:
             "gates": [{"gate": "idempotent_rerun", "passed": True}],
             "noop_replays": [],
         },
-        "concurrent_writes": {"status": "recorded", "totals": {"upserted": 3, "deleted": 1}, "replays": [{}]},
+        "concurrent_writes": {
+            "status": "recorded",
+            "totals": {"upserted": 3, "deleted": 1, "skipped_older": 0},
+            "replays": [{}],
+            "gate": {"gate": "repair_concurrent_writes", "passed": True, "observed": 0, "details": "4 keys ..."},
+        },
         "waves": {
             "status": "recorded",
             "waves": [{"wave": 0, "partitions": 1}],
@@ -246,6 +250,27 @@ CASES = [
         "idempotency",
         _set("sections.idempotency.gates", [{"gate": "idempotent_rerun", "passed": False}]),
         "1 of 1 idempotency gates failed",
+    ),
+    (
+        "recovery",
+        "concurrent-write preservation",
+        _set("sections.concurrent_writes.gate", None),
+        "the key-by-key publish gate (repair_concurrent_writes) did not run",
+    ),
+    (
+        "recovery",
+        "concurrent-write preservation",
+        _set(
+            "sections.concurrent_writes.gate",
+            {"gate": "repair_concurrent_writes", "passed": False, "observed": 3, "details": "3 lost"},
+        ),
+        "failed on 3 keys",
+    ),
+    (
+        "recovery",
+        "concurrent-write preservation",
+        _set("sections.concurrent_writes.totals", {"upserted": 0, "deleted": 0, "skipped_older": 0}),
+        "no write landed during the repair",
     ),
     ("recovery", "canaries", _set("sections.waves.gates", []), "0 gates recorded at stage canary"),
     (

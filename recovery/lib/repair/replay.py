@@ -159,25 +159,35 @@ def replay_in(
     n_del = int(s.scalar(f"SELECT count(*) FROM ({deletes})") or 0)
     note = f"delta replay ({stage}) of seq ({after_seq}, {through_seq}]"
     # a carried key (one the snapshot does not rebuild) needs no repair: it ends as the published
-    # table holds it now, the backfill's fenced rows left out
+    # table holds it now, the backfill's fenced rows left out (only keys whose rows differ are rewritten,
+    # so a second replay of the window changes nothing)
     gen = quote(spec.target.metadata.generation)
+    all_cols = quote_all(cols)
     s.execute(f"CREATE OR REPLACE TEMP TABLE __replay_carried AS SELECT {key} FROM __replay WHERE NOT ({rebuilt})")
-    n_carried = int(s.scalar("SELECT count(*) FROM __replay_carried") or 0)
-    if n_carried:
+    mirrored = removed = 0
+    if int(s.scalar("SELECT count(*) FROM __replay_carried") or 0):
         s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __replay_mirror AS SELECT {quote_all(cols)} FROM "
+            f"CREATE OR REPLACE TEMP TABLE __replay_mirror AS SELECT {all_cols} FROM "
             f"{namespace_sql(plan.from_namespace)} SEMI JOIN __replay_carried USING ({key}) "
             f"WHERE {gen} NOT IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL)"
         )
+        held = f"SELECT {all_cols} FROM {ns} SEMI JOIN __replay_carried USING ({key})"
+        s.execute(
+            f"CREATE OR REPLACE TEMP TABLE __replay_changed AS SELECT DISTINCT {key} FROM ("
+            f"(SELECT * FROM __replay_mirror EXCEPT {held}) UNION ALL ({held} EXCEPT SELECT * FROM __replay_mirror))"
+        )
         s.execute(
             f"CREATE OR REPLACE TEMP TABLE __replay_carried_del AS SELECT {key}, max({sv}) AS {sv} FROM {ns} "
-            f"SEMI JOIN __replay_carried USING ({key}) GROUP BY ALL"
+            f"SEMI JOIN __replay_changed USING ({key}) GROUP BY ALL"
         )
+        s.execute(f"DELETE FROM __replay_mirror WHERE ({key}) NOT IN (SELECT ({key}) FROM __replay_changed)")
+        mirrored = int(s.scalar(f"SELECT count(DISTINCT ({key})) FROM __replay_mirror") or 0)
+        removed = int(s.scalar("SELECT count(*) FROM __replay_changed") or 0) - mirrored
         if int(s.scalar("SELECT count(*) FROM __replay_carried_del") or 0):
             writer.write_in(
                 s, plan.generation, "SELECT * FROM __replay_carried_del", mode="delete_keys", run_id=run_id, note=note
             )
-        if int(s.scalar("SELECT count(*) FROM __replay_mirror") or 0):
+        if mirrored:
             writer.write_in(
                 s,
                 plan.generation,
@@ -202,12 +212,21 @@ def replay_in(
     if n_del:
         s.execute(f"CREATE OR REPLACE TEMP TABLE __replay_del AS {deletes}")
         writer.write_in(s, plan.generation, "SELECT * FROM __replay_del", mode="delete_keys", run_id=run_id, note=note)
+    n_up, n_del = n_up + mirrored, n_del + removed
     result = ReplayResult(after_seq, through_seq, n_up, n_del, total - n_up - n_del)
     s.execute(
         f"INSERT INTO {REPLAYS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [plan.incident_id, stage, after_seq, through_seq, n_up, n_del, result.skipped_older, utcnow(), run_id],
     )
-    for t in ("__replay", "__replay_up", "__replay_del", "__replay_carried", "__replay_carried_del", "__replay_mirror"):
+    for t in (
+        "__replay",
+        "__replay_up",
+        "__replay_del",
+        "__replay_carried",
+        "__replay_carried_del",
+        "__replay_mirror",
+        "__replay_changed",
+    ):
         s.execute(f"DROP TABLE IF EXISTS {t}")
     return result
 
