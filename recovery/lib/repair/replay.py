@@ -97,17 +97,17 @@ def fold_delta(
         f"row_number() OVER (PARTITION BY {key} ORDER BY _delta_seq, _delta_op, {sv}) AS __rank "
         f"FROM ({window_delta_sql(writer, plan, after_seq, through_seq)})"
     )
+    # each statement creates a temp table, none writes one in place (the Spark engine keeps temp tables
+    # as query results it cannot update)
+    absent = ", ".join(quote(c) if c in spec.key else f"NULL AS {quote(c)}" for c in columns)
     s.execute(
-        f"CREATE OR REPLACE TEMP TABLE {out} AS "
+        f"CREATE OR REPLACE TEMP TABLE __fold_state_0 AS "
         f"SELECT {cols}, true AS __present, true AS __started, false AS __from_entry FROM {start} "
         f"SEMI JOIN (SELECT {key} FROM __fold_entries) USING ({key}) "
-        f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {sv} DESC) = 1"
-    )
-    nulls = ", ".join(f"NULL AS {quote(c)}" for c in columns if c not in spec.key)
-    s.execute(
-        f"INSERT INTO {out} ({cols}, __present, __started, __from_entry) "
-        f"SELECT {key}{', ' + nulls if nulls else ''}, false, false, false FROM "
-        f"(SELECT DISTINCT {key} FROM __fold_entries) ANTI JOIN {out} USING ({key})"
+        f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {sv} DESC) = 1 "
+        f"UNION ALL "
+        f"SELECT {absent}, false AS __present, false AS __started, false AS __from_entry "
+        f"FROM (SELECT DISTINCT {key} FROM __fold_entries) ANTI JOIN {start} USING ({key})"
     )
     rounds = int(s.scalar("SELECT coalesce(max(__rank), 0) FROM __fold_entries") or 0)
     up = f"coalesce(e._delta_op = 'upsert' AND (NOT o.__present OR e.{sv} > o.{sv}), false)"
@@ -121,15 +121,15 @@ def fold_delta(
     )
     for rank in range(1, rounds + 1):
         s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __fold_next AS SELECT {picked}, "
+            f"CREATE OR REPLACE TEMP TABLE __fold_state_{rank % 2} AS SELECT {picked}, "
             f"CASE WHEN {up} THEN true WHEN {down} THEN false ELSE o.__present END AS __present, o.__started, "
             f"CASE WHEN {up} THEN true WHEN {down} THEN false ELSE o.__from_entry END AS __from_entry "
-            f"FROM {out} o LEFT JOIN (SELECT * FROM __fold_entries WHERE __rank = {rank}) e "
+            f"FROM __fold_state_{(rank - 1) % 2} o LEFT JOIN (SELECT * FROM __fold_entries WHERE __rank = {rank}) e "
             f"ON {' AND '.join(f'e.{quote(k)} = o.{quote(k)}' for k in spec.key)}"
         )
-        s.execute(f"CREATE OR REPLACE TEMP TABLE {out} AS SELECT * FROM __fold_next")
-    s.execute("DROP TABLE IF EXISTS __fold_next")
-    s.execute("DROP TABLE IF EXISTS __fold_entries")
+    s.execute(f"CREATE OR REPLACE TEMP TABLE {out} AS SELECT * FROM __fold_state_{rounds % 2}")
+    for t in ("__fold_state_0", "__fold_state_1", "__fold_entries"):
+        s.execute(f"DROP TABLE IF EXISTS {t}")
     return int(s.scalar(f"SELECT count(*) FROM {out}") or 0)
 
 
@@ -167,20 +167,23 @@ def replay_in(
     mirrored = removed = 0
     if int(s.scalar("SELECT count(*) FROM __replay_carried") or 0):
         s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __replay_mirror AS SELECT {all_cols} FROM "
+            f"CREATE OR REPLACE TEMP TABLE __replay_all_mirror AS SELECT {all_cols} FROM "
             f"{namespace_sql(plan.from_namespace)} SEMI JOIN __replay_carried USING ({key}) "
             f"WHERE {gen} NOT IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL)"
         )
         held = f"SELECT {all_cols} FROM {ns} SEMI JOIN __replay_carried USING ({key})"
         s.execute(
             f"CREATE OR REPLACE TEMP TABLE __replay_changed AS SELECT DISTINCT {key} FROM ("
-            f"(SELECT * FROM __replay_mirror EXCEPT {held}) UNION ALL ({held} EXCEPT SELECT * FROM __replay_mirror))"
+            f"(SELECT * FROM __replay_all_mirror EXCEPT {held}) UNION ALL ({held} EXCEPT SELECT * FROM __replay_all_mirror))"
         )
         s.execute(
             f"CREATE OR REPLACE TEMP TABLE __replay_carried_del AS SELECT {key}, max({sv}) AS {sv} FROM {ns} "
             f"SEMI JOIN __replay_changed USING ({key}) GROUP BY ALL"
         )
-        s.execute(f"DELETE FROM __replay_mirror WHERE ({key}) NOT IN (SELECT ({key}) FROM __replay_changed)")
+        s.execute(
+            f"CREATE OR REPLACE TEMP TABLE __replay_mirror AS SELECT * FROM __replay_all_mirror "
+            f"SEMI JOIN __replay_changed USING ({key})"
+        )
         mirrored = int(s.scalar(f"SELECT count(DISTINCT ({key})) FROM __replay_mirror") or 0)
         removed = int(s.scalar("SELECT count(*) FROM __replay_changed") or 0) - mirrored
         if int(s.scalar("SELECT count(*) FROM __replay_carried_del") or 0):
@@ -226,6 +229,7 @@ def replay_in(
         "__replay_carried_del",
         "__replay_mirror",
         "__replay_changed",
+        "__replay_all_mirror",
     ):
         s.execute(f"DROP TABLE IF EXISTS {t}")
     return result
