@@ -6,14 +6,17 @@ twice), the delta replay and a guarded backfill's recompute."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
+import dagster as dg
+import pandas as pd
 import pytest
 
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.control_plane import SCHEMA
 from recovery.lib.engine import open_engine
-from recovery.lib.errors import DuplicateKeyError
+from recovery.lib.errors import DuplicateKeyError, SchemaMismatchError
 from recovery.lib.incident import parse_incident
 from recovery.lib.ingest import apply_changes
 from recovery.lib.repair.build import build_wave
@@ -250,3 +253,171 @@ def test_a_guarded_backfill_whose_recompute_writes_a_key_twice_is_stopped_by_the
     spec = load_spec(dataset, check_warehouse=False)
     with open_engine(spec.warehouse).session(read_only=True) as s:
         assert s.scalar(f"SELECT count(*) FROM {SCHEMA}.writes WHERE generation = ? AND note IS NULL", [gen]) == 0
+
+
+# ---- keys compared as the namespace stores them (after the cast) and NULL key parts (issue 39 item 4)
+
+
+def _one_new_row(spec, order_no: str = "555555", region: str = "'north'") -> str:
+    """One source row re-keyed: ``order_no`` and ``region`` are SQL expressions (a DOUBLE, a NULL)."""
+    e = expected_rows_sql(spec, None)
+    return (
+        f"SELECT * REPLACE ({region} AS region, {order_no} AS order_no) FROM ({e}) "
+        f"WHERE region = 'north' ORDER BY order_no LIMIT 1"
+    )
+
+
+def _rows_for(db: Path, order_no: int) -> int:
+    return fetch(db, f"SELECT count(*) FROM {NS} WHERE order_no = ?", [order_no])[0][0]
+
+
+@pytest.mark.parametrize("mode", ["upsert_keys", "replace_partitions", "append", "delete_keys"])
+def test_a_null_key_part_is_refused_in_every_mode_naming_the_column(mode, loaded):
+    spec, w, db = loaded
+    batch = _one_new_row(spec, region="CAST(NULL AS VARCHAR)")
+    if mode == "delete_keys":
+        batch = f"SELECT region, order_no, src_rev FROM ({batch})"
+    before = _state(db)
+    with pytest.raises(
+        DuplicateKeyError, match=r"has NULL parts \(region in 1 rows\).*Fix: give every row a value for region"
+    ) as err:
+        w.write("ingest-1", batch, mode=mode)
+    assert "\n" not in str(err.value)
+    assert _state(db) == before
+
+
+def test_a_null_key_part_appended_in_separate_batches_never_lands(loaded):
+    """The harness's case: (NULL, 555555) appended three times left three rows for one key."""
+    spec, w, db = loaded
+    before = _state(db)
+    for _ in range(3):
+        with pytest.raises(DuplicateKeyError, match="NULL parts"):
+            w.write("ingest-1", _one_new_row(spec, region="CAST(NULL AS VARCHAR)"), mode="append")
+        with pytest.raises(DuplicateKeyError, match="NULL parts"):
+            w.write("ingest-1", _one_new_row(spec, region="CAST(NULL AS VARCHAR)"), mode="upsert_keys")
+    assert _rows_for(db, 555555) == 0
+    assert _state(db) == before
+
+
+@pytest.mark.parametrize("mode", ["upsert_keys", "replace_partitions", "append", "delete_keys"])
+def test_two_keys_that_are_one_after_the_cast_to_the_key_type_are_refused_in_one_batch(mode, loaded):
+    """DOUBLE 100000.0 and 100000.4 differ, but the INTEGER key stores both as 100000."""
+    spec, w, db = loaded
+    batch = (
+        f"({_one_new_row(spec, order_no='CAST(100000.0 AS DOUBLE)')}) "
+        f"UNION ALL ({_one_new_row(spec, order_no='CAST(100000.4 AS DOUBLE)')})"
+    )
+    if mode == "delete_keys":
+        batch = f"SELECT region, order_no, src_rev FROM ({batch})"
+    before = _state(db)
+    with pytest.raises(DuplicateKeyError, match=r"= \('north', 100000\) occurs 2 times in one batch"):
+        w.write("ingest-1", batch, mode=mode)
+    assert _state(db) == before and _rows_for(db, 100000) == 0
+
+
+def test_a_key_offered_as_another_type_is_compared_with_the_held_key_it_becomes(loaded):
+    spec, w, db = loaded
+    e = expected_rows_sql(spec, None)
+    held = fetch(db, f"SELECT order_no, shard FROM {NS} WHERE region = 'north' ORDER BY order_no LIMIT 1")[0]
+    order_no, shard = held
+    as_double = f"CAST({order_no} AS DOUBLE) + 0.4"
+    offered = f"SELECT * REPLACE ({as_double} AS order_no) FROM ({e}) WHERE region = 'north' AND order_no = {order_no}"
+    before = _state(db)
+    # append: the key is already there, whatever type it is offered as
+    with pytest.raises(DuplicateKeyError, match=rf"= \('north', {order_no}\) is already in the table"):
+        w.write("ingest-1", offered, mode="append")
+    # replace_partitions of another shard: the key is held outside it
+    other = fetch(db, f"SELECT min(shard) FROM {NS} WHERE region = 'south'")[0][0]
+    moved = f"SELECT * REPLACE ('{other}' AS shard) FROM ({offered})"
+    with pytest.raises(DuplicateKeyError, match=r"is outside the replaced partitions"):
+        w.write(
+            "ingest-1",
+            f"SELECT * FROM ({e}) WHERE shard = '{other}' UNION ALL ({moved})",
+            mode="replace_partitions",
+            partitions=[other],
+        )
+    assert _state(db) == before
+    # upsert: the offered row replaces the held one (one row for the key, qty changed)
+    w.write("ingest-1", f"SELECT * REPLACE (qty + 7 AS qty) FROM ({offered})", mode="upsert_keys")
+    assert fetch(db, f"SELECT count(*), min(shard) FROM {NS} WHERE region = 'north' AND order_no = ?", [order_no]) == [
+        (1, shard)
+    ]
+    # delete_keys: the tombstone offered as a DOUBLE deletes the key it becomes
+    w.write("ingest-1", f"SELECT region, order_no, src_rev FROM ({offered})", mode="delete_keys")
+    assert fetch(db, f"SELECT count(*) FROM {NS} WHERE region = 'north' AND order_no = ?", [order_no]) == [(0,)]
+    assert _dups(db, NS) == 0
+
+
+def test_a_key_value_the_key_type_cannot_hold_is_refused_in_one_line(loaded):
+    spec, w, db = loaded
+    before = _state(db)
+    with pytest.raises(SchemaMismatchError, match=r"do not fit its column types \(order_no INTEGER\).*Fix:") as err:
+        w.write("ingest-1", _one_new_row(spec, order_no="'five'"), mode="append")
+    assert "\n" not in str(err.value)
+    assert _state(db) == before
+
+
+# ---- the same through the Dagster IO manager (a team's asset returning a pandas frame)
+
+
+def _frame_asset(frame_rows: list[dict], *, mode: str = "append"):
+    @dg.asset(key=["mart", "orders"], metadata={"recovery/write_mode": mode})
+    def orders() -> pd.DataFrame:
+        return pd.DataFrame(frame_rows)
+
+    return orders
+
+
+def _io_row(region, order_no, qty: int = 3) -> dict:
+    return {
+        "region": region,
+        "order_no": order_no,
+        "shard": "north-202403",
+        "placed_at": datetime(2024, 3, 5),
+        "qty": qty,
+        "sku": "SKU-1",
+        "src_rev": 1,
+    }
+
+
+def _materialize(spec_path: Path, db: Path, asset):
+    from recovery_tests.test_io_manager import resources
+
+    return dg.materialize([asset], resources=resources(spec_path, db), raise_on_error=False)
+
+
+def test_the_io_manager_refuses_a_float64_key_column_whose_values_collide_after_the_cast(loaded):
+    from recovery_tests.test_io_manager import failure_message
+
+    spec, w, db = loaded
+    spec_path = Path(str(spec.spec_path))
+    before = _state(db)
+    for mode in ("append", "upsert_keys"):
+        both = _materialize(
+            spec_path, db, _frame_asset([_io_row("north", 100000.0), _io_row("north", 100000.4)], mode=mode)
+        )
+        assert not both.success
+        message = failure_message(both)
+        assert "('north', 100000) occurs 2 times in one batch" in message and "nothing was written" in message, message
+    assert _state(db)[:3] == before[:3] and _rows_for(db, 100000) == 0  # (the run's generation is registered)
+    # in separate runs: the first lands 100000, the second (100000.4) is that key again
+    assert _materialize(spec_path, db, _frame_asset([_io_row("north", 100000.0)])).success
+    again = _materialize(spec_path, db, _frame_asset([_io_row("north", 100000.4)]))
+    assert not again.success and "is already in the table" in failure_message(again)
+    assert _rows_for(db, 100000) == 1
+    assert _materialize(spec_path, db, _frame_asset([_io_row("north", 100000.4, qty=9)], mode="upsert_keys")).success
+    assert fetch(db, f"SELECT count(*), max(qty) FROM {NS} WHERE order_no = 100000") == [(1, 9)]
+
+
+def test_the_io_manager_refuses_a_null_key_part_in_separate_runs(loaded):
+    from recovery_tests.test_io_manager import failure_message
+
+    spec, w, db = loaded
+    spec_path = Path(str(spec.spec_path))
+    before = _state(db)
+    for _ in range(3):
+        run = _materialize(spec_path, db, _frame_asset([_io_row(None, 555555)]))
+        assert not run.success
+        message = failure_message(run)
+        assert "has NULL parts (region in 1 rows)" in message and "nothing was written" in message, message
+    assert _rows_for(db, 555555) == 0 and _state(db)[:3] == before[:3]

@@ -259,7 +259,7 @@ def _check_shapes(spec: DatasetSpec, s, cols: dict, fail) -> None:
             fail(
                 x.field,
                 f"exposes sensitive column {x.column}: {x.why}",
-                "hash or drop the value in the SQL (e.g. sha256(col)), or do not pivot on it",
+                x.fix,
             )
     produced = dict(s.relation_columns(transform_sql(spec, source_snapshot_sql(spec, None))))
     _plain_outputs("target.transform", spec.target.transform.name, produced, fail)

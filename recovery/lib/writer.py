@@ -217,6 +217,11 @@ class Writer:
         belongs to a fenced generation: known damage, which the repair removes, and normal
         ingestion must keep running during an incident.
 
+        Keys are compared as the namespace stores them: the rows are first cast to its column
+        types (a DOUBLE ``100000.4`` offered for a BIGINT key is the key ``100000``, in the batch
+        and against the table), and a batch with a NULL key part is refused in every mode (a key
+        is a row's identity; NULL is none, so two NULL-keyed rows could never be told apart).
+
         ``allow_duplicate_keys`` lifts the second check only, to reproduce the faulty
         pipelines whose damage this package repairs (the worked example's backfill, the
         tests' damage); no path of the package passes it, and the write log notes it.
@@ -314,9 +319,12 @@ class Writer:
             raise SchemaMismatchError(
                 f"rows written as {generation!r} lack columns {missing} of {self.public} (they have {incoming})"
             )
+        self._cast_incoming(s, types, generation)
+        self._refuse_null_keys(s, generation, mode)
         key = quote_all(self.spec.key)
         # every mode, in this transaction: a batch holding one key twice would leave both rows
-        # (upsert deletes the key once, then inserts each row); nothing is guessed, the write fails
+        # (upsert deletes the key once, then inserts each row); nothing is guessed, the write fails.
+        # Compared as the namespace stores them (after the cast): 100000.0 and 100000.4 into a BIGINT are one key
         dup = s.fetchone(f"SELECT {key}, count(*) FROM __incoming GROUP BY ALL HAVING count(*) > 1 LIMIT 1")
         if dup:
             n_keys = s.scalar(f"SELECT count(*) FROM (SELECT {key} FROM __incoming GROUP BY ALL HAVING count(*) > 1)")
@@ -472,6 +480,48 @@ class Writer:
         s.execute("DROP TABLE IF EXISTS __incoming")
         s.execute("DROP TABLE IF EXISTS __scope")
         return WriteResult(seq, generation, ns, mode, inserted, deleted, tuple(touched))
+
+    def _cast_incoming(self, s: Session, types: dict[str, str], generation: str) -> None:
+        """Make ``__incoming`` hold each of the namespace's columns as the namespace's type, so every
+        comparison (one key twice in the batch, a key the namespace holds, the rows an upsert
+        replaces) sees the values the insert would store: a DOUBLE 100000.4 offered for a BIGINT key
+        is the key 100000, not a value no stored key equals."""
+        have = s.columns("__incoming")
+        recast = {c for c, t in have if c in types and t != types[c]}
+        if not recast:
+            return
+        select = ", ".join(
+            f"CAST({quote(c)} AS {types[c]}) AS {quote(c)}" if c in recast else quote(c) for c, _ in have
+        )
+        try:
+            s.execute(f"CREATE OR REPLACE TEMP TABLE __incoming_cast AS SELECT {select} FROM __incoming")
+        except RetryableConflict:
+            raise
+        except Exception as err:  # a value the column's type cannot hold: the insert would fail on it too
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            wanted = ", ".join(f"{c} {types[c]}" for c in sorted(recast))
+            raise SchemaMismatchError(
+                f"rows written as {generation!r} to {self.public} do not fit its column types ({wanted}): {first}; "
+                f"nothing was written. Fix: give those columns values of the table's types"
+            ) from err
+        s.execute("CREATE OR REPLACE TEMP TABLE __incoming AS SELECT * FROM __incoming_cast")
+        s.execute("DROP TABLE IF EXISTS __incoming_cast")
+
+    def _refuse_null_keys(self, s: Session, generation: str, mode: str) -> None:
+        """Refuse a batch in which a key column is NULL: a key is a row's identity, and NULL is no value,
+        so two batches offering ``(NULL, 555555)`` could never be told to be one key or two (SQL's ``=``
+        says neither). The repair's gates refuse NULL keys too (``repair_keys``)."""
+        counts = ", ".join(f"sum(CASE WHEN {quote(k)} IS NULL THEN 1 ELSE 0 END)" for k in self.spec.key)
+        row = s.fetchone(f"SELECT {counts} FROM __incoming")
+        nulls = [(k, int(n)) for k, n in zip(self.spec.key, row or (), strict=False) if n]
+        if not nulls:
+            return
+        named = ", ".join(f"{k} in {n} rows" for k, n in nulls)
+        raise DuplicateKeyError(
+            f"write {mode} as {generation!r} to {self.public} refused: key {self.spec.key} has NULL parts ({named}); "
+            f"a key identifies one row and NULL identifies none; nothing was written. Fix: give every row a value "
+            f"for {', '.join(k for k, _ in nulls)} (fill it, or drop the rows, before writing)"
+        )
 
     def _refuse_held_keys(self, s: Session, ns_sql: str, generation: str, mode: str, *, replaced: str | None) -> None:
         """Refuse (inside the write's transaction, before it changes anything) incoming keys the

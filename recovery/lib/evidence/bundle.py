@@ -138,10 +138,19 @@ class EvidenceResult:
 class _Files:
     """Writes bundle files into the staging folder and remembers their manifest entries."""
 
-    def __init__(self, root: Path, sensitive: set[str], by_path: dict[str, frozenset[str]] | None = None):
+    def __init__(
+        self,
+        root: Path,
+        sensitive: set[str],
+        by_path: dict[str, frozenset[str]] | None = None,
+        positions: dict[str, tuple[frozenset[int], int]] | None = None,
+    ):
         self.root = root
         self.sensitive = sensitive
         self.by_path = by_path or {}  # extra columns to hash in one copy (a consumer's derived outputs)
+        # the same by position (DuckDB names ``upper(x)`` and two outputs called alike its own way); a copy
+        # whose width is not the lineage's has every column hashed: which one holds what is not known
+        self.positions = positions or {}
         self.entries: list[dict] = []
 
     def _path(self, rel: str) -> Path:
@@ -164,7 +173,12 @@ class _Files:
     def table(self, s: Session, copy: TableCopy) -> None:
         types = {r[0]: r[1] for r in s.fetchall(f"DESCRIBE {copy.sql}", copy.params)}
         extra = self.by_path.get(copy.path, frozenset())
-        hashed = [c for c in types if c.lower() in self.sensitive or c.lower() in extra]
+        at, width = self.positions.get(copy.path, (frozenset(), len(types)))
+        hashed = [
+            c
+            for i, c in enumerate(types)
+            if c.lower() in self.sensitive or c.lower() in extra or i in at or (at and width != len(types))
+        ]
         select, params = f"SELECT * FROM ({copy.sql}) AS t", list(copy.params)
         if hashed:
             select, params = hashed_select(copy.sql, list(copy.params), hashed, types, copy.values_from)
@@ -271,7 +285,10 @@ def _fill(
         )
         sensitive = {c.lower() for c in [*spec.source.sensitive, *spec.target.sensitive]} | set(followed.target)
         files = _Files(
-            root, sensitive, {f"consumers/{name}.parquet": cols for name, cols in followed.consumers.items()}
+            root,
+            sensitive,
+            {f"consumers/{name}.parquet": cols for name, cols in followed.consumers.items()},
+            {f"consumers/{name}.parquet": at for name, at in followed.consumer_positions.items()},
         )
         inner, outer = hmac_pads(key.secret)
         s.execute(f"SET VARIABLE {_INNER} = ?", [inner])
