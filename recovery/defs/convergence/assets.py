@@ -225,6 +225,7 @@ def convergence(context: dg.AssetExecutionContext, config: ConvergenceConfig, wa
 verify_convergence_job = dg.define_asset_job(
     VERIFY_JOB,
     selection=dg.AssetSelection.assets(CONVERGENCE_KEY),
+    executor_def=dg.in_process_executor,
     description="Reconcile the most recent and the repaired partitions against the source; record drift per partition.",
     tags={"recovery/phase": "convergence"},
 )

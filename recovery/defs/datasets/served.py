@@ -51,6 +51,7 @@ def served_dataset() -> dg.Definitions:
     refresh = dg.define_asset_job(
         "refresh_consumers",
         selection=dg.AssetSelection.groups("consumers"),
+        executor_def=dg.in_process_executor,
         description="Re-materialize every downstream consumer from the public target.",
     )
     return dg.Definitions(assets=consumers, jobs=[refresh])
