@@ -178,11 +178,14 @@ def test_the_sensor_opens_the_draft_of_a_failed_backfill_nobody_drafted(incident
     assert path.read_text() == edited and len(alerts.read_text().splitlines()) == 1
 
 
-def test_the_launchpad_link_opens_the_named_containment_job_with_the_draft_filled_in(tmp_path):
+def test_the_launchpad_link_opens_the_named_containment_job_with_the_draft_chosen(tmp_path):
+    """The incident is chosen by the run tag recovery/incident (Dagster's launchpad reads ``tags[i][key]``
+    and ``tags[i][value]``), with no config to type: every later phase's run carries the same tag."""
     from recovery.lib.draft_incident import launchpad_url
+    from recovery.lib.phases import INCIDENT_TAG
 
     draft = tmp_path / "incidents" / "INC-DRAFT-x.yaml"
     for job in ("contain_backfill", "contain_backfill__orders"):
         parsed = urlparse(launchpad_url("http://ui:3000/", "backfill_recovery", draft, job))
         assert parsed.path == f"/locations/__repository__@backfill_recovery/jobs/{job}/playground/setup"
-        assert yaml.safe_load(parse_qs(parsed.query)["config"][0]) == CONTAIN.run_config(str(draft))
+        assert parse_qs(parsed.query) == {"tags[0][key]": [INCIDENT_TAG], "tags[0][value]": [str(draft)]}
