@@ -187,7 +187,9 @@ def test_the_incident_is_chosen_once_and_every_later_phase_reads_it_from_the_run
     from recovery.defs.containment import config as incident_config
     from recovery.defs.reconciliation.partitions import reconciliation_tags
     from recovery.launch import Launcher
+    from recovery.lib.errors import RecoveryError
     from recovery.lib.phases import INCIDENT_TAG, TIMELINE, incident_tags
+    from recovery.orchestration import run_failure
     from recovery_tests.repaired_small import build_damaged
 
     r = build_damaged(tmp_path / "orders")  # ingested, damaged by bf-7, fenced
@@ -233,4 +235,6 @@ def test_the_incident_is_chosen_once_and_every_later_phase_reads_it_from_the_run
         assert "\n" not in refusal.description and refusal.metadata["field"].value == INCIDENT_TAG
         assert failure.step_failure_data.error.cls_name == "Failure"
         assert not [e for e in bare.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
+        read = run_failure(bare, TIMELINE.job)  # the CLI reads it as bad input: exit 2, not a gate's no
+        assert type(read) is RecoveryError and read.exit_code == 2 and refusal.description in str(read)
     assert _warehouse_digest(spec) == before
