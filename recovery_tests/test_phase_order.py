@@ -187,8 +187,9 @@ def test_the_incident_is_chosen_once_and_every_later_phase_reads_it_from_the_run
     from recovery.defs.containment import config as incident_config
     from recovery.defs.reconciliation.partitions import reconciliation_tags
     from recovery.launch import Launcher
+    from recovery.lib.convergence.verify import history_table
     from recovery.lib.errors import RecoveryError
-    from recovery.lib.phases import INCIDENT_TAG, TIMELINE, incident_tags
+    from recovery.lib.phases import INCIDENT_TAG, TIMELINE, VERIFY, incident_tags
     from recovery.orchestration import run_failure
     from recovery_tests.repaired_small import build_damaged
 
@@ -221,6 +222,17 @@ def test_the_incident_is_chosen_once_and_every_later_phase_reads_it_from_the_run
         assert instance.get_run_by_id(assessed.run_id).run_config.get("ops", {}) == {}  # nothing typed
         logs = [e.message for e in instance.all_logs(assessed.run_id) if e.message]
         assert any(f"{PLAN.job}/playground/setup?tags[0][key]=recovery%2Fincident" in m for m in logs), logs
+
+        # the convergence check (which also runs for no incident, on its schedule) reads the tag too
+        verified = code_location.resolve_job_def(VERIFY.job).execute_in_process(
+            instance=instance, tags=incident_tags(path), raise_on_error=False
+        )
+        assert verified.success, [e.message for e in verified.all_events if e.is_failure]
+        with open_engine(spec.warehouse).session(read_only=True) as s:
+            recorded = s.fetchall(
+                f"SELECT DISTINCT incident_id FROM {history_table(spec)} WHERE run_id = ?", [verified.run_id]
+            )
+        assert recorded == [(incident.incident_id,)]
 
         before = _warehouse_digest(spec)
         bare = code_location.resolve_job_def(TIMELINE.job).execute_in_process(instance=instance, raise_on_error=False)

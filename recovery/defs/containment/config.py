@@ -132,6 +132,12 @@ def resolve_incident(
     return incident, spec
 
 
+def names_incident(context: dg.OpExecutionContext | dg.AssetExecutionContext, config: IncidentConfig) -> bool:
+    """Whether the run names an incident, by its config or its ``recovery/incident`` tag (a step that
+    also runs for no incident, like the scheduled convergence check, asks this first)."""
+    return bool(config.incident_file or config.has_fields() or context.run.tags.get(INCIDENT_TAG))
+
+
 _RESOLVED: OrderedDict[tuple[str, str, str], tuple[Incident, DatasetSpec]] = OrderedDict()
 """The incident each run validated, by (run id, served spec, the incident's config and tag): its
 steps (in one process, the jobs' in-process executor) parse and check it once per run."""
