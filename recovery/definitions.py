@@ -1,4 +1,8 @@
-"""The code location: every phase's definitions from ``recovery/defs/``, plus the worked example."""
+"""The code location: every phase's definitions from ``recovery/defs/``.
+
+The worked example's pipeline is its own code location (``recovery.example.location``), which
+``workspace.yaml`` loads beside this one: a location serving a team's dataset holds none of it.
+"""
 
 import logging
 import os
@@ -8,7 +12,6 @@ import dagster as dg
 
 from recovery.config import PROJECT_ROOT, serving, spec_path
 from recovery.defs.location import remember
-from recovery.example.defs import example_definitions
 from recovery.orchestration import forget_dead_defs_state_storage
 
 
@@ -35,10 +38,7 @@ def definitions_for(spec: str | Path) -> dg.Definitions:
     """The code location's definitions for one dataset spec (what a launcher holding a spec uses)."""
     forget_dead_defs_state_storage()
     with serving(spec):
-        built = dg.Definitions.merge(
-            dg.components.load_from_defs_folder(path_within_project=Path(__file__).parent),
-            example_definitions(),
-        )
+        built = dg.components.load_from_defs_folder(path_within_project=Path(__file__).parent)
     remember(spec, built, own=True)  # for steps run in process, which have no repository to ask for the asset graph
     return built
 

@@ -220,6 +220,20 @@ def order_refusal(result: dg.ExecuteInProcessResult) -> str | None:
     return None
 
 
+INPUT_KEYS = {"field", "fix"}
+"""The metadata of a step's refusal of its input (an incident missing or invalid: ``SpecError``'s field and fix)."""
+
+
+def input_refusal(result: dg.ExecuteInProcessResult) -> str | None:
+    """The sentence of a step that refused the run's input (nothing was written), if one did."""
+    for event in result.all_events:
+        data = event.step_failure_data if event.is_step_failure else None
+        failure = data.user_failure_data if data else None
+        if failure is not None and INPUT_KEYS <= set(failure.metadata or {}):
+            return failure.description
+    return None
+
+
 def failed_checks(result: dg.ExecuteInProcessResult) -> list[str]:
     """One sentence per blocking check that failed in the run (its description, else its name)."""
     out = []
@@ -238,6 +252,9 @@ def run_failure(result: dg.ExecuteInProcessResult, job_name: str) -> RecoveryErr
     refused = order_refusal(result)
     if refused is not None:  # a phase launched before the phases it requires: its sentence, as the CLI's own
         return OutOfOrderError(refused)
+    bad_input = input_refusal(result)
+    if bad_input is not None:  # an incident missing or invalid: the field and the fix, exit 2 as the CLI's own
+        return RecoveryError(f"{where}: {bad_input}")
     err = _failed_step_error(result)
     chain = []
     while err is not None:

@@ -52,6 +52,7 @@ from recovery_tests.example_build import env as _env
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = PROJECT_ROOT / "test-artifacts" / "browser"
 LOCATION = "backfill_recovery"
+EXAMPLE_LOCATION = "worked_example"  # the worked example's own code location, beside the package's in workspace.yaml
 RECOVERY_JOBS = (
     "contain_backfill",
     "preserve_evidence",
@@ -125,9 +126,13 @@ def _wait_for_location(server: Webserver, proc: subprocess.Popen, timeout_s: flo
         try:
             entries = _graphql(server.url, LOCATIONS)["data"]["workspaceOrError"]["locationEntries"]
             last = entries
-            if any(e["name"] == LOCATION and e["loadStatus"] == "LOADED" for e in entries):
-                loaded = next(e for e in entries if e["name"] == LOCATION)
-                assert loaded["locationOrLoadError"]["__typename"] == "RepositoryLocation", (loaded, server.log_tail())
+            loaded = {e["name"]: e for e in entries if e["loadStatus"] == "LOADED"}
+            if {LOCATION, EXAMPLE_LOCATION} <= set(loaded):
+                for name in (LOCATION, EXAMPLE_LOCATION):
+                    assert loaded[name]["locationOrLoadError"]["__typename"] == "RepositoryLocation", (
+                        loaded[name],
+                        server.log_tail(),
+                    )
                 return
         except (OSError, KeyError, TypeError, ValueError):
             pass
@@ -555,14 +560,15 @@ def _both_datasets_in_the_ui(server: Webserver, defs: dg.Definitions, orders_spe
     graph = defs.resolve_asset_graph()
     orders = parse_spec(orders_spec).dataset
     assert orders == "orders"
-    # each dataset's groups: the worked example's target and consumers unprefixed, the orders dataset's under
-    # its own prefix and group
-    groups = {"example_pipeline": [TARGET_KEY], "consumers": [], orders: [target_key(parse_spec(orders_spec))]}
+    # each dataset's groups: the worked example's consumers unprefixed, the orders dataset's under its own
+    # prefix and group; the example's target is its own code location's (EXAMPLE_LOCATION)
+    groups = {"consumers": [], orders: [target_key(parse_spec(orders_spec))]}
     for group in groups:
         members = sorted(k for k in graph.get_all_asset_keys() if graph.get(k).group_name == group)
         assert members, f"the code location has no asset in group {group}"
         assert set(groups[group]) <= set(members), (group, members)
         groups[group] = members
+    assert not graph.get(TARGET_KEY).is_materializable  # only the consumers' upstream key in this location
     assert all(k.path[0] == orders for k in groups[orders]) and len(groups[orders]) == 2, groups[orders]
 
     # 1. the global lineage lists the groups of both datasets
@@ -573,8 +579,11 @@ def _both_datasets_in_the_ui(server: Webserver, defs: dg.Definitions, orders_spe
 
     # 2. each group's catalog lists its assets by their full key (the orders' under the prefix "orders"; a long
     #    key's label is truncated in the middle, so the row is found by its link to the asset's page)
-    for group, members in groups.items():
-        pg.goto(f"{base}/locations/{LOCATION}/asset-groups/{group}/list")
+    for location, group, members in [
+        *((LOCATION, group, members) for group, members in groups.items()),
+        (EXAMPLE_LOCATION, "example_pipeline", [TARGET_KEY]),
+    ]:
+        pg.goto(f"{base}/locations/{location}/asset-groups/{group}/list")
         for key in members:
             pg.locator(f'a[href$="/assets/{"/".join(key.path)}"]').first.wait_for()
         _shot(pg, f"02-catalog-{group}", shots)

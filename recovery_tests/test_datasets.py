@@ -6,12 +6,15 @@ What the UI shows of the two, served by one dagster-webserver, is browser-tested
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from recovery.config import spec_paths
+from recovery.config import PROJECT_ROOT, spec_paths
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.resources import warehouse_resource
 from recovery.example.defs import TARGET_KEY
@@ -67,7 +70,8 @@ def test_each_dataset_sits_under_its_own_prefix_and_group_and_the_served_one_kee
     # the served dataset keeps the unprefixed names
     assert TARGET_KEY in graph.get_all_asset_keys()
     jobs = {j.name for j in defs.resolve_all_job_defs()}
-    assert {"ingest__orders", "ingest_transactions", "contain_backfill", "contain_backfill__orders"} <= jobs
+    assert {"ingest__orders", "contain_backfill", "contain_backfill__orders"} <= jobs
+    assert "ingest_transactions" not in jobs  # the worked example's pipeline is its own code location
     assert defs.resolve_schedule_def("ingest__orders_hourly").job_name == "ingest__orders"
     sensors = {s.name for s in defs.sensors}
     assert {
@@ -160,3 +164,59 @@ def test_the_orders_containment_job_fences_only_the_orders_backfill(two_datasets
     transactions = load_spec(example)
     with open_engine(transactions.warehouse).session(read_only=True) as s:
         assert s.scalar(f"SELECT count(*) FROM {SCHEMA}.fences") == 0  # the served dataset is not touched
+
+
+def test_a_location_serving_a_teams_dataset_lists_none_of_the_worked_examples_definitions(tmp_path: Path):
+    """A team's workspace loads the package's location alone, pointed at its spec (RECOVERY_SPEC):
+    Dagster validates it, and as Dagster loads it (a code location from the module) it lists the
+    team's consumers and the recovery jobs, none of the example's assets, jobs or schedules, and
+    its executor is Dagster's default, not the example's in-process one."""
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    orders = build_small_dataset(tmp_path / "orders", n_orders=20)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
+    workspace = tmp_path / "workspace.yaml"
+    workspace.write_text(
+        "load_from:\n  - python_module:\n      module_name: recovery.definitions\n"
+        f"      working_directory: {PROJECT_ROOT}\n      location_name: backfill_recovery\n"
+    )
+    environ = {**os.environ, "DAGSTER_HOME": str(home), "RECOVERY_SPEC": str(orders)}
+    environ.pop("RECOVERY_SPECS", None)
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("dagster")), "definitions", "validate", "-w", str(workspace)],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "Validation successful for code location backfill_recovery" in out, out
+    assert "worked_example" not in out, out
+
+    example_jobs = {"ingest_transactions"}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RECOVERY_SPEC", str(orders))
+        mp.delenv("RECOVERY_SPECS", raising=False)
+        origin = InProcessCodeLocationOrigin(
+            LoadableTargetOrigin(module_name="recovery.definitions"), location_name="backfill_recovery"
+        )
+        with dg.instance_for_test() as instance, origin.create_location(instance) as location:
+            (repo,) = location.get_repositories().values()
+            keys = {n.asset_key for n in repo.get_asset_node_snaps()}
+            jobs = {j.name for j in repo.get_all_jobs()}
+            schedules = {s.name for s in repo.get_schedules()}
+        from recovery.definitions import defs
+
+        served = defs()
+    assert dg.AssetKey(["consumers", "orders_by_shard"]) in keys and dg.AssetKey(["mart", "orders"]) in keys
+    assert TARGET_KEY not in keys and not [k for k in keys if k.path[0] == "analytics"], keys
+    assert not jobs & example_jobs and {"contain_backfill", "refresh_consumers", "publish_repair"} <= jobs, jobs
+    assert "ingest_transactions_daily" not in schedules, schedules
+    assert served.executor is None  # Dagster's default, not the example's in-process executor
+    refresh = served.resolve_job_def("refresh_consumers")
+    assert refresh.asset_layer.selected_asset_keys == {dg.AssetKey(["consumers", "orders_by_shard"])}

@@ -1,4 +1,4 @@
-"""The code location: it loads the way Dagster loads it, and holds the worked example's shapes."""
+"""The code locations: they load the way Dagster loads them; the worked example's shapes are its own location's."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from recovery.config import PROJECT_ROOT, spec_path
 from recovery.definitions import defs
 from recovery.example.defs import TARGET_KEY
+from recovery.example.location import defs as example_location
 from recovery.example.scenario import SCENARIO
 from recovery.lib.spec import parse_spec
 
@@ -24,6 +25,11 @@ CONSUMERS = [c.name for c in parse_spec(spec_path()).downstream]
 @pytest.fixture(scope="module")
 def definitions() -> dg.Definitions:
     return defs()
+
+
+@pytest.fixture(scope="module")
+def example() -> dg.Definitions:
+    return example_location()
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +61,8 @@ def test_code_location_loads_through_workspace_yaml(tmp_path: Path):
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert "backfill_recovery" in out, out
+    for location in ("backfill_recovery", "worked_example"):
+        assert f"Validation successful for code location {location}" in out, out
 
 
 def test_dagster_commands_work_from_a_fresh_clone_with_no_variable_set(tmp_path: Path):
@@ -103,29 +110,43 @@ def test_dagster_commands_work_from_a_fresh_clone_with_no_variable_set(tmp_path:
     assert "All definitions loaded successfully" in out and "Traceback" not in out, out
 
 
-def test_definitions_are_loadable(definitions: dg.Definitions):
+def test_definitions_are_loadable(definitions: dg.Definitions, example: dg.Definitions):
     dg.Definitions.validate_loadable(definitions)
+    dg.Definitions.validate_loadable(example)
 
 
-def test_jobs_schedule_and_assets(definitions: dg.Definitions):
-    jobs = {j.name for j in definitions.resolve_all_job_defs()}
-    assert {"ingest_transactions", "refresh_consumers"} <= jobs
-    schedule = definitions.resolve_schedule_def("ingest_transactions_daily")
+def test_jobs_schedule_and_assets(definitions: dg.Definitions, example: dg.Definitions):
+    # the worked example's pipeline is its own location's, with its own executor
+    assert {j.name for j in example.resolve_all_job_defs()} - {"__ASSET_JOB"} == {"ingest_transactions"}
+    schedule = example.resolve_schedule_def("ingest_transactions_daily")
     assert schedule.job_name == "ingest_transactions"
+    assert example.resolve_job_def("ingest_transactions").executor_def is dg.in_process_executor
+    assert example.resolve_asset_graph().get_all_asset_keys() == {TARGET_KEY}
+    # ...and none of it is the package's location's, whose executor is Dagster's default
+    jobs = {j.name for j in definitions.resolve_all_job_defs()}
+    assert "refresh_consumers" in jobs and "ingest_transactions" not in jobs
+    assert not [s for s in definitions.schedules or [] if s.name == "ingest_transactions_daily"]
+    # the location's default executor is Dagster's (a team's own assets merged in keep it); each of the
+    # package's jobs declares the in-process one itself (its steps share the warehouse file)
+    assert definitions.executor is None
+    for job in definitions.resolve_all_job_defs():
+        if not job.name.startswith("__"):
+            assert job.executor_def is dg.in_process_executor, job.name
 
     graph = definitions.resolve_asset_graph()
     keys = graph.get_all_asset_keys()
     consumer_keys = {dg.AssetKey(["consumers", name]) for name in CONSUMERS}
-    assert TARGET_KEY in keys
     assert consumer_keys <= keys
     assert {k for k in keys if k.path[0] == "consumers"} == consumer_keys
+    # the served dataset's target is the consumers' upstream key here, materialized by the example's location
+    assert TARGET_KEY in keys and not graph.get(TARGET_KEY).is_materializable
+    assert consumer_keys <= set(graph.get(TARGET_KEY).child_keys)
 
-    target = graph.get(TARGET_KEY)
+    target = example.resolve_asset_graph().get(TARGET_KEY)
     assert target.partitions_def is not None
     assert target.partitions_def.get_first_partition_key() == SCENARIO.first_day.isoformat()
     assert target.partitions_def.get_last_partition_key() == SCENARIO.last_day.isoformat()
     assert target.code_version == "2.3.0"
-    assert consumer_keys <= set(target.child_keys)
     for key in consumer_keys:
         assert TARGET_KEY in graph.get(key).parent_keys, key
 
@@ -135,23 +156,22 @@ def test_jobs_schedule_and_assets(definitions: dg.Definitions):
     assert selected == consumer_keys
 
 
-def test_target_asset_retries_once_and_backfills_in_bounded_runs(definitions: dg.Definitions):
-    asset = definitions.resolve_assets_def(TARGET_KEY)
+def test_target_asset_retries_once_and_backfills_in_bounded_runs(example: dg.Definitions):
+    asset = example.resolve_assets_def(TARGET_KEY)
     policy = asset.backfill_policy
     assert policy is not None and policy.max_partitions_per_run == SCENARIO.max_partitions_per_run
     retry = asset.node_def.retry_policy
     assert retry is not None and retry.max_retries == 1
 
 
-def test_every_job_needs_only_resources_the_location_provides(definitions: dg.Definitions):
-    for name in ("ingest_transactions", "refresh_consumers"):
-        job = definitions.resolve_job_def(name)
-        assert "warehouse" in job.resource_defs, name
+def test_every_job_needs_only_resources_the_location_provides(definitions: dg.Definitions, example: dg.Definitions):
+    assert "warehouse" in example.resolve_job_def("ingest_transactions").resource_defs
+    assert "warehouse" in definitions.resolve_job_def("refresh_consumers").resource_defs
 
 
 @pytest.mark.parametrize("day", ["2024-01-01", "2024-03-20", SCENARIO.last_day.isoformat()])
-def test_schedule_requests_the_previous_days_partition(definitions: dg.Definitions, test_instance, day: str):
-    schedule = definitions.resolve_schedule_def("ingest_transactions_daily")
+def test_schedule_requests_the_previous_days_partition(example: dg.Definitions, test_instance, day: str):
+    schedule = example.resolve_schedule_def("ingest_transactions_daily")
     tick = datetime.fromisoformat(day).replace(tzinfo=UTC) + timedelta(days=1)
     context = dg.build_schedule_context(instance=test_instance, scheduled_execution_time=tick)
     result = schedule.evaluate_tick(context)

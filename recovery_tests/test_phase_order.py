@@ -20,7 +20,7 @@ from recovery.lib.engine import open_engine
 from recovery.lib.errors import OutOfOrderError
 from recovery.lib.incident import check_incident, parse_incident
 from recovery.lib.namespaces import current_namespace
-from recovery.lib.phases import ASSESS, CONTAIN, PUBLISH
+from recovery.lib.phases import ASSESS, CONTAIN, PLAN, PUBLISH
 from recovery.lib.repair.plan import load_plan
 
 
@@ -176,3 +176,77 @@ def test_publish_after_a_publish_is_a_no_op_that_changes_no_gate(tmp_path, monke
         assert load_plan(s, incident.incident_id).status == "published"
     code, out = _cli(["publish", "--incident", str(incident.incident_path)])
     assert code == 0 and "already published" in out and "nothing to do" in out
+
+
+def test_the_incident_is_chosen_once_and_every_later_phase_reads_it_from_the_run_tag(tmp_path, monkeypatch):
+    """Contain launched from the old link (the incident file in its config) records the incident on
+    its run as the tag recovery/incident; assess launched with that tag alone (nothing typed) runs its
+    three steps on one validation of the incident; a phase launched with no incident at all fails its
+    first step with the one-line refusal naming the tag and the fix, and writes nothing."""
+    from recovery.definitions import defs
+    from recovery.defs.containment import config as incident_config
+    from recovery.defs.reconciliation.partitions import reconciliation_tags
+    from recovery.launch import Launcher
+    from recovery.lib.convergence.verify import history_table
+    from recovery.lib.errors import RecoveryError
+    from recovery.lib.phases import INCIDENT_TAG, TIMELINE, VERIFY, incident_tags
+    from recovery.orchestration import run_failure
+    from recovery_tests.repaired_small import build_damaged
+
+    r = build_damaged(tmp_path / "orders")  # ingested, damaged by bf-7, fenced
+    _home(tmp_path, monkeypatch, r.spec_path)
+    incident = parse_incident(r.incident_path)
+    spec = check_incident(incident)
+    path = str(r.incident_path)
+    with dg.DagsterInstance.get() as instance:
+        code_location = defs()
+        contained = code_location.resolve_job_def(CONTAIN.job).execute_in_process(
+            instance=instance, run_config=CONTAIN.run_config(path), raise_on_error=False
+        )
+        assert contained.success
+        assert instance.get_run_by_id(contained.run_id).tags[INCIDENT_TAG] == path  # a re-execution keeps it
+
+        validated: list[str] = []
+        real = incident_config.check_incident
+        monkeypatch.setattr(
+            incident_config, "check_incident", lambda inc: validated.append(inc.incident_id) or real(inc)
+        )
+        assessed = code_location.resolve_job_def(ASSESS.job).execute_in_process(
+            instance=instance,
+            tags={**incident_tags(path), **reconciliation_tags(instance, spec)},
+            raise_on_error=False,
+        )
+        assert assessed.success, [e.message for e in assessed.all_events if e.is_failure]
+        assert validated == [incident.incident_id]  # three steps, one validation
+        assert Launcher(incident, spec, instance=instance, definitions=code_location).state().assessed
+        assert instance.get_run_by_id(assessed.run_id).run_config.get("ops", {}) == {}  # nothing typed
+        logs = [e.message for e in instance.all_logs(assessed.run_id) if e.message]
+        assert any(f"{PLAN.job}/playground/setup?tags[0][key]=recovery%2Fincident" in m for m in logs), logs
+
+        # the convergence check (which also runs for no incident, on its schedule) reads the tag too
+        verified = code_location.resolve_job_def(VERIFY.job).execute_in_process(
+            instance=instance, tags=incident_tags(path), raise_on_error=False
+        )
+        assert verified.success, [e.message for e in verified.all_events if e.is_failure]
+        with open_engine(spec.warehouse).session(read_only=True) as s:
+            recorded = s.fetchall(
+                f"SELECT DISTINCT incident_id FROM {history_table(spec)} WHERE run_id = ?", [verified.run_id]
+            )
+        assert recorded == [(incident.incident_id,)]
+
+        before = _warehouse_digest(spec)
+        bare = code_location.resolve_job_def(TIMELINE.job).execute_in_process(instance=instance, raise_on_error=False)
+        assert not bare.success
+        (failure,) = [e for e in bare.all_events if e.is_step_failure]
+        assert failure.step_key == TIMELINE.nodes[0]
+        refusal = failure.step_failure_data.user_failure_data
+        assert refusal.description == (
+            "recovery/incident: no incident was chosen for this run. Fix: launch it from the draft incident's link "
+            "(or a link a phase's run logged), or set the run tag recovery/incident to the incident file"
+        )
+        assert "\n" not in refusal.description and refusal.metadata["field"].value == INCIDENT_TAG
+        assert failure.step_failure_data.error.cls_name == "Failure"
+        assert not [e for e in bare.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
+        read = run_failure(bare, TIMELINE.job)  # the CLI reads it as bad input: exit 2, not a gate's no
+        assert type(read) is RecoveryError and read.exit_code == 2 and refusal.description in str(read)
+    assert _warehouse_digest(spec) == before

@@ -42,7 +42,7 @@ def recovered(failed_example, example_copy: Path, tmp_path: Path, monkeypatch):
         code_location = defs()
 
         def during_repair() -> str:
-            notes.append(ingest_during_repair(spec, defs=code_location, instance=instance))
+            notes.append(ingest_during_repair(spec, instance=instance))
             return notes[-1]
 
         run = run_recovery(

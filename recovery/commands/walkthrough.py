@@ -73,7 +73,7 @@ def run_walkthrough(
         instance=instance,
         defs=defs,
         console=console,
-        after_canary=lambda: ingest_during_repair(spec, defs=defs, instance=instance),
+        after_canary=lambda: ingest_during_repair(spec, instance=instance),
     )
 
     reports = incident.reports_dir(spec)

@@ -5,26 +5,27 @@
 - ``analytics/transactions``: the history asset at code version 2.3.0, whose
   backfill is the incident. Backfills run it over partition ranges
   (``BackfillPolicy.multi_run``); a failed step is retried once.
-- ``consumers/<name>``: one asset per downstream consumer in the spec, downstream of
-  the target in the asset graph.
+
+Its own code location (``recovery.example.location``, loaded beside the package's by
+``workspace.yaml``): a location serving a team's dataset shows none of it. The consumers
+downstream of the target are the package's (``recovery/defs/datasets/served.py``).
 """
 
 import time
 from datetime import date, datetime, timedelta
+from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
 
 from recovery.config import spec_path
-from recovery.defs.resources import WarehouseResource
+from recovery.defs.resources import WarehouseResource, warehouse_resource
 from recovery.example.faulty_backfill import CatalogTimeout, WorkerLost, recompute_partition, stage_sql, stage_table
 from recovery.example.scenario import SCENARIO
-from recovery.lib.consumers import materialize_consumer
 from recovery.lib.control_plane import SCHEMA, utcnow
 from recovery.lib.errors import FencedGenerationError
 from recovery.lib.fencing import GENERATION_TAG
 from recovery.lib.ingest import apply_changes
-from recovery.lib.spec import parse_spec
 
 TARGET_KEY = dg.AssetKey(["analytics", "transactions"])
 DAILY = dg.DailyPartitionsDefinition(
@@ -170,43 +171,15 @@ def _save_checkpoint(writer, run_id: str, checkpoint: dict[str, str]) -> None:
             s.execute("INSERT INTO example.backfill_checkpoints VALUES (?, ?, ?)", [run_id, k, v])
 
 
-def consumer_assets(spec) -> list[dg.AssetsDefinition]:
-    """One asset per downstream consumer of the spec, downstream of the target."""
-    assets = []
-    for consumer in spec.downstream:
-
-        def build(consumer=consumer):
-            @dg.asset(
-                key=dg.AssetKey(["consumers", consumer.name]),
-                deps=[TARGET_KEY],
-                kinds={"duckdb"},
-                group_name="consumers",
-                owners=[f"team:{consumer.owner}"],
-                tags={"recovery/consumer_kind": consumer.kind},
-                description=f"{consumer.kind.capitalize()} owned by {consumer.owner}: {consumer.sql.name} over {spec.target.table}.",
-            )
-            def _consumer(warehouse: WarehouseResource) -> dg.MaterializeResult:
-                rows = materialize_consumer(warehouse.engine(), warehouse.spec(), consumer)
-                return dg.MaterializeResult(metadata={"dagster/row_count": rows})
-
-            return _consumer
-
-        assets.append(build())
-    return assets
-
-
-def example_definitions() -> dg.Definitions:
-    spec = parse_spec(spec_path())
-    consumers = consumer_assets(spec)
-    refresh = dg.define_asset_job(
-        "refresh_consumers",
-        selection=dg.AssetSelection.groups("consumers"),
-        description="Re-materialize every downstream consumer from the public target.",
-    )
+def example_definitions(spec: str | Path | None = None) -> dg.Definitions:
+    """The worked example's own code location (``recovery.example.location``): the faulty history
+    asset, its ingestion job and schedule, bound to the example's warehouse (``spec``, default the
+    served one). The package's location (``recovery.definitions``) holds none of them."""
     return dg.Definitions(
-        assets=[transactions_history, *consumers],
-        jobs=[ingest_transactions, refresh],
+        assets=[transactions_history],
+        jobs=[ingest_transactions],
         schedules=[ingest_schedule],
+        resources={"warehouse": warehouse_resource(str(spec or spec_path()))},
         # each run executes its steps in its own run process: one subprocess per step would only
         # add start-up time to the backfill's runs (the worked example's steps are DuckDB-bound)
         executor=dg.in_process_executor,

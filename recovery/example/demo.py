@@ -17,7 +17,7 @@ import dagster as dg
 import duckdb
 from rich.console import Console
 
-from recovery.example.defs import GENERATION_TAG, SIMULATED_TAG, TARGET_KEY
+from recovery.example.defs import GENERATION_TAG, SIMULATED_TAG, TARGET_KEY, example_definitions
 from recovery.example.during_repair import release_repair_window_events
 from recovery.example.generator import generate, release_live_events
 from recovery.example.scenario import SCENARIO
@@ -52,10 +52,11 @@ def _release(spec, until, producer=release_live_events) -> int:
     return retrying(txn)
 
 
-def run_ingestion(defs: dg.Definitions, instance: dg.DagsterInstance, day: str, until) -> str:
-    """One run of the example's normal ingestion job: apply the source's changes up to ``until``."""
+def run_ingestion(spec_path: Path | None, instance: dg.DagsterInstance, day: str, until) -> str:
+    """One run of the example's normal ingestion job (its own code location's, bound to the warehouse
+    of ``spec_path``): apply the source's changes up to ``until``."""
     res = run_job(
-        defs,
+        example_definitions(spec_path),
         "ingest_transactions",
         instance,
         partition_key=day,
@@ -66,11 +67,11 @@ def run_ingestion(defs: dg.Definitions, instance: dg.DagsterInstance, day: str, 
     return res.run_id
 
 
-def ingest_during_repair(spec, *, defs: dg.Definitions, instance: dg.DagsterInstance) -> str:
+def ingest_during_repair(spec, *, instance: dg.DagsterInstance) -> str:
     """The producer's changes of the repair window, applied by normal ingestion to the published table."""
     sc = SCENARIO
     released = _release(spec, sc.repair_ingest, lambda con, _until: release_repair_window_events(con, scenario=sc))
-    run_id = run_ingestion(defs, instance, sc.last_day.isoformat(), sc.repair_ingest)
+    run_id = run_ingestion(spec.spec_path, instance, sc.last_day.isoformat(), sc.repair_ingest)
     return f"ingestion run {run_id[:8]} (during the repair) applied {released:,} changes up to {sc.repair_ingest}"
 
 
@@ -112,7 +113,7 @@ def build_failed_backfill(
     runs: dict[str, list[str]] = {"ingest": [], "backfill": [], "consumers": []}
 
     def ingest(day: str, until, label: str) -> None:
-        run_id = run_ingestion(defs, instance, day, until)
+        run_id = run_ingestion(spec_path, instance, day, until)
         runs["ingest"].append(run_id)
         console.print(f"      ingestion run {run_id[:8]} ({label}) applied changes up to {until}")
 

@@ -17,7 +17,7 @@ from recovery.defs.location import remember
 from recovery.launch.state import IncidentState, read_state, require
 from recovery.lib.catalog_checks import checked_once
 from recovery.lib.incident import Incident, check_incident, parse_incident
-from recovery.lib.phases import Phase
+from recovery.lib.phases import Phase, incident_tags
 from recovery.lib.spec import DatasetSpec
 
 
@@ -97,7 +97,7 @@ class Launcher:
 
         if check_order:  # before a run is created; the job's first step refuses a launch from the UI the same way
             self.require(phase)
-        all_tags = dict(tags or {})
+        all_tags = {**incident_tags(self.incident_file), **(tags or {})}  # the incident, chosen once for the run
         if phase.whole_target:
             all_tags.update(reconciliation_tags(self.instance, self.spec))
         with checked_once(self._shapes_checked):
@@ -105,6 +105,6 @@ class Launcher:
                 self.definitions,
                 phase.job,
                 self.instance,
-                run_config=phase.run_config(self.incident_file, **config),
+                run_config=phase.run_config(**config),
                 tags=all_tags,
             )

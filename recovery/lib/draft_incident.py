@@ -22,7 +22,7 @@ import yaml
 
 from recovery.lib.control_plane import SCHEMA, ensure_control_plane, record_event
 from recovery.lib.engine.base import Engine
-from recovery.lib.phases import CONTAIN
+from recovery.lib.phases import CONTAIN, incident_tags
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.writer import retrying
 
@@ -79,13 +79,15 @@ def partition_range(keys: tuple[str, ...] | list[str]) -> tuple[date, date] | No
 
 
 def launchpad_url(ui: str, location: str, incident_file: str | Path, job: str = CONTAIN_JOB) -> str:
-    """The containment job's launchpad with its config filled in (Dagster's ``?config=`` parameter);
-    ``job`` is ``contain_backfill``, or ``contain_backfill__<dataset>`` for a further dataset."""
-    config = yaml.safe_dump(CONTAIN.run_config(str(incident_file)), sort_keys=False)
-    return (
-        f"{ui.rstrip('/')}/locations/__repository__@{location}/jobs/{job}/playground/setup"
-        f"?config={url_quote(config, safe='')}"
+    """A job's launchpad with the incident chosen: the run tag ``recovery/incident`` (``INCIDENT_TAG``)
+    set to the incident file (Dagster's ``?tags[0][key]=...&tags[0][value]=...`` parameters), no config
+    to type. ``job`` is ``contain_backfill`` (the draft incident's link), ``contain_backfill__<dataset>``
+    for a further dataset, or any later phase's job (the links a phase's run logs)."""
+    tags = "&".join(
+        f"tags[{i}][key]={url_quote(k, safe='')}&tags[{i}][value]={url_quote(v, safe='')}"
+        for i, (k, v) in enumerate(incident_tags(str(incident_file)).items())
     )
+    return f"{ui.rstrip('/')}/locations/__repository__@{location}/jobs/{job}/playground/setup?{tags}"
 
 
 def incident_document(spec_path: Path, path: Path, failed: FailedBackfill, *, requested_by: str) -> dict:

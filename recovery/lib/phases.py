@@ -15,6 +15,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+INCIDENT_TAG = "recovery/incident"
+"""The run tag naming the incident file: the incident is chosen once (the draft incident's launchpad
+link sets it on the containment run; the CLI sets it on every run it launches; each phase's run logs
+the links that launch the next phases with it), and a step whose config names no incident reads it
+from this tag. Config that names an incident (``incident_file`` or the fields) wins over the tag."""
+
+
+def incident_tags(incident_file: str) -> dict[str, str]:
+    """The run tags that choose the incident for every step of a phase's run."""
+    return {INCIDENT_TAG: incident_file}
+
+
 Need = str
 """A fact about the incident that must hold before a phase runs (a field of ``IncidentState``)."""
 
@@ -42,8 +54,11 @@ class Phase:
                 out.append(first)
         return tuple(out)
 
-    def run_config(self, incident_file: str, **extra) -> dict:
-        """``{"ops": {node: {"config": {"incident_file": F, ...}}}}``; ``extra`` goes to the first node."""
+    def run_config(self, incident_file: str | None = None, **extra) -> dict:
+        """``{"ops": {node: {"config": {"incident_file": F, ...}}}}``; ``extra`` goes to the first node.
+        Without ``incident_file``, only ``extra``: the run's ``INCIDENT_TAG`` names the incident."""
+        if incident_file is None:
+            return {"ops": {self.nodes[0]: {"config": extra}}} if extra else {}
         return {
             "ops": {
                 node: {"config": {"incident_file": incident_file, **(extra if i == 0 else {})}}

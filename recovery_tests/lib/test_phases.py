@@ -29,3 +29,14 @@ def test_each_phase_launches_a_job_of_the_code_location_with_config_it_accepts(c
     )
     result = dg.validate_run_config(job, phase.run_config("incident.yaml", **extra))
     assert result["ops"][phase.nodes[0]]["config"]["incident_file"] == "incident.yaml"
+
+
+def test_without_an_incident_file_the_config_holds_only_the_first_nodes_extra(code_location):
+    """The CLI names the incident by the run tag (``incident_tags``): the config holds only what it adds."""
+    from recovery.lib.phases import INCIDENT_TAG, REPORT, incident_tags
+
+    assert incident_tags("i.yaml") == {INCIDENT_TAG: "i.yaml"}
+    assert REPORT.run_config() == {}
+    config = REPORT.run_config(out_dir="/tmp/out")
+    assert config == {"ops": {REPORT.nodes[0]: {"config": {"out_dir": "/tmp/out"}}}}
+    dg.validate_run_config(code_location.resolve_job_def(REPORT.job), config)

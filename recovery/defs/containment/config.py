@@ -5,10 +5,16 @@ into the launchpad or named by ``incident_file``; either way it goes through the
 same validation as the file (``incident_from_mapping`` / ``parse_incident`` then
 ``check_incident``) before anything writes. Relative paths are resolved against
 the project root, the code location's working directory.
+
+Chosen once: with no incident in the config, a step reads the run tag ``recovery/incident``
+(``INCIDENT_TAG``, the incident file), which the draft incident's launchpad link, the CLI and
+the links each phase's run logs set. A run validates its incident once (cached by run id) and
+records the tag on itself, so a re-execution or "Open in Launchpad" keeps it.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 
 import dagster as dg
@@ -18,7 +24,7 @@ from recovery.config import PROJECT_ROOT
 from recovery.lib.errors import SpecError
 from recovery.lib.incident import Incident, check_incident, incident_from_mapping, parse_incident
 from recovery.lib.incident_state import read_state, refusal
-from recovery.lib.phases import BY_JOB
+from recovery.lib.phases import BY_JOB, INCIDENT_TAG, RUNBOOK, incident_tags
 from recovery.lib.spec import DatasetSpec
 
 
@@ -71,13 +77,29 @@ class IncidentConfig(dg.Config):
         )
 
 
+NO_INCIDENT = SpecError(
+    INCIDENT_TAG,
+    "no incident was chosen for this run",
+    "launch it from the draft incident's link (or a link a phase's run logged), "
+    f"or set the run tag {INCIDENT_TAG} to the incident file",
+)
+
+
 def resolve_incident(
-    config: IncidentConfig, served_spec: str | Path, instance: dg.DagsterInstance | None = None
+    config: IncidentConfig,
+    served_spec: str | Path,
+    instance: dg.DagsterInstance | None = None,
+    tag: str | None = None,
 ) -> tuple[Incident, DatasetSpec]:
     """Validate the incident (shape, then meaning against the warehouse, read-only) and check
-    that it concerns the dataset this code location serves. Raises ``SpecError``. With the run's
-    ``instance``, a failed Dagster backfill the incident names is resolved to one subject (every
-    run of it, whatever its rows carry: ``recovery.dagster_history.resolve_backfill``)."""
+    that it concerns the dataset this code location serves. Raises ``SpecError``. The config's
+    incident (a file or the fields) wins; else ``tag``, the run's ``recovery/incident`` (a file).
+    With the run's ``instance``, a failed Dagster backfill the incident names is resolved to one
+    subject (every run of it, whatever its rows carry: ``recovery.dagster_history.resolve_backfill``)."""
+    if not config.incident_file and not config.has_fields():
+        if not tag:
+            raise NO_INCIDENT
+        config = config.model_copy(update={"incident_file": tag})
     if config.incident_file:
         if config.has_fields():
             raise SpecError(
@@ -110,14 +132,63 @@ def resolve_incident(
     return incident, spec
 
 
+def names_incident(context: dg.OpExecutionContext | dg.AssetExecutionContext, config: IncidentConfig) -> bool:
+    """Whether the run names an incident, by its config or its ``recovery/incident`` tag (a step that
+    also runs for no incident, like the scheduled convergence check, asks this first)."""
+    return bool(config.incident_file or config.has_fields() or context.run.tags.get(INCIDENT_TAG))
+
+
+_RESOLVED: OrderedDict[tuple[str, str, str], tuple[Incident, DatasetSpec]] = OrderedDict()
+"""The incident each run validated, by (run id, served spec, the incident's config and tag): its
+steps (in one process, the jobs' in-process executor) parse and check it once per run."""
+_KEEP = 32
+
+
 def incident_for_step(
     context: dg.OpExecutionContext | dg.AssetExecutionContext, config: IncidentConfig, served_spec: str | Path
 ) -> tuple[Incident, DatasetSpec]:
-    """``resolve_incident`` for a step of a phase's job; in the phase's first step, the runbook's
-    order too: a phase launched before the phases it requires fails here (``refuse_out_of_order``)."""
-    incident, spec = resolve_incident(config, served_spec, context.instance)
+    """``resolve_incident`` for a step of a phase's job, from its config or the run's ``recovery/incident``
+    tag, once per run; in the phase's first step, the runbook's order too: a phase launched before the
+    phases it requires fails here (``refuse_out_of_order``). A missing or invalid incident fails the
+    step with its one sentence (``dg.Failure``, the field and the fix as metadata)."""
+    tag = context.run.tags.get(INCIDENT_TAG)
+    chosen = config.model_dump_json(include=set(IncidentConfig.model_fields))
+    key = (context.run.run_id, str(served_spec), f"{chosen}|{tag}")
+    if key in _RESOLVED:
+        incident, spec = _RESOLVED[key]
+    else:
+        try:
+            incident, spec = resolve_incident(config, served_spec, context.instance, tag)
+        except SpecError as err:
+            raise dg.Failure(
+                description=str(err), metadata={"field": err.field, "fix": err.fix}, allow_retries=False
+            ) from None
+        _RESOLVED[key] = (incident, spec)
+        while len(_RESOLVED) > _KEEP:
+            _RESOLVED.popitem(last=False)
+        _carry_tag(context, incident, tag)
     refuse_out_of_order(context, incident, spec)
     return incident, spec
+
+
+def _carry_tag(context: dg.OpExecutionContext | dg.AssetExecutionContext, incident: Incident, tag: str | None) -> None:
+    """Record the incident on the run (a re-execution keeps it) and log the launchpad links that
+    launch the next phases for it with nothing to type."""
+    path = incident.incident_path
+    if path is None or BY_JOB.get(context.job_name) is None:
+        return
+    if tag is None:
+        context.instance.add_run_tags(context.run.run_id, incident_tags(str(path)))
+    from recovery.defs.alerts.check_alerts import ui_url
+    from recovery.defs.intake.sensors import LOCATION
+    from recovery.lib.draft_incident import launchpad_url
+
+    phase = BY_JOB[context.job_name]
+    order = [p for step in RUNBOOK for p in step.phases]
+    later = order[order.index(phase) + 1 :] if phase in order else []
+    if later:
+        links = "; ".join(f"{p.job}: {launchpad_url(ui_url(), LOCATION, path, p.job)}" for p in later[:2])
+        context.log.info(f"incident {incident.incident_id} chosen for this run ({INCIDENT_TAG}); next: {links}")
 
 
 def refuse_out_of_order(

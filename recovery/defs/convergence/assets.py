@@ -17,7 +17,7 @@ from datetime import datetime
 import dagster as dg
 from pydantic import Field
 
-from recovery.defs.containment.config import IncidentConfig, incident_for_step
+from recovery.defs.containment.config import IncidentConfig, incident_for_step, names_incident
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.convergence import ConvergenceResult, verify_convergence
 from recovery.lib.durations import format_duration
@@ -194,7 +194,7 @@ def _lag_check(result: ConvergenceResult) -> dg.AssetCheckResult:
 def convergence(context: dg.AssetExecutionContext, config: ConvergenceConfig, warehouse: WarehouseResource):
     incident_id = None
     spec = warehouse.spec()
-    if config.incident_file or config.has_fields():
+    if names_incident(context, config):
         incident, spec = incident_for_step(context, config, warehouse.spec_path)
         incident_id = incident.incident_id
     result = verify_convergence(
@@ -225,6 +225,7 @@ def convergence(context: dg.AssetExecutionContext, config: ConvergenceConfig, wa
 verify_convergence_job = dg.define_asset_job(
     VERIFY_JOB,
     selection=dg.AssetSelection.assets(CONVERGENCE_KEY),
+    executor_def=dg.in_process_executor,
     description="Reconcile the most recent and the repaired partitions against the source; record drift per partition.",
     tags={"recovery/phase": "convergence"},
 )

@@ -79,6 +79,7 @@ def dataset_definitions(path: Path) -> dg.Definitions:
         )
 
     @dg.job(
+        executor_def=dg.in_process_executor,
         name=f"ingest__{d}",
         tags={"recovery/dataset": d},
         description=f"Normal ingestion of dataset {d}: the source change log applied to {spec.target.table}.",

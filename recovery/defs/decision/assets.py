@@ -50,5 +50,6 @@ def decision(
 assess_incident = dg.define_asset_job(
     ASSESS.job,
     selection=dg.AssetSelection.keys(["incident", "reconciliation"], ["incident", "impact"], ["incident", "decision"]),
+    executor_def=dg.in_process_executor,
     description="Reconcile, trace the impact downstream and decide rollback vs repair for an incident.",
 )

@@ -63,5 +63,6 @@ def evidence_bundle(
 preserve_evidence = dg.define_asset_job(
     EVIDENCE.job,
     selection=dg.AssetSelection.assets(EVIDENCE_KEY),
+    executor_def=dg.in_process_executor,
     description="Freeze an incident's evidence bundle (refuses to overwrite an existing one).",
 )

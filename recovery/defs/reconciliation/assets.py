@@ -96,6 +96,7 @@ def reconciliation(
 reconcile_incident = dg.define_asset_job(
     RECONCILE.job,
     selection=dg.AssetSelection.keys(["incident", "reconciliation"]),
+    executor_def=dg.in_process_executor,
     description="Classify every damaged key of an incident and write reconciliation.parquet + summary.json.",
 )
 

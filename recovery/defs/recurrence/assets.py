@@ -177,8 +177,9 @@ def _value_metadata(report, path, lines: list[str]) -> dict:
 
 
 @dg.job(
+    executor_def=dg.in_process_executor,
     description="Dry run of a guarded backfill: partitions, keys, rows, bytes, run time, current partitions, "
-    "consumers and the pre-write gates. Writes nothing."
+    "consumers and the pre-write gates. Writes nothing.",
 )
 def preview_backfill():
     preview_backfill_scope()
@@ -316,6 +317,7 @@ def guarded_backfill_publication(
 guarded_backfill = dg.define_asset_job(
     "guarded_backfill",
     selection=dg.AssetSelection.assets(BACKFILL_KEY, PUBLICATION_KEY),
+    executor_def=dg.in_process_executor,
     description="Run a backfill through every recurrence gate; publish by one pointer move only if all pass.",
 )
 

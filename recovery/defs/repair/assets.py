@@ -248,21 +248,25 @@ def gate_checks(spec) -> list[dg.AssetChecksDefinition]:
 plan_repair = dg.define_asset_job(
     PLAN.job,
     selection=dg.AssetSelection.assets(PLAN_KEY),
+    executor_def=dg.in_process_executor,
     description="Plan the repair of an incident and start its generation (low watermark).",
 )
 repair_canary = dg.define_asset_job(
     CANARY.job,
     selection=dg.AssetSelection.assets(GENERATION_KEY),
+    executor_def=dg.in_process_executor,
     description="Rebuild the canary partitions (select the canary range shown on repair/plan) and gate them.",
 )
 repair_waves = dg.define_asset_job(
     WAVE.job,
     selection=dg.AssetSelection.assets(GENERATION_KEY),
+    executor_def=dg.in_process_executor,
     description="Rebuild one wave (select its range shown on repair/plan) and gate it; a failed gate stops the expansion.",
 )
 publish_repair = dg.define_asset_job(
     PUBLISH.job,
     selection=dg.AssetSelection.assets(CANDIDATE_KEY, PUBLICATION_KEY),
+    executor_def=dg.in_process_executor,
     description="Replay the delta, run every gate over the candidate, and publish by one pointer move if all pass.",
 )
 

@@ -29,6 +29,7 @@ def roll_back(context: dg.OpExecutionContext, config: IncidentConfig, warehouse:
 
 
 @dg.job(
+    executor_def=dg.in_process_executor,
     name=ROLLBACK.job,
     description="Roll the public view back to the prior generation (only when the decision chose rollback).",
 )

@@ -63,5 +63,6 @@ def incident_reports(
 render_reports = dg.define_asset_job(
     REPORT.job,
     selection=dg.AssetSelection.assets(REPORTS_KEY),
+    executor_def=dg.in_process_executor,
     description="Write an incident's timeline, reconciliation and recovery reports (HTML + Markdown).",
 )

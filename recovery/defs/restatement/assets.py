@@ -196,6 +196,7 @@ def restatement_definitions() -> dg.Definitions:
     job = dg.define_asset_job(
         RESTATE_JOB,
         selection=dg.AssetSelection.groups("restatement"),
+        executor_def=dg.in_process_executor,
         description="Restate every downstream consumer against the published repair: corrected outputs through "
         "their pointers (SQL consumers) or re-materialized through Dagster (downstream assets), originals kept, "
         "restatement ledger, each owner notified once.",

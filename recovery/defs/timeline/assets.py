@@ -50,5 +50,6 @@ def incident_timeline(
 render_timeline = dg.define_asset_job(
     TIMELINE.job,
     selection=dg.AssetSelection.assets(TIMELINE_KEY),
+    executor_def=dg.in_process_executor,
     description="Rebuild an incident's timeline from the control plane and Dagster's event log.",
 )
