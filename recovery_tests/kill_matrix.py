@@ -11,6 +11,15 @@ the state before or after an uninterrupted run), the control plane is consistent
 view reads the namespace the pointer names; no write past the commit clock), and a rerun
 converges to the uninterrupted run's result. The suite runs a few points per phase;
 ``python -m bench kill`` runs 20+.
+
+Kills at the commit (``run_commit_kills``): every named fault point (``faults.checkpoint``) in
+and right after the commits of ``contain`` (adoption of the plain target, then the fence),
+``publish`` and ``restate`` is killed once, injected there, not by timing. After each, no torn
+state (``torn_states``: a pointer without its history or view, a fence row without its
+generation's update or event, a plan published without its move, a ledger without its
+restatement or the reverse, a read copy that is not whole), the kill left the state expected
+of its point (rolled back whole, or committed with the rest left to the rerun), and the
+rerun converges; after a publish's rerun the BI read copy holds the published view.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ["adopt", "fence", "evidence", "wave", "publish", "restate"]
@@ -45,12 +55,14 @@ def build_templates(base: Path) -> dict[str, Path]:
     from recovery.lib.repair.publish import gate_candidate
     from recovery.lib.snapshot import expected_rows_sql
     from recovery.lib.writer import Writer
-    from recovery_tests.input_fuzz import build_fuzz_dataset
+    from recovery_tests.input_fuzz import build_fuzz_dataset, valid_incident
     from recovery_tests.repair_support import current_plan, repair_through_library
     from recovery_tests.repaired_small import INCIDENT, build_damaged, now
 
     out = {}
     out["adopt"] = build_fuzz_dataset(base / "adopt")  # mart.orders is a plain table
+    out["contain"] = build_fuzz_dataset(base / "contain")  # the same, with bf-7's incident to contain
+    (out["contain"] / "incident.yaml").write_text(yaml.safe_dump(valid_incident()))
     damaged = build_damaged(base / "damaged")  # ingested, damaged by bf-7, fenced
     w = damaged.writer
     w.register_generation("bf-8", "backfill")  # a second backfill, still running
@@ -106,6 +118,14 @@ def run_phase(phase: str, d: Path) -> None:
     writer = Writer(open_engine(spec.warehouse), spec, actor="kill-matrix")
     if phase == "adopt":
         writer.ensure()
+    elif phase == "contain":  # the library's part of `recovery contain`: adopt the plain target, then fence
+        from recovery.lib.adoption import adopt
+        from recovery.lib.fencing import fence_incident
+        from recovery.lib.incident import parse_incident
+
+        incident = parse_incident(d / "incident.yaml")
+        adopt(writer.engine, spec, actor=incident.requested_by, incident_id=incident.incident_id)
+        fence_incident(Writer(writer.engine, spec, actor=incident.requested_by), incident)
     elif phase == "fence":
         writer.fence("bf-8", incident_id="INC-small", fenced_by="kill-matrix")
     elif phase == "evidence":
@@ -163,6 +183,38 @@ def observe(phase: str, d: Path) -> dict:
             state["plan"] = con.execute("SELECT status FROM _recovery.repair_plans").fetchall()
             ns = con.execute("SELECT namespace FROM _recovery.repair_plans").fetchone()[0]
             state["repair_rows"] = digest(f"SELECT * EXCLUDE (landed_at) FROM {ns}")
+        if cp and phase in ("contain", "fence", "publish", "restate"):
+            # what the phase put on the timeline: each (kind, subject) once, whatever the reruns
+            state["timeline"] = con.execute(
+                "SELECT DISTINCT kind, coalesce(json_extract_string(details, '$.generation'), "
+                "json_extract_string(details, '$.consumer'), '') FROM _recovery.timeline ORDER BY ALL"
+            ).fetchall()
+        if phase == "publish":
+            state["read_copy"] = _read_copy_digest(d)
+        if phase == "restate":
+            tables = {
+                n
+                for (n,) in con.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = '_recovery'"
+                ).fetchall()
+            }
+            state["restatements"] = (
+                con.execute(
+                    "SELECT consumer, original_namespace, corrected_namespace, ledger_rows, material_rows, "
+                    "round(original_total, 6), round(corrected_total, 6) FROM _recovery.restatements ORDER BY 1"
+                ).fetchall()
+                if "restatements" in tables
+                else []
+            )
+            ledger = sorted(n for n in tables if n.startswith("restatement_ledger__"))
+            state["ledger"] = digest(f"SELECT * EXCLUDE (notified_at) FROM _recovery.{ledger[0]}") if ledger else None
+            state["checks"] = (
+                con.execute(
+                    "SELECT DISTINCT consumer, check_name, passed FROM _recovery.restatement_checks ORDER BY ALL"
+                ).fetchall()
+                if "restatement_checks" in tables
+                else []
+            )
         if phase == "evidence":
             state["evidence_events"] = con.execute(
                 "SELECT count(*) FROM _recovery.timeline WHERE kind = 'evidence_preserved'"
@@ -217,8 +269,11 @@ def consistency_problems(phase: str, d: Path) -> list[str]:
             ).fetchone()[0]
             if fenced_without:
                 problems.append("a generation fenced without its fence record")
+            problems += torn_states(con)
     finally:
         con.close()
+    if phase == "publish":
+        problems += read_copy_problems(d)
     if phase == "evidence":
         bundle = d / "evidence" / "INC-small"
         if bundle.exists():
@@ -228,6 +283,158 @@ def consistency_problems(phase: str, d: Path) -> list[str]:
             if not v.ok:
                 problems.append(f"bundle does not verify: {v.problems[:2]}")
     return problems
+
+
+def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Control-plane rows that only make sense together, found apart: a pointer moved without its
+    history or its view, a fence row without its generation's update (or the reverse) or its
+    timeline event, a plan published without the move (or the move without the plan), a
+    restatement without its ledger, or a ledger without its restatement."""
+    problems: list[str] = []
+    tables = {
+        n
+        for (n,) in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = '_recovery'"
+        ).fetchall()
+    }
+    views = {
+        f"{s}.{v}": sql
+        for s, v, sql in con.execute(
+            "SELECT schema_name, view_name, sql FROM duckdb_views() WHERE NOT internal"
+        ).fetchall()
+    }
+    for public, ns, seq in con.execute("SELECT public_name, namespace, seq FROM _recovery.pointers").fetchall():
+        sql = views.get(public)
+        if sql is None:
+            problems.append(f"{public}: a pointer without its view")
+        elif ns.split(".")[-1] not in sql:
+            problems.append(f"{public}: the view reads other than its pointer {ns}")
+        last = con.execute(
+            "SELECT to_namespace, seq FROM _recovery.pointer_history WHERE public_name = ? ORDER BY seq DESC LIMIT 1",
+            [public],
+        ).fetchone()
+        if last is None or tuple(last) != (ns, seq):
+            problems.append(f"{public}: pointer {ns} (seq {seq}) without its history (last move {last})")
+    for gen, token, fenced_at, g_token, events in con.execute(
+        "SELECT f.generation, f.token, g.fenced_at, g.token, (SELECT count(*) FROM _recovery.timeline t WHERE "
+        "t.kind = 'fence' AND json_extract_string(t.details, '$.generation') = f.generation) "
+        "FROM _recovery.fences f LEFT JOIN _recovery.generations g USING (generation)"
+    ).fetchall():
+        if fenced_at is None or g_token is None or g_token < token:
+            problems.append(f"fence row of {gen} (token {token}) without its generation's update")
+        if not events:
+            problems.append(f"fence of {gen} without its timeline event")
+    if "repair_plans" in tables:
+        for incident, ns, gen, status in con.execute(
+            "SELECT incident_id, namespace, generation, status FROM _recovery.repair_plans"
+        ).fetchall():
+            published = status == "published"
+            pointed = bool(
+                con.execute("SELECT count(*) FROM _recovery.pointers WHERE namespace = ?", [ns]).fetchone()[0]
+            )
+            moved = con.execute(
+                "SELECT count(*) FROM _recovery.pointer_history WHERE to_namespace = ?", [ns]
+            ).fetchone()[0]
+            event = con.execute(
+                "SELECT count(*) FROM _recovery.timeline WHERE kind = 'publish' AND incident_id = ?", [incident]
+            ).fetchone()[0]
+            g_status = con.execute("SELECT status FROM _recovery.generations WHERE generation = ?", [gen]).fetchone()
+            g_published = g_status is not None and g_status[0] == "published"
+            if (published, pointed, bool(moved), bool(event), g_published) not in (
+                (True, True, True, True, True),
+                (False, False, False, False, False),
+            ):
+                problems.append(
+                    f"publish of {incident} half done: plan {status}, pointer at it {pointed}, moves {moved}, "
+                    f"publish events {event}, generation {g_status}"
+                )
+    if "restatements" in tables:
+        ledger = sorted(n for n in tables if n.startswith("restatement_ledger__"))
+        rows = con.execute(
+            "SELECT incident_id, consumer, corrected_namespace, ledger_rows FROM _recovery.restatements"
+        ).fetchall()
+        for incident, consumer, corrected, ledger_rows in rows:
+            pointer = con.execute(
+                "SELECT namespace FROM _recovery.pointers WHERE public_name = ?", [f"consumers.{consumer}"]
+            ).fetchone()
+            if pointer is None or pointer[0] != corrected:
+                problems.append(f"restatement of {consumer} names {corrected}, the consumer points at {pointer}")
+            event = con.execute(
+                "SELECT count(*) FROM _recovery.timeline WHERE kind = 'restatement' AND incident_id = ? "
+                "AND json_extract_string(details, '$.consumer') = ?",
+                [incident, consumer],
+            ).fetchone()[0]
+            if not event:
+                problems.append(f"restatement of {consumer} without its timeline event")
+            if ledger:
+                n, other = con.execute(
+                    f"SELECT count(*) FILTER (WHERE change IN ('changed', 'missing', 'extra')), "
+                    f"count(*) FILTER (WHERE corrected_namespace IS DISTINCT FROM ?) FROM _recovery.{ledger[0]} "
+                    f"WHERE incident_id = ? AND consumer = ?",
+                    [corrected, incident, consumer],
+                ).fetchone()
+                if n != ledger_rows or other:
+                    problems.append(
+                        f"ledger of {consumer} half written: {n} rows for {ledger_rows} recorded, {other} of another output"
+                    )
+        if ledger:
+            recorded = {(i, c) for i, c, _, _ in rows}
+            for incident, consumer in con.execute(
+                f"SELECT DISTINCT incident_id, consumer FROM _recovery.{ledger[0]}"
+            ).fetchall():
+                if (incident, consumer) not in recorded:
+                    problems.append(f"ledger rows of {consumer} without its restatement record")
+    return problems
+
+
+def _read_copy_digest(d: Path) -> str | None:
+    """The BI read copy's rows (``published/<table>/current.duckdb``), as ``observe`` digests the view."""
+    path = d / "published" / "mart.orders" / "current.duckdb"
+    if not path.exists():
+        return None
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        rows = sorted(con.execute("SELECT * EXCLUDE (landed_at) FROM orders").fetchall(), key=repr)
+    finally:
+        con.close()
+    return hashlib.sha256(repr(rows).encode()).hexdigest()[:16]
+
+
+def read_copy_problems(d: Path) -> list[str]:
+    """The read copy is whole: it holds exactly the rows of the namespace its marker names, or of the
+    one the pointer names (a kill between the catalog's swap and the marker's leaves the marker one
+    export behind; the rerun rewrites both)."""
+    marker_path = d / "published" / "mart.orders" / "current.json"
+    copy = _read_copy_digest(d)
+    if copy is None:
+        return []
+    from recovery.lib.identifiers import TableName
+
+    names = [json.loads(marker_path.read_text())["namespace"]] if marker_path.exists() else []
+    con = _con(d)
+    try:
+        names += [
+            ns
+            for (ns,) in con.execute(
+                "SELECT namespace FROM _recovery.pointers WHERE public_name = 'mart.orders'"
+            ).fetchall()
+        ]
+        digests = {
+            hashlib.sha256(
+                repr(
+                    sorted(
+                        con.execute(f"SELECT * EXCLUDE (landed_at) FROM {TableName.parse(ns).sql()}").fetchall(),
+                        key=repr,
+                    )
+                ).encode()
+            ).hexdigest()[:16]
+            for ns in names
+        }
+    finally:
+        con.close()
+    if copy not in digests:
+        return [f"the read copy holds the rows of neither {' nor '.join(names)}"]
+    return []
 
 
 # ---- one trial -----------------------------------------------------------------------------
@@ -310,9 +517,16 @@ def _diff(a: dict, b: dict) -> str:
     )
 
 
-def run_matrix(base: Path, points: int, *, phases: list[str] | None = None, seed: int = 20) -> dict[str, list[Trial]]:
+def run_matrix(
+    base: Path,
+    points: int,
+    *,
+    phases: list[str] | None = None,
+    seed: int = 20,
+    templates: dict[str, Path] | None = None,
+) -> dict[str, list[Trial]]:
     rng = random.Random(seed)
-    templates = build_templates(base / "templates")
+    templates = templates or build_templates(base / "templates")
     out = {}
     for phase in phases or PHASES:
         before, after, took = uninterrupted(phase, templates[phase], base)
@@ -325,6 +539,115 @@ def run_matrix(base: Path, points: int, *, phases: list[str] | None = None, seed
                 phase, templates[phase], base, n, rng.uniform(0, took * (0.6 if n == 0 else 1.2) + 0.05), before, after
             )
             for n in range(points)
+        ]
+    return out
+
+
+# ---- kills at the commit: each named fault point of each phase's commit window ----------
+
+# the points inside and right after the commit of each phase (``faults.checkpoint``), in order,
+# with what a kill there leaves: "old" (rolled back whole), "between" (committed, what follows the
+# commit not done yet: the rerun finishes it) or "new"
+COMMIT_POINTS: dict[str, dict[str, str]] = {
+    "contain": {  # adoption's transaction (the plain target taken under management), then Writer.fence's
+        "adopt:renamed": "old",
+        "adopt:view_moved": "old",
+        "adopt:recorded": "old",
+        "adopt:committed": "between",  # adopted, not fenced yet
+        "fence:locked": "between",
+        "fence:generation_updated": "between",
+        "fence:fence_recorded": "between",
+        "fence:event_recorded": "between",
+        "fence:committed": "new",
+    },
+    "publish": {
+        "publish:locked": "old",
+        "publish:replayed": "old",
+        "publish:view_moved": "old",
+        "publish:recorded": "old",
+        "publish:committed": "between",  # the read copy and its timeline entry follow the commit
+        "publish:exported": "between",  # the read copy's timeline entry follows
+        "publish:read_copy_recorded": "new",
+    },
+    "restate": {  # per consumer, one transaction; the points fire in the first consumer's
+        "restate:original_found": "old",
+        "restate:output_published": "old",
+        "restate:ledger_written": "old",
+        "restate:decisions_written": "old",
+        "restate:row_recorded": "old",
+        "restate:recorded": "old",
+        "restate:committed": "between",  # the first consumer restated, the second not yet
+        "restate:checked": "new",
+    },
+}
+
+
+@dataclass
+class CommitKill:
+    phase: str
+    point: str
+    left: str = ""
+    problems: list[str] = field(default_factory=list)
+
+
+def commit_kill(phase: str, point: str, template: Path, work: Path, before: dict, after: dict) -> CommitKill:
+    """Run the phase in a child process, SIGKILL it once it reaches ``point``, then check the state
+    and rerun the phase in process."""
+    name = f"{phase}-{point.split(':')[1]}"
+    d = work / name
+    shutil.copytree(template, d)
+    ready, reached = work / f"{name}.ready", work / f"{name}.reached"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "RECOVERY_FAULT_AT": point,
+        "RECOVERY_FAULT_READY": str(reached),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "recovery_tests.kill_matrix", phase, str(d), str(ready)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    t = CommitKill(phase, point)
+    deadline = time.monotonic() + 120
+    while not reached.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    if not reached.exists():  # the point was never reached: the kill proves nothing
+        err = proc.stderr.read().decode()[-300:] if proc.stderr else ""
+        t.problems.append(f"the child never reached {point} (exit {proc.returncode}): {err}")
+        return t
+    t.problems += [f"after the kill: {p}" for p in consistency_problems(phase, d)]
+    mid = observe(phase, d)
+    t.left = "old" if mid == before else "new" if mid == after else "between"
+    if t.left != COMMIT_POINTS[phase][point]:
+        t.problems.append(f"the kill left {t.left}, expected {COMMIT_POINTS[phase][point]}: {_diff(mid, after)}")
+    if mid["public"] not in (before["public"], after["public"]):
+        t.problems.append("the public view serves neither the old nor the new result")
+    run_phase(phase, d)  # the rerun of the same step
+    t.problems += [f"after the rerun: {p}" for p in consistency_problems(phase, d)]
+    again = observe(phase, d)
+    if again != after:
+        t.problems.append(f"rerun did not converge: {_diff(again, after)}")
+    if phase == "publish" and again.get("read_copy") != again["public"]:
+        t.problems.append("after the rerun the read copy (current.duckdb) differs from the published view")
+    shutil.rmtree(d, ignore_errors=True)
+    return t
+
+
+def run_commit_kills(
+    base: Path, templates: dict[str, Path], phases: list[str] | None = None
+) -> dict[str, list[CommitKill]]:
+    """Every commit point of each phase killed once; the uninterrupted run is the reference."""
+    out = {}
+    for phase in phases or list(COMMIT_POINTS):
+        before, after, _ = uninterrupted(phase, templates[phase], base)
+        out[phase] = [
+            commit_kill(phase, point, templates[phase], base, before, after) for point in COMMIT_POINTS[phase]
         ]
     return out
 

@@ -1,16 +1,26 @@
-"""The kill -9 matrix, a few points per phase (``python -m bench kill`` runs 20+ per phase):
-adoption, fence, evidence build, a repair wave, publish with replay and restatement are
-each SIGKILLed at random moments of their work; after every kill the public view serves
-the old or the new result whole, the control plane agrees with the catalog, and rerunning
-the step converges to what an uninterrupted run produced."""
+"""The kill -9 matrix. At random moments (a few points per phase; ``python -m bench kill`` runs
+20+ per phase): adoption, fence, evidence build, a repair wave, publish with replay and
+restatement are each SIGKILLed during their work. At the commit: every named fault point in
+and right after the commit of containment's fence, publish and restatement is killed once,
+injected there (``RECOVERY_FAULT_AT``), not by timing. After every kill the public view serves
+the old or the new result whole, the control plane agrees with the catalog and with itself (no
+torn state), and rerunning the step converges to what an uninterrupted run produced; after a
+publish's rerun the BI read copy holds the published view."""
 
 from __future__ import annotations
 
-from recovery_tests.kill_matrix import PHASES, run_matrix
+import pytest
+
+from recovery_tests.kill_matrix import COMMIT_POINTS, PHASES, build_templates, run_commit_kills, run_matrix
 
 
-def test_every_phase_survives_kill_9_at_random_points_and_a_rerun_converges(tmp_path):
-    results = run_matrix(tmp_path, points=2, seed=20)
+@pytest.fixture(scope="module")
+def templates(tmp_path_factory):
+    return build_templates(tmp_path_factory.mktemp("kill-templates"))
+
+
+def test_every_phase_survives_kill_9_at_random_points_and_a_rerun_converges(tmp_path, templates):
+    results = run_matrix(tmp_path, points=2, seed=20, templates=templates)
     assert sorted(results) == sorted(PHASES)
     problems = [
         f"{t.phase} (kill after {t.delay_s:.3f}s): {p}"
@@ -21,4 +31,19 @@ def test_every_phase_survives_kill_9_at_random_points_and_a_rerun_converges(tmp_
     assert problems == []
     assert all(any(t.killed for t in trials) for trials in results.values()), {
         ph: [(t.delay_s, t.killed) for t in trials] for ph, trials in results.items()
+    }
+
+
+def test_every_commit_point_of_contain_publish_and_restate_killed_leaves_no_torn_state(tmp_path, templates):
+    results = run_commit_kills(tmp_path, templates)
+    assert {ph: [k.point for k in kills] for ph, kills in results.items()} == {
+        ph: list(points) for ph, points in COMMIT_POINTS.items()
+    }
+    problems = [f"{k.point}: {p}" for kills in results.values() for k in kills for p in k.problems]
+    assert problems == []
+    # each window killed on both sides of its commit: rolled back whole, and committed with the rest left to the rerun
+    assert {ph: sorted({k.left for k in kills}) for ph, kills in results.items()} == {
+        "contain": ["between", "new", "old"],
+        "publish": ["between", "new", "old"],
+        "restate": ["between", "new", "old"],
     }

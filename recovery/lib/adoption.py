@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from recovery.lib import faults
 from recovery.lib.control_plane import (
     SCHEMA,
     control_plane_exists,
@@ -111,9 +112,12 @@ def adopt(engine: Engine, spec: DatasetSpec, *, actor: str, incident_id: str | N
                     }
                 ),
             )
+            faults.checkpoint("adopt:recorded")  # everything written, not committed
             return Adoption(ns, True, rows, columns, checksum, registered)
 
-    return retrying(txn)
+    adoption = retrying(txn)
+    faults.checkpoint("adopt:committed")
+    return adoption
 
 
 def release(engine: Engine, spec: DatasetSpec, *, actor: str) -> tuple[str, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from recovery.lib import faults
 from recovery.lib.control_plane import SCHEMA, control_plane_exists, delta_table, next_seq, record_event
 from recovery.lib.engine.base import Session
 from recovery.lib.errors import RecoveryError
@@ -86,8 +87,10 @@ def create_or_adopt(s: Session, spec: DatasetSpec, *, actor: str) -> str:
             f"CAST(NULL AS TIMESTAMP) AS {quote(meta.written_at)} FROM ({expected_rows_sql(spec, None)}) LIMIT 0"
         )
         note, reason = "created empty", "created"
+    faults.checkpoint("adopt:renamed")  # the table moved into its namespace, nothing at the public name yet
     register_namespace(s, target_name(spec), ns, seq=seq, actor=actor, status="published", note=note)
     move(s, target_name(spec), ns, actor=actor, reason=reason, seq=seq)
+    faults.checkpoint("adopt:view_moved")
     _ensure_delta(s, spec, ns)
     record_event(
         s,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, Literal, TypeVar
 
+from recovery.lib import faults
 from recovery.lib.control_plane import (
     SCHEMA,
     SOURCE_WATERMARKS,
@@ -567,6 +568,7 @@ class Writer:
         def txn() -> int:
             with self.engine.transaction() as s:
                 seq = next_seq(s)
+                faults.checkpoint("fence:locked")
                 exists = s.fetchone(
                     f"SELECT token, fenced_at FROM {SCHEMA}.generations WHERE generation = ?", [generation]
                 )
@@ -586,10 +588,12 @@ class Writer:
                             [fenced_at, backfill_id, generation],
                         )
                     )
+                faults.checkpoint("fence:generation_updated")  # the generation fenced, its fence row not yet
                 s.execute(
                     f"INSERT INTO {SCHEMA}.fences VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     [generation, self.spec.dataset, incident_id, token, fenced_at, fenced_by, reason, seq],
                 )
+                faults.checkpoint("fence:fence_recorded")
                 record_event(
                     s,
                     kind="fence",
@@ -600,9 +604,12 @@ class Writer:
                     summary=f"generation {generation} fenced (token {token})",
                     details=json.dumps({"generation": generation, "token": token, "seq": seq, "reason": reason}),
                 )
+                faults.checkpoint("fence:event_recorded")  # everything written, not committed
                 return token
 
-        return retrying(txn)
+        token = retrying(txn)
+        faults.checkpoint("fence:committed")  # committed, not yet acknowledged
+        return token
 
     def is_fenced(self, generation: str) -> bool:
         with self.engine.session() as s:

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
+from recovery.lib import faults
 from recovery.lib.consumer_outputs import RESTATEMENTS, original_basis
 from recovery.lib.control_plane import next_seq, record_event, utcnow
 from recovery.lib.convergence.scope import applied_watermark
@@ -95,6 +96,7 @@ def record_restatement(
     consumer ``c``, and put it on the timeline; ``basis`` says where the original came from (default:
     read from the consumer builds). The caller owns the transaction."""
     write_ledger(s, spec, c, incident_id=incident_id, original_namespace=original, corrected_namespace=corrected)
+    faults.checkpoint("restate:ledger_written")
     counts = ledger_counts(s, spec, incident_id=incident_id, consumer=c.name)
     watermark = applied_watermark(s, spec)
     totals = output_total(s, original, c), output_total(s, corrected, c)
@@ -107,6 +109,7 @@ def record_restatement(
         original_total=totals[0],
         corrected_total=totals[1],
     )
+    faults.checkpoint("restate:decisions_written")
     seq = next_seq(s)
     s.execute(
         f"DELETE FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ? AND consumer = ?",
@@ -135,6 +138,7 @@ def record_restatement(
             c.name,
         ],
     )
+    faults.checkpoint("restate:row_recorded")
     notified = s.scalar(
         f"SELECT notified_at FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ? AND consumer = ?",
         [incident_id, spec.dataset, c.name],
@@ -178,4 +182,5 @@ def record_restatement(
             }
         ),
     )
+    faults.checkpoint("restate:recorded")  # everything written, not committed
     return result

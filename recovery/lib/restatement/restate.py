@@ -14,6 +14,7 @@ only re-publish the damage, so it is refused before anything is written.
 
 from __future__ import annotations
 
+from recovery.lib import faults
 from recovery.lib.consumer_outputs import (
     RESTATEMENTS,
     build_original,
@@ -121,6 +122,7 @@ def _restate_one(
             if damaged
             else current
         )
+    faults.checkpoint("restate:original_found")
     reused = bool(
         prior
         and current is not None
@@ -132,6 +134,7 @@ def _restate_one(
         if reused and current is not None
         else publish_output(s, spec, c.name, select_sql, actor=actor, reason=f"restatement of incident {incident_id}")
     )
+    faults.checkpoint("restate:output_published")  # the consumer's pointer moved, its ledger not yet written
     return record_restatement(
         s,
         spec,
@@ -175,7 +178,9 @@ def restate_consumers(
                 )
 
         results.append(retrying(txn))
+        faults.checkpoint("restate:committed")  # this consumer committed, the next ones not yet
     results = checked(engine, spec, incident_id, source_mismatches(engine, spec, results), run_id=run_id)
+    faults.checkpoint("restate:checked")
     if notifier is not None:
         from recovery.lib.notify import NotificationError
         from recovery.lib.restatement.notices import notify_owners
