@@ -1,6 +1,8 @@
 """``python -m bench kill [--points N] [--phase P ...] [--json FILE]``: the kill -9 matrix with N
 (default 20) random kill points per phase (``recovery_tests/kill_matrix.py``). Reports, per
-phase, the kills, what each left (old / new / between) and every problem; exit 1 on any."""
+phase, the kills, what each left (old / new / between) and every problem; exit 1 on any.
+``--at-commit``: instead, one kill at every fault point of the commits of contain, publish and
+restate (``run_commit_kills``), one row per point."""
 
 from __future__ import annotations
 
@@ -22,7 +24,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--phase", action="append", choices=PHASES)
     ap.add_argument("--seed", type=int, default=20)
     ap.add_argument("--json")
+    ap.add_argument("--at-commit", action="store_true", help="kill once at each commit fault point instead")
     args = ap.parse_args(argv)
+    if args.at_commit:
+        return _at_commit(args.json)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kill-") as tmp:
         results = run_matrix(Path(tmp), args.points, phases=args.phase, seed=args.seed)
@@ -49,4 +54,28 @@ def main(argv: list[str]) -> int:
         console.print(f"[red]problem:[/] {p}", highlight=False)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
+    return 1 if problems else 0
+
+
+def _at_commit(json_path: str | None) -> int:
+    from recovery_tests.kill_matrix import build_templates, run_commit_kills
+
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kill-commit-") as tmp:
+        results = run_commit_kills(Path(tmp), build_templates(Path(tmp) / "templates"))
+    t = Table(title=f"kill -9 at each commit fault point ({time.monotonic() - t0:,.0f} s)")
+    for col in ("phase", "point", "left", "problems"):
+        t.add_column(col)
+    rows, problems = [], []
+    for phase, kills in results.items():
+        for k in kills:
+            rows.append({"phase": phase, "point": k.point, "left": k.left, "problems": len(k.problems)})
+            problems += [f"{k.point}: {p}" for p in k.problems]
+            t.add_row(phase, k.point, k.left, str(len(k.problems)))
+    console = Console(width=150)
+    console.print(t)
+    for p in problems[:20]:
+        console.print(f"[red]problem:[/] {p}", highlight=False)
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows, indent=2))
     return 1 if problems else 0

@@ -593,7 +593,7 @@ class CommitKill:
 def commit_kill(phase: str, point: str, template: Path, work: Path, before: dict, after: dict) -> CommitKill:
     """Run the phase in a child process, SIGKILL it once it reaches ``point``, then check the state
     and rerun the phase in process."""
-    name = f"{phase}-{point.split(':')[1]}"
+    name = f"{phase}-{point.replace(':', '-')}"
     d = work / name
     shutil.copytree(template, d)
     ready, reached = work / f"{name}.ready", work / f"{name}.reached"
