@@ -348,6 +348,21 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
                     f"publish of {incident} half done: plan {status}, pointer at it {pointed}, moves {moved}, "
                     f"publish events {event}, generation {g_status}"
                 )
+    for public, ns, reason in con.execute(
+        "SELECT p.public_name, p.namespace, h.reason FROM _recovery.pointers p JOIN _recovery.pointer_history h "
+        "ON h.public_name = p.public_name AND h.seq = p.seq WHERE h.reason LIKE 'restatement of incident %'"
+    ).fetchall():
+        incident = reason.removeprefix("restatement of incident ")
+        recorded = (
+            "restatements" in tables
+            and con.execute(
+                "SELECT count(*) FROM _recovery.restatements WHERE incident_id = ? AND consumer = ? "
+                "AND corrected_namespace = ?",
+                [incident, public.split(".")[-1], ns],
+            ).fetchone()[0]
+        )
+        if not recorded:
+            problems.append(f"{public} moved to {ns} by the restatement of {incident} without its restatement record")
     if "restatements" in tables:
         ledger = sorted(n for n in tables if n.startswith("restatement_ledger__"))
         rows = con.execute(
@@ -628,7 +643,11 @@ def commit_kill(phase: str, point: str, template: Path, work: Path, before: dict
         t.problems.append(f"the kill left {t.left}, expected {COMMIT_POINTS[phase][point]}: {_diff(mid, after)}")
     if mid["public"] not in (before["public"], after["public"]):
         t.problems.append("the public view serves neither the old nor the new result")
-    run_phase(phase, d)  # the rerun of the same step
+    try:
+        run_phase(phase, d)  # the rerun of the same step
+    except Exception as e:  # noqa: BLE001 (a rerun that fails is the finding)
+        t.problems.append(f"the rerun failed: {type(e).__name__}: {str(e)[:200]}")
+        return t
     t.problems += [f"after the rerun: {p}" for p in consistency_problems(phase, d)]
     again = observe(phase, d)
     if again != after:
