@@ -71,7 +71,10 @@ def build_delta(duck_spec: Path, root: Path, console: Console) -> tuple[Path, di
         ups = f"SELECT {', '.join(cols)} FROM {log} WHERE _delta_seq = {seq} AND _delta_op = 'upsert'"
         work.execute(f"CREATE OR REPLACE TEMP TABLE ups AS {ups}")
         if mode == "replace_partitions":  # the replaced month is the note's first word (bench/lineitem.py)
-            gone = f"CAST(ship_month AS VARCHAR) = (SELECT split_part(note, ' ', 1) FROM src._recovery.writes WHERE seq = {seq})"
+            gone = (
+                "CAST(ship_month AS VARCHAR) = (SELECT split_part(note, ' ', 1) FROM src._recovery.writes "
+                f"WHERE seq = {seq})"
+            )
         elif mode == "upsert_keys":
             gone = f"({key}) IN (SELECT ({key}) FROM ups)"
         elif mode == "delete_keys":

@@ -102,7 +102,8 @@ def main(mode: str, spec_path: str, gens: str, out: str | None = None) -> None:
         with engine.session(read_only=True) as s:  # on Spark too: its session runs the COPY as Arrow to Parquet
             table = recon_table(spec, summary.contained)
             s.execute(
-                f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH') TO {_literal(out)} (FORMAT parquet)"
+                f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH') "
+                f"TO {_literal(out)} (FORMAT parquet)"
             )
         if spec.warehouse.engine == "spark":
             result["jvm_peak_rss_mb"] = stop_jvm(engine)
@@ -122,7 +123,8 @@ def main(mode: str, spec_path: str, gens: str, out: str | None = None) -> None:
         with open_engine(spec.warehouse).session(read_only=True) as s:
             table = recon_table(spec, summary.contained)
             s.execute(
-                f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH-FP') TO {_literal(out)} (FORMAT parquet)"
+                f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH-FP') "
+                f"TO {_literal(out)} (FORMAT parquet)"
             )
     elif mode == "floor":
         from bench.floor import floor_sql

@@ -47,7 +47,8 @@ def test_floor_assigns_the_package_labels_key_by_key(tmp_path):
     with open_engine(spec.warehouse).session(read_only=True) as s:
         floor = floor_sql(spec, [lineitem.FAILED], [c for c, _ in s.columns(spec.target.table_name.sql())])
         differ = s.fetchall(
-            f"SELECT p.label, f.label, count(*) FROM (SELECT {key}, label FROM {recon_table(spec)} WHERE incident_id = 'T') p "
+            f"SELECT p.label, f.label, count(*) FROM (SELECT {key}, label FROM {recon_table(spec)} "
+            "WHERE incident_id = 'T') p "
             f"FULL OUTER JOIN ({floor}) f USING ({key}) WHERE p.label IS DISTINCT FROM f.label GROUP BY ALL"
         )
         assert s.scalar(f"SELECT count(*) FROM ({floor})") == summary.damaged_keys

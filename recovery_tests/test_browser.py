@@ -114,7 +114,10 @@ def _graphql(url: str, query: str) -> dict:
         return json.loads(resp.read())
 
 
-LOCATIONS = "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus locationOrLoadError { __typename } } } } }"
+LOCATIONS = (
+    "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus locationOrLoadError { "
+    "__typename } } } } }"
+)
 
 
 def _wait_for_location(server: Webserver, proc: subprocess.Popen, timeout_s: float = 120) -> None:

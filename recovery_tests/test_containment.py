@@ -191,7 +191,8 @@ def test_a_write_after_containment_is_refused_counted_alerted_once_and_on_the_ti
     )
     assert attempts == [("write:append", "stray-run-1"), ("register", "stray-run-2")]
     events = env.fetch(
-        f"SELECT run_id FROM {SCHEMA}.timeline WHERE kind = 'fence_attempt' AND incident_id = 'INC-2024-031' ORDER BY event_id"
+        f"SELECT run_id FROM {SCHEMA}.timeline WHERE kind = 'fence_attempt' AND incident_id = 'INC-2024-031' "
+        "ORDER BY event_id"
     )
     assert events == [("stray-run-1",), ("stray-run-2",)]
 

@@ -115,7 +115,8 @@ def test_footprint_labels_equal_the_full_run_on_string_partitions(tmp_path):
         "SELECT region, order_no, shard FROM mart.orders WHERE shard LIKE 'west-%' ORDER BY ALL"
     ).fetchall()
     multi = con.execute("""SELECT region, order_no, list(rev ORDER BY rev) FROM src.order_events WHERE region = 'east'
-                           GROUP BY ALL HAVING count(*) >= 2 AND arg_max(change, rev) = 'put' ORDER BY ALL""").fetchall()
+                           GROUP BY ALL HAVING count(*) >= 2 AND arg_max(change, rev) = 'put'
+                               ORDER BY ALL""").fetchall()
     con.close()
     key = lambda r: f"region = '{r[0]}' AND order_no = {r[1]}"  # noqa: E731
     lo, hi = east[0], east[-1]
@@ -153,7 +154,8 @@ def test_footprint_labels_equal_the_full_run_on_string_partitions(tmp_path):
     later = _now() + timedelta(seconds=1)
     with writer.engine.transaction() as s:
         s.execute(
-            f"INSERT INTO src.order_events VALUES ('east', 9001, 1, 'put', ?, TIMESTAMP '{east[1][5:9]}-{east[1][9:]}-03', 2, 'SKU-1')",
+            "INSERT INTO src.order_events VALUES ('east', 9001, 1, 'put', ?, "
+            f"TIMESTAMP '{east[1][5:9]}-{east[1][9:]}-03', 2, 'SKU-1')",
             [later],
         )
 

@@ -167,6 +167,7 @@ def build_truth(
         [part],
     )[0]
     con.execute(
-        f'CREATE OR REPLACE TABLE truth.partition_findings AS SELECT CAST("{part}" AS {ptype}) AS "{part}", finding FROM pf'
+        f'CREATE OR REPLACE TABLE truth.partition_findings AS SELECT CAST("{part}" AS {ptype}) AS "{part}", finding '
+        "FROM pf"
     )
     return damage["label"].value_counts().to_dict()

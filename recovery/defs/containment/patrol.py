@@ -108,7 +108,8 @@ def _explain_refused_writes(
     with engine.session(read_only=True) as s:
         adopted = (
             s.fetchone(
-                f"SELECT min(event_at), arg_min(incident_id, event_at) FROM {SCHEMA}.timeline WHERE kind = 'target_adopted' "
+                f"SELECT min(event_at), arg_min(incident_id, event_at) FROM {SCHEMA}.timeline "
+                "WHERE kind = 'target_adopted' "
                 f"AND dataset = ?",
                 [spec.dataset],
             )

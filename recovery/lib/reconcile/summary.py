@@ -78,7 +78,8 @@ def summarize(s: Session, inputs: ReconcileInputs, facts: dict) -> Reconciliatio
     )
     rows = s.fetchall(
         f"SELECT CAST(partition AS VARCHAR), actual_rows, expected_rows, CAST(actual_total AS DOUBLE), "
-        f"CAST(expected_total AS DOUBLE), damaged_keys, partially_updated, count_mismatch, total_mismatch, written_after_fence "
+        "CAST(expected_total AS DOUBLE), damaged_keys, partially_updated, count_mismatch, total_mismatch, "
+        "written_after_fence "
         f"FROM {ptable} WHERE incident_id = ? ORDER BY 1",
         [inputs.incident_id],
     )
