@@ -19,7 +19,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from recovery.lib.control_plane import (
@@ -34,7 +34,7 @@ from recovery.lib.control_plane import (
 )
 from recovery.lib.engine.base import Engine, RetryableConflict, Session
 from recovery.lib.errors import DuplicateKeyError, FencedGenerationError, RecoveryError, SchemaMismatchError
-from recovery.lib.identifiers import TableName, quote, quote_all
+from recovery.lib.identifiers import TableName, naive_utc, quote, quote_all
 from recovery.lib.namespaces import create_or_adopt, current_namespace, namespace_sql
 from recovery.lib.spec import DatasetSpec
 
@@ -643,13 +643,6 @@ class Writer:
                 )
 
         retrying(txn)
-
-
-def naive_utc(at: datetime | date) -> datetime:
-    """A watermark as the control plane keeps time: naive UTC (a date is its midnight)."""
-    if not isinstance(at, datetime):
-        return datetime(at.year, at.month, at.day)
-    return at.astimezone(UTC).replace(tzinfo=None) if at.tzinfo else at
 
 
 def _new_namespace(s: Session, spec: DatasetSpec, *, created_by: str, seq: int) -> str:
