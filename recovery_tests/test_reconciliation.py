@@ -23,8 +23,9 @@ from recovery.lib.impact import assess_impact, impact_table
 from recovery.lib.incident import check_incident, parse_incident
 from recovery.lib.ingest import apply_changes
 from recovery.lib.namespaces import move_pointer
-from recovery.lib.reconcile.classify import LABELS, partition_table, recon_table, reconcile
+from recovery.lib.reconcile.classify import partition_table, recon_table, reconcile
 from recovery.lib.reconcile.inputs import ReconcileInputs
+from recovery.lib.reconcile.labels import DAMAGE_LABELS
 from recovery.lib.reconcile.run import run_reconciliation
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.writer import Writer
@@ -64,7 +65,7 @@ def _assert_matches_truth(spec, incident) -> None:
                 f"{label}: precision {precision}, recall {recall} (tp {tp}, fp {fp}, fn {fn})"
             )
         found = {row[0] for row in per_label}
-        assert found == set(LABELS) - {"unexplained"}, f"labels found: {sorted(found)}"
+        assert found == set(DAMAGE_LABELS), f"labels found: {sorted(found)}"
         findings = set(
             con.execute(
                 f"""SELECT CAST(partition AS DATE), f FROM {partition_table(spec)},

@@ -19,19 +19,6 @@ from recovery.lib.engine.duckdb_engine import fetch_row
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec
 
-LABELS = [
-    "duplicate",
-    "out_of_order",
-    "resurrected",
-    "unexpected",
-    "missing",
-    "deleted",
-    "mispartitioned",
-    "overwritten",
-    "stale",
-    "incorrectly_transformed",
-]
-
 
 def _same(a: pd.Series, b: pd.Series) -> pd.Series:
     return (a == b) | (a.isna() & b.isna())

@@ -33,20 +33,6 @@ from recovery.lib.spec import DatasetSpec
 from recovery.lib.sql_files import joins_nothing
 from recovery.lib.trace import mark
 
-LABELS = (
-    "duplicate",
-    "out_of_order",
-    "resurrected",
-    "unexpected",
-    "missing",
-    "deleted",
-    "mispartitioned",
-    "overwritten",
-    "stale",
-    "incorrectly_transformed",
-    "unexplained",
-)
-
 
 def _failed_start(s: Session, spec: DatasetSpec, gens: list) -> datetime | None:
     """When the failed generations started: registered (control plane or the team's registry),

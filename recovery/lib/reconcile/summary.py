@@ -7,7 +7,8 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from recovery.lib.engine.base import Session
-from recovery.lib.reconcile.classify import LABELS, ReconcileInputs, partition_table, recon_table
+from recovery.lib.reconcile.classify import ReconcileInputs, partition_table, recon_table
+from recovery.lib.reconcile.labels import LABELS
 
 
 class PartitionSummary(BaseModel):

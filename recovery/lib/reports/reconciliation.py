@@ -15,7 +15,7 @@ from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.impact import DECISIONS, impact_summary
 from recovery.lib.incident import Incident
-from recovery.lib.reconcile.classify import LABELS
+from recovery.lib.reconcile.labels import LABELS
 from recovery.lib.reports import plots
 from recovery.lib.reports.tables import NOT_RUN, exists, qualified
 from recovery.lib.snapshot import str_list
