@@ -15,6 +15,7 @@ from pathlib import Path
 import dagster as dg
 from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 
+from recovery.config import LOCATION_NAME
 from recovery.dagster_history import backfill_incident
 from recovery.defs.alerts.check_alerts import DEFAULT_OWNER, ui_url
 from recovery.defs.alerts.resources import NotifierResource
@@ -23,7 +24,6 @@ from recovery.lib.draft_incident import CONTAIN_JOB, Draft, FailedBackfill, draf
 from recovery.lib.errors import WarehouseBusyError
 from recovery.lib.notify import NotificationError
 
-LOCATION = "backfill_recovery"  # workspace.yaml's location_name
 BUSY_TIMEOUT_S = 20.0
 RECENT_BACKFILLS = 50
 NEEDS_CONTAINMENT = {
@@ -85,7 +85,7 @@ def draft_alert(
         [
             f"{failed.reason}; its generation {failed.generation} may have damaged the dataset.",
             f"Draft incident: {incident_file} (add approved_by, check the range).",
-            f"Contain in one click: {launchpad_url(base, LOCATION, incident_file, contain_job)}",
+            f"Contain in one click: {launchpad_url(base, LOCATION_NAME, incident_file, contain_job)}",
             f"or: recovery contain --incident {incident_file}",
             f"Backfill: {base}/runs/b/{failed.backfill_id}",
         ]
