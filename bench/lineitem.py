@@ -33,8 +33,12 @@ import sys
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+
+if TYPE_CHECKING:
+    from recovery.lib.writer import WriteMode
 
 LINEITEM_SF1 = 6_001_215  # lineitem rows at scale factor 1
 DATASET = "lineitem"
@@ -137,7 +141,7 @@ def source_sql(parquet: Path, rows: int) -> str:
     """
 
 
-def _backfill_rows(spec, month: str, i: int) -> list[tuple[str, str]]:
+def _backfill_rows(spec, month: str, i: int) -> list[tuple[WriteMode, str]]:
     """The failed backfill's writes for its ``i``-th month, as (mode, rows SQL)."""
     from recovery.lib.snapshot import expected_rows_sql, ts_literal
 
@@ -168,7 +172,7 @@ def _backfill_rows(spec, month: str, i: int) -> list[tuple[str, str]]:
             f"SELECT * FROM ({rows}) UNION ALL SELECT * REPLACE (-l_orderkey AS l_orderkey) FROM ({rows}) "
             f"WHERE {bucket} = 50 AND l_linenumber = 1"
         )
-    writes = [("replace_partitions", rows)]
+    writes: list[tuple[WriteMode, str]] = [("replace_partitions", rows)]
     if i == 3:
         writes.append(("append", f"SELECT * FROM ({rows}) WHERE {bucket} IN (43, 44)"))
     if i == 5:
