@@ -327,8 +327,8 @@ FROM range(1, 2001) t(i)
 UNION ALL SELECT i, 2, 'U', DATE '2024-03-01' + CAST(i % 20 AS INTEGER), (i * 7 % 1000) / 10.0 + 1,
     TIMESTAMP '2024-03-25'
 FROM range(1, 2001, 10) t(i)
-UNION ALL SELECT i, 3, 'D', DATE '2024-03-01' + CAST(i % 20 AS INTEGER), NULL, TIMESTAMP '2024-03-26' FROM range(3,
-    2001, 50) t(i);
+UNION ALL SELECT i, 3, 'D', DATE '2024-03-01' + CAST(i % 20 AS INTEGER), NULL, TIMESTAMP '2024-03-26'
+FROM range(3, 2001, 50) t(i);
 CREATE TABLE dw.orders AS SELECT order_id, order_date, CAST(total AS DECIMAL(10, 2)) AS total,
     'nightly-0324' AS batch_id,
        seq AS src_seq, TIMESTAMP '2024-03-24 02:00' AS batch_ts FROM src.orders_cdc WHERE seq = 1;

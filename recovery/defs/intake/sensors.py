@@ -106,9 +106,9 @@ def open_drafts(
     """One pass of the sensor: a draft (file, timeline, alert) for every failed backfill of the dataset.
     ``asset_key`` is the dataset's target asset (default: the target table as a key, the served
     dataset's form; a further dataset's sits under its prefix) and ``contain_job`` the job its
-    alert's launchpad link opens. Returns (drafts, undelivered alerts). The worked example calls it once its backfill
-    has failed,
-    so ``make run`` opens its draft whether or not the daemon's tick came first."""
+    alert's launchpad link opens. Returns (drafts, undelivered alerts). The worked example calls it
+    once its backfill has failed, so ``make run`` opens its draft whether or not the daemon's tick
+    came first."""
     spec = warehouse.spec()
     key = asset_key or dg.AssetKey([spec.target.table_name.schema, spec.target.table_name.name])
     failed = failed_backfills(instance, key, warehouse.spec_path)

@@ -8,9 +8,8 @@ by :func:`recovery.lib.managed_output.write_output`, stamped with the run's gene
 ``run-<run id>``), the fence checked in the write's own transaction, a partitioned asset
 replacing its partitions only, and the source watermark the output applied recorded with
 the write (what the asset reported as ``recovery/source_watermark`` output metadata, else
-the source as the run started: see :func:`~recovery.lib.managed_output.output_watermark`). A fenced generation's write
-fails the step with one
-sentence and is not retried. Every other asset is stored exactly as ``DuckDBIOManager``
+the source as the run started: see :func:`~recovery.lib.managed_output.output_watermark`).
+A fenced generation's write fails the step with one sentence and is not retried. Every other asset is stored exactly as ``DuckDBIOManager``
 stores it; reading a managed asset reads its public name (the managed view).
 """
 
