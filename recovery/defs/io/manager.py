@@ -9,8 +9,9 @@ by :func:`recovery.lib.managed_output.write_output`, stamped with the run's gene
 replacing its partitions only, and the source watermark the output applied recorded with
 the write (what the asset reported as ``recovery/source_watermark`` output metadata, else
 the source as the run started: see :func:`~recovery.lib.managed_output.output_watermark`).
-A fenced generation's write fails the step with one sentence and is not retried. Every other asset is stored exactly as ``DuckDBIOManager``
-stores it; reading a managed asset reads its public name (the managed view).
+A fenced generation's write fails the step with one sentence and is not retried. Every other
+asset is stored exactly as ``DuckDBIOManager`` stores it; reading a managed asset reads its
+public name (the managed view).
 """
 
 from __future__ import annotations
