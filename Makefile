@@ -56,7 +56,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format recovery recovery_tests bench
 	$(VENV)/bin/ruff check --fix recovery recovery_tests bench
 
-# Type check (mypy, [tool.mypy] in pyproject.toml: the recovery package): part of make test, so of CI.
+# Type check (mypy, [tool.mypy] in pyproject.toml: the recovery package and the bench): part of make test, so of CI.
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 

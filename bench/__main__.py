@@ -1,7 +1,7 @@
 """``python -m bench <name> ...``: run one benchmark: ``reconcile`` (the default, ``make bench``), ``recover``,
-``fuzz`` (spec and incident files, ``make fuzz``), ``share`` (one DuckDB file, many users), ``kill`` (the kill -9 matrix),
-``fixed`` (a command's fixed cost), ``lakehouse`` (reconcile on Delta vs DuckDB) or ``convergence`` (verify with late
-changes pending)."""
+``fuzz`` (spec and incident files, ``make fuzz``), ``share`` (one DuckDB file, many users),
+``kill`` (the kill -9 matrix), ``fixed`` (a command's fixed cost), ``lakehouse`` (reconcile on Delta
+vs DuckDB) or ``convergence`` (verify with late changes pending)."""
 
 import sys
 

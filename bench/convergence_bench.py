@@ -64,7 +64,8 @@ def land_late_changes(spec, n: int) -> None:
         s.execute(
             f"INSERT INTO {src.table_name.sql()} SELECT * REPLACE ({quote(src.version)} + 1 AS {quote(src.version)}, "
             f"CAST(? AS TIMESTAMP) AS {quote(src.ingested_at)}) "
-            f"FROM ({latest_versions_sql(spec, None, include_deleted=False)}) ORDER BY hash({quote_all(src.key)}) LIMIT {int(n)}",
+            f"FROM ({latest_versions_sql(spec, None, include_deleted=False)}) ORDER BY hash({quote_all(src.key)}) "
+            f"LIMIT {int(n)}",
             [utcnow() - timedelta(minutes=10)],
         )
 

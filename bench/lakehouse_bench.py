@@ -71,7 +71,10 @@ def build_delta(duck_spec: Path, root: Path, console: Console) -> tuple[Path, di
         ups = f"SELECT {', '.join(cols)} FROM {log} WHERE _delta_seq = {seq} AND _delta_op = 'upsert'"
         work.execute(f"CREATE OR REPLACE TEMP TABLE ups AS {ups}")
         if mode == "replace_partitions":  # the replaced month is the note's first word (bench/lineitem.py)
-            gone = f"CAST(ship_month AS VARCHAR) = (SELECT split_part(note, ' ', 1) FROM src._recovery.writes WHERE seq = {seq})"
+            gone = (
+                "CAST(ship_month AS VARCHAR) = (SELECT split_part(note, ' ', 1) FROM src._recovery.writes "
+                f"WHERE seq = {seq})"
+            )
         elif mode == "upsert_keys":
             gone = f"({key}) IN (SELECT ({key}) FROM ups)"
         elif mode == "delete_keys":
@@ -92,15 +95,18 @@ def build_delta(duck_spec: Path, root: Path, console: Console) -> tuple[Path, di
         listed = ", ".join(f"'{p}'" for p in touched)
         data = work.sql(f"SELECT * FROM cur WHERE CAST(ship_month AS VARCHAR) IN ({listed})").to_arrow_table()
         props = CommitProperties(custom_metadata={"generation": gen, "written_at": at.isoformat()})
-        first = commits == 0
-        write_deltalake(
-            str(root / "lake" / "lineitem"),
-            data,
-            mode="append" if first else "overwrite",
-            predicate=None if first else f"ship_month IN ({', '.join(f'DATE {p!r}' for p in touched)})",
-            partition_by=["ship_month"],
-            commit_properties=props,
-        )
+        lake = str(root / "lake" / "lineitem")
+        if commits == 0:
+            write_deltalake(lake, data, mode="append", partition_by=["ship_month"], commit_properties=props)
+        else:
+            write_deltalake(
+                lake,
+                data,
+                mode="overwrite",
+                predicate=f"ship_month IN ({', '.join(f'DATE {p!r}' for p in touched)})",
+                partition_by=["ship_month"],
+                commit_properties=props,
+            )
         commits += 1
     work.close()
     doc = yaml.safe_load(duck_spec.read_text())
@@ -140,13 +146,14 @@ def first_sync(spec_path: Path) -> dict:
 
 
 def checksum(spec_path: Path) -> tuple:
+    from recovery.lib.engine.duckdb_engine import fetch_row
     from recovery.lib.spec import parse_spec
 
     spec = parse_spec(spec_path)
     con = duckdb.connect(str(spec.warehouse.path), read_only=True)
     try:
         cols = [r[0] for r in con.execute(f"DESCRIBE {spec.target.table}").fetchall()]
-        return con.execute(f"SELECT count(*), sum(hash({', '.join(cols)})) FROM {spec.target.table}").fetchone()
+        return fetch_row(con, f"SELECT count(*), sum(hash({', '.join(cols)})) FROM {spec.target.table}")
     finally:
         con.close()
 

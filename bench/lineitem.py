@@ -33,8 +33,12 @@ import sys
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+
+if TYPE_CHECKING:
+    from recovery.lib.writer import WriteMode
 
 LINEITEM_SF1 = 6_001_215  # lineitem rows at scale factor 1
 DATASET = "lineitem"
@@ -119,20 +123,25 @@ def source_sql(parquet: Path, rows: int) -> str:
     early AS (SELECT * EXCLUDE (b) REPLACE (l_quantity + 1 AS l_quantity), 2 AS version, 'upsert' AS op,
                      {at(T0 + timedelta(days=9, hours=12))} + to_seconds(b) AS ingested_at FROM base WHERE b % 100 < 5),
     tomb AS (SELECT * EXCLUDE (b), 2 AS version, 'delete' AS op,
-                    {at(T0 + timedelta(days=9, hours=18))} + to_seconds(b) AS ingested_at FROM base WHERE b % 100 IN (5, 6)),
-    prior AS (SELECT * EXCLUDE (b) REPLACE (CAST(l_extendedprice * 1.01 AS DECIMAL(15, 2)) AS l_extendedprice), 2 AS version,
+                    {at(T0 + timedelta(days=9, hours=18))} + to_seconds(b) AS ingested_at FROM base
+                        WHERE b % 100 IN (5, 6)),
+    prior AS (SELECT * EXCLUDE (b) REPLACE (CAST(l_extendedprice * 1.01 AS DECIMAL(15, 2)) AS l_extendedprice),
+        2 AS version,
                      'upsert' AS op, {at(T0 + timedelta(days=11, hours=9))} + to_seconds(b) AS ingested_at
               FROM base WHERE b % 100 BETWEEN 7 AND 11),
-    concurrent AS (SELECT * EXCLUDE (b) REPLACE (CAST(l_discount / 2 AS DECIMAL(15, 2)) AS l_discount), 2 AS version, 'upsert' AS op,
-                          {at(BF_START + timedelta(hours=1))} + to_seconds(b) AS ingested_at FROM base WHERE b % 100 BETWEEN 12 AND 15),
+    concurrent AS (SELECT * EXCLUDE (b) REPLACE (CAST(l_discount / 2 AS DECIMAL(15, 2)) AS l_discount), 2 AS version,
+        'upsert' AS op,
+                          {at(BF_START + timedelta(hours=1))} + to_seconds(b) AS ingested_at FROM base
+                              WHERE b % 100 BETWEEN 12 AND 15),
     late AS (SELECT * EXCLUDE (b) REPLACE (l_linenumber + 10 AS l_linenumber), 1 AS version, 'upsert' AS op,
-                    {at(BF_START + timedelta(hours=1, minutes=30))} + to_seconds(b) AS ingested_at FROM base WHERE b % 100 = 99)
+                    {at(BF_START + timedelta(hours=1, minutes=30))} + to_seconds(b) AS ingested_at FROM base
+                        WHERE b % 100 = 99)
     SELECT * FROM v1 UNION ALL SELECT * FROM early UNION ALL SELECT * FROM tomb UNION ALL SELECT * FROM prior
     UNION ALL SELECT * FROM concurrent UNION ALL SELECT * FROM late
     """
 
 
-def _backfill_rows(spec, month: str, i: int) -> list[tuple[str, str]]:
+def _backfill_rows(spec, month: str, i: int) -> list[tuple[WriteMode, str]]:
     """The failed backfill's writes for its ``i``-th month, as (mode, rows SQL)."""
     from recovery.lib.snapshot import expected_rows_sql, ts_literal
 
@@ -147,7 +156,8 @@ def _backfill_rows(spec, month: str, i: int) -> list[tuple[str, str]]:
     rows = f"SELECT * FROM ({expected_rows_sql(spec, None, source_relation=snap(1))}) WHERE ship_month = DATE '{month}'"
     if i == 1:
         rows = (
-            f"SELECT * REPLACE (CASE WHEN {bucket} BETWEEN 20 AND 39 THEN CAST(round(l_extendedprice * (1 - l_discount), 2) "
+            f"SELECT * REPLACE (CASE WHEN {bucket} BETWEEN 20 AND 39 "
+            "THEN CAST(round(l_extendedprice * (1 - l_discount), 2) "
             f"AS DECIMAL(15, 2)) ELSE net_amount END AS net_amount) FROM ({rows})"
         )
     if i == 2:
@@ -162,7 +172,7 @@ def _backfill_rows(spec, month: str, i: int) -> list[tuple[str, str]]:
             f"SELECT * FROM ({rows}) UNION ALL SELECT * REPLACE (-l_orderkey AS l_orderkey) FROM ({rows}) "
             f"WHERE {bucket} = 50 AND l_linenumber = 1"
         )
-    writes = [("replace_partitions", rows)]
+    writes: list[tuple[WriteMode, str]] = [("replace_partitions", rows)]
     if i == 3:
         writes.append(("append", f"SELECT * FROM ({rows}) WHERE {bucket} IN (43, 44)"))
     if i == 5:

@@ -28,6 +28,13 @@ def _literal(path: str) -> str:
     return "'" + path.replace("'", "''") + "'"
 
 
+def _out_literal(out: str | None, mode: str) -> str:
+    """The output Parquet file a mode writes its keys to, as a SQL literal; the modes that write one need it."""
+    if out is None:
+        raise SystemExit(f"mode {mode!r} writes its keys to a Parquet file: give its path as the fourth argument")
+    return _literal(out)
+
+
 def payload_columns(s, spec) -> list[str]:
     meta = spec.target.metadata
     return [c for c, _ in s.columns(spec.target.table_name.sql()) if c not in (meta.generation, meta.written_at)]
@@ -71,7 +78,10 @@ def stop_jvm(engine) -> float:
     from pyspark import SparkContext
 
     engine.spark().stop()
-    proc = SparkContext._gateway.proc
+    gateway = SparkContext._gateway
+    if gateway is None:
+        raise RuntimeError("no Spark gateway in this process: the JVM was not started here")
+    proc = gateway.proc
     proc.stdin.close()  # the JVM's gateway exits when its stdin closes
     proc.wait(timeout=120)
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -102,7 +112,8 @@ def main(mode: str, spec_path: str, gens: str, out: str | None = None) -> None:
         with engine.session(read_only=True) as s:  # on Spark too: its session runs the COPY as Arrow to Parquet
             table = recon_table(spec, summary.contained)
             s.execute(
-                f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH') TO {_literal(out)} (FORMAT parquet)"
+                f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH') "
+                f"TO {_out_literal(out, mode)} (FORMAT parquet)"
             )
         if spec.warehouse.engine == "spark":
             result["jvm_peak_rss_mb"] = stop_jvm(engine)
@@ -122,16 +133,18 @@ def main(mode: str, spec_path: str, gens: str, out: str | None = None) -> None:
         with open_engine(spec.warehouse).session(read_only=True) as s:
             table = recon_table(spec, summary.contained)
             s.execute(
-                f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH-FP') TO {_literal(out)} (FORMAT parquet)"
+                f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH-FP') "
+                f"TO {_out_literal(out, mode)} (FORMAT parquet)"
             )
     elif mode == "floor":
         from bench.floor import floor_sql
 
         with open_engine(spec.warehouse).session(read_only=True) as s:
             sql = floor_sql(spec, failed, [c for c, _ in s.columns(spec.target.table_name.sql())])
-            s.execute(f"COPY ({sql}) TO {_literal(out)} (FORMAT parquet)")
+            target = _out_literal(out, mode)
+            s.execute(f"COPY ({sql}) TO {target} (FORMAT parquet)")
             wall = time.perf_counter() - t0
-            result = {"damaged_keys": s.scalar(f"SELECT count(*) FROM read_parquet({_literal(out)})")}
+            result = {"damaged_keys": s.scalar(f"SELECT count(*) FROM read_parquet({target})")}
     elif mode == "reladiff":
         import reladiff
 

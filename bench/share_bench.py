@@ -22,6 +22,7 @@ from pathlib import Path
 from rich.console import Console
 
 from recovery.lib.engine import open_engine
+from recovery.lib.engine.duckdb_engine import fetch_row
 from recovery.lib.namespaces import move_pointer
 from recovery.lib.published_export import export_dir, refresh_published_export
 from recovery.lib.spec import parse_spec
@@ -83,7 +84,7 @@ def main(argv: list[str]) -> int:
         import duckdb
 
         con = duckdb.connect(path, read_only=True)
-        rows = con.execute(f"SELECT count(*) FROM {spec.target.table_name.name}").fetchone()[0]
+        rows = fetch_row(con, f"SELECT count(*) FROM {spec.target.table_name.name}")[0]
         con.close()
         out = {"stop": threading.Event(), "reads": 0, "mixed": 0, "errors": [], "rows": rows}
         readers = [threading.Thread(target=read_export, args=(path, out)) for _ in range(2)]

@@ -31,7 +31,8 @@ BUGS: dict[str, dict[str, str]] = {
         "rounding": "SELECT * REPLACE (CAST(round(amount_usd) AS DECIMAL(18, 2)) AS amount_usd) FROM {rows}",
         "lookup_fanout": "SELECT r.* FROM {rows} r JOIN (SELECT 1 AS copy UNION ALL SELECT 2) l "
         "ON l.copy = 1 OR hash(r.merchant_id) % 4 = 0",
-        "duplicate_retries": "SELECT * FROM {rows} UNION ALL SELECT * FROM {rows} WHERE event_date = (SELECT min(event_date) FROM {rows})",
+        "duplicate_retries": "SELECT * FROM {rows} UNION ALL SELECT * FROM {rows} "
+        "WHERE event_date = (SELECT min(event_date) FROM {rows})",
         "half_dropped": "SELECT * FROM {rows} WHERE hash(txn_id) % 2 = 0",
         "stale_snapshot": "SELECT * FROM {stale} WHERE {in_range}",
         "tombstones_ignored": "SELECT * FROM {source_upserts} WHERE {in_range}",
@@ -47,11 +48,13 @@ BUGS: dict[str, dict[str, str]] = {
         "rounding": "SELECT * REPLACE (round(price, -1) AS price) FROM {rows}",
         "lookup_fanout": "SELECT r.* FROM {rows} r JOIN (SELECT 1 AS copy UNION ALL SELECT 2) l "
         "ON l.copy = 1 OR r.sku IN ('SKU-001', 'SKU-002', 'SKU-003')",
-        "duplicate_retries": "SELECT * FROM {rows} UNION ALL SELECT * FROM {rows} WHERE shard = (SELECT min(shard) FROM {rows})",
+        "duplicate_retries": "SELECT * FROM {rows} UNION ALL SELECT * FROM {rows} WHERE shard = (SELECT min(shard) "
+        "FROM {rows})",
         "half_dropped": "SELECT * FROM {rows} WHERE hash(order_no) % 2 = 0",
         "stale_snapshot": "SELECT * FROM {stale} WHERE {in_range}",
         "tombstones_ignored": "SELECT * FROM {source_upserts} WHERE {in_range}",
-        "wrong_partition": "SELECT * REPLACE (region || '-' || strftime(placed_at + INTERVAL 31 DAY, '%Y%m') AS shard) FROM {rows}",
+        "wrong_partition": "SELECT * REPLACE (region || '-' || strftime(placed_at + INTERVAL 31 DAY, '%Y%m') AS shard) "
+        "FROM {rows}",
     },
 }
 
@@ -73,7 +76,8 @@ def _write(ctx: RecomputeContext, bug: str) -> None:
     key, version = quote_all(spec.key), quote(src.version)
     latest = latest_versions_sql(spec, ctx.watermark, include_deleted=True)
     behind = (
-        f"SELECT * EXCLUDE (__rn, __n) FROM (SELECT src.*, row_number() OVER (PARTITION BY {key} ORDER BY {version} DESC) "
+        f"SELECT * EXCLUDE (__rn, __n) FROM (SELECT src.*, row_number() OVER (PARTITION BY {key} "
+        f"ORDER BY {version} DESC) "
         f"AS __rn, count(*) OVER (PARTITION BY {key}) AS __n FROM {src.table_name.sql()} src "
         f"WHERE {quote(src.ingested_at)} <= TIMESTAMP '{ctx.watermark.isoformat(sep=' ')}' "
         f"AND {quote(src.op)} IN ({str_list(src.upsert_ops)})) WHERE __rn = least(2, __n) "

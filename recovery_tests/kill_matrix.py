@@ -223,7 +223,8 @@ def observe(phase: str, d: Path) -> dict:
             state["consumers"] = {
                 name: digest(f"SELECT * FROM consumers.{name}")
                 for (name,) in con.execute(
-                    "SELECT table_name FROM information_schema.tables WHERE table_schema = 'consumers' AND table_type = 'VIEW' "
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = 'consumers' "
+                    "AND table_type = 'VIEW' "
                     "ORDER BY 1"
                 ).fetchall()
             }

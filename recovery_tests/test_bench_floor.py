@@ -19,6 +19,7 @@ from bench.floor import floor_sql
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.reconcile.classify import recon_table
+from recovery.lib.reconcile.labels import DAMAGE_LABELS
 from recovery.lib.reconcile.run import run_reconciliation
 
 pytestmark = pytest.mark.skipif(
@@ -31,23 +32,13 @@ def test_floor_assigns_the_package_labels_key_by_key(tmp_path):
     spec = load_spec(spec_path)
     summary, _ = run_reconciliation(spec, [lineitem.FAILED], incident_id="T")
     # every damage kind the bench's backfill makes is there, so the floor is checked on each
-    assert set(summary.labels) == {
-        "duplicate",
-        "out_of_order",
-        "resurrected",
-        "unexpected",
-        "missing",
-        "deleted",
-        "mispartitioned",
-        "overwritten",
-        "stale",
-        "incorrectly_transformed",
-    }
+    assert set(summary.labels) == set(DAMAGE_LABELS)
     key = ", ".join(spec.key)
     with open_engine(spec.warehouse).session(read_only=True) as s:
         floor = floor_sql(spec, [lineitem.FAILED], [c for c, _ in s.columns(spec.target.table_name.sql())])
         differ = s.fetchall(
-            f"SELECT p.label, f.label, count(*) FROM (SELECT {key}, label FROM {recon_table(spec)} WHERE incident_id = 'T') p "
+            f"SELECT p.label, f.label, count(*) FROM (SELECT {key}, label FROM {recon_table(spec)} "
+            "WHERE incident_id = 'T') p "
             f"FULL OUTER JOIN ({floor}) f USING ({key}) WHERE p.label IS DISTINCT FROM f.label GROUP BY ALL"
         )
         assert s.scalar(f"SELECT count(*) FROM ({floor})") == summary.damaged_keys

@@ -45,13 +45,13 @@ import duckdb
 import pytest
 import yaml
 
-from recovery.config import PROJECT_ROOT
+from recovery.config import LOCATION_NAME, PROJECT_ROOT
 from recovery.lib.phases import CONTAIN
 from recovery_tests.example_build import env as _env
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = PROJECT_ROOT / "test-artifacts" / "browser"
-LOCATION = "backfill_recovery"
+LOCATION = LOCATION_NAME
 EXAMPLE_LOCATION = "worked_example"  # the worked example's own code location, beside the package's in workspace.yaml
 RECOVERY_JOBS = (
     "contain_backfill",
@@ -114,7 +114,10 @@ def _graphql(url: str, query: str) -> dict:
         return json.loads(resp.read())
 
 
-LOCATIONS = "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus locationOrLoadError { __typename } } } } }"
+LOCATIONS = (
+    "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus locationOrLoadError { "
+    "__typename } } } } }"
+)
 
 
 def _wait_for_location(server: Webserver, proc: subprocess.Popen, timeout_s: float = 120) -> None:

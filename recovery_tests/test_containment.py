@@ -30,7 +30,6 @@ from recovery.cli import main as cli
 from recovery.config import PROJECT_ROOT
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.containment.config import IncidentConfig, resolve_incident
-from recovery.defs.containment.jobs import CONTAIN_JOB
 from recovery.defs.containment.sensors import fencing_sensor
 from recovery.defs.resources import warehouse_resource
 from recovery.lib.consumers import materialize_consumer
@@ -81,7 +80,7 @@ def _contain(env: Env, **config) -> dg.ExecuteInProcessResult:
 
     run_config = {"ops": {"validate_incident": {"config": config}}} if config else CONTAIN.run_config(str(env.incident))
     with dg.DagsterInstance.get() as instance:
-        return run_job(defs(), CONTAIN_JOB, instance, run_config=run_config)
+        return run_job(defs(), CONTAIN.job, instance, run_config=run_config)
 
 
 GOOD = {"incident_id": "INC-TEST-1", "failed_generations": [GEN], "requested_by": "data-platform-oncall"}
@@ -112,7 +111,7 @@ def test_each_bad_incident_is_refused_naming_the_field_and_the_warehouse_stays_b
             assert err.value.field == field and problem in str(err.value), case
             with pytest.raises(RecoveryError, match=re.escape(field) + ": .*" + problem):
                 run_job(
-                    code_location, CONTAIN_JOB, instance, run_config={"ops": {"validate_incident": {"config": config}}}
+                    code_location, CONTAIN.job, instance, run_config={"ops": {"validate_incident": {"config": config}}}
                 )
             assert _digest(env.warehouse) == before, f"{case}: a refused incident changed the warehouse"
             assert not wal.exists(), case
@@ -191,7 +190,8 @@ def test_a_write_after_containment_is_refused_counted_alerted_once_and_on_the_ti
     )
     assert attempts == [("write:append", "stray-run-1"), ("register", "stray-run-2")]
     events = env.fetch(
-        f"SELECT run_id FROM {SCHEMA}.timeline WHERE kind = 'fence_attempt' AND incident_id = 'INC-2024-031' ORDER BY event_id"
+        f"SELECT run_id FROM {SCHEMA}.timeline WHERE kind = 'fence_attempt' AND incident_id = 'INC-2024-031' "
+        "ORDER BY event_id"
     )
     assert events == [("stray-run-1",), ("stray-run-2",)]
 

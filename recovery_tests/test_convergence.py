@@ -56,7 +56,8 @@ def _late_events(r, at: datetime) -> None:
                 [change, at, qty, region, order_no],
             )
         s.execute(
-            "INSERT INTO src.order_events VALUES ('west', 9001, 1, 'put', ?, TIMESTAMP '2026-01-03 10:00', 5, 'SKU-001')",
+            "INSERT INTO src.order_events VALUES ('west', 9001, 1, 'put', ?, TIMESTAMP '2026-01-03 10:00', 5, "
+            "'SKU-001')",
             [at],
         )
 
@@ -118,7 +119,8 @@ def test_a_late_event_not_applied_fails_verification_and_alerts_once_with_a_link
     late_at = watermark - timedelta(seconds=5)  # landed behind the watermark: ingestion's window never sees it
     with r.engine.transaction() as s:
         s.execute(
-            "INSERT INTO src.order_events SELECT region, order_no, max(rev) + 1, 'put', ?, arg_max(placed_at, rev), 77, "
+            "INSERT INTO src.order_events SELECT region, order_no, max(rev) + 1, 'put', ?, arg_max(placed_at, rev), "
+            "77, "
             "arg_max(sku, rev) FROM src.order_events WHERE region = ? AND order_no = ? GROUP BY ALL",
             [late_at, region, order_no],
         )
@@ -182,8 +184,10 @@ def test_verify_cli_exits_1_while_a_partition_drifts_and_0_once_converged(tmp_pa
     monkeypatch.setenv("RECOVERY_SPEC", str(r.spec_path))
     with r.engine.transaction() as s:  # a tombstone the ingestion never applied
         s.execute(
-            "INSERT INTO src.order_events SELECT region, order_no, max(rev) + 1, 'drop', ?, arg_max(placed_at, rev), 0, "
-            "arg_max(sku, rev) FROM src.order_events WHERE (region, order_no) = (SELECT (region, order_no) FROM mart.orders "
+            "INSERT INTO src.order_events SELECT region, order_no, max(rev) + 1, 'drop', ?, arg_max(placed_at, rev), "
+            "0, "
+            "arg_max(sku, rev) FROM src.order_events WHERE (region, order_no) = (SELECT (region, order_no) "
+            "FROM mart.orders "
             "ORDER BY ALL LIMIT 1) GROUP BY ALL",
             [ingestion_watermark(r.writer) - timedelta(seconds=1)],
         )

@@ -199,7 +199,8 @@ def month_asset(spec, months: list[str], *, read_up_to: datetime | None = None, 
             frame = con.execute(
                 f"SELECT * FROM ({expected_rows_sql(spec, read_up_to)}) WHERE ship_month = ? "
                 f"AND (carrier_code, tracking_no) IS DISTINCT FROM (?, ?) UNION ALL "
-                f"SELECT * FROM ({expected_rows_sql(spec, REGISTRY_WATERMARK)}) WHERE (carrier_code, tracking_no) = (?, ?)",
+                f"SELECT * FROM ({expected_rows_sql(spec, REGISTRY_WATERMARK)}) WHERE (carrier_code, "
+                "tracking_no) = (?, ?)",
                 [context.partition_key, *(stale or (None, None)), *(stale or (None, None))],
             ).df()
         finally:

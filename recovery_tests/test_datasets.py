@@ -14,7 +14,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from recovery.config import PROJECT_ROOT, spec_paths
+from recovery.config import LOCATION_NAME, PROJECT_ROOT, spec_paths
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.resources import warehouse_resource
 from recovery.example.defs import TARGET_KEY
@@ -181,7 +181,7 @@ def test_a_location_serving_a_teams_dataset_lists_none_of_the_worked_examples_de
     workspace = tmp_path / "workspace.yaml"
     workspace.write_text(
         "load_from:\n  - python_module:\n      module_name: recovery.definitions\n"
-        f"      working_directory: {PROJECT_ROOT}\n      location_name: backfill_recovery\n"
+        f"      working_directory: {PROJECT_ROOT}\n      location_name: {LOCATION_NAME}\n"
     )
     environ = {**os.environ, "DAGSTER_HOME": str(home), "RECOVERY_SPEC": str(orders)}
     environ.pop("RECOVERY_SPECS", None)
@@ -195,7 +195,7 @@ def test_a_location_serving_a_teams_dataset_lists_none_of_the_worked_examples_de
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert "Validation successful for code location backfill_recovery" in out, out
+    assert f"Validation successful for code location {LOCATION_NAME}" in out, out
     assert "worked_example" not in out, out
 
     example_jobs = {"ingest_transactions"}
@@ -203,7 +203,7 @@ def test_a_location_serving_a_teams_dataset_lists_none_of_the_worked_examples_de
         mp.setenv("RECOVERY_SPEC", str(orders))
         mp.delenv("RECOVERY_SPECS", raising=False)
         origin = InProcessCodeLocationOrigin(
-            LoadableTargetOrigin(module_name="recovery.definitions"), location_name="backfill_recovery"
+            LoadableTargetOrigin(module_name="recovery.definitions"), location_name=LOCATION_NAME
         )
         with dg.instance_for_test() as instance, origin.create_location(instance) as location:
             (repo,) = location.get_repositories().values()

@@ -6,13 +6,15 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
-from recovery.config import PROJECT_ROOT, spec_path
+from recovery.config import LOCATION_NAME, PROJECT_ROOT, spec_path
 from recovery.definitions import defs
 from recovery.example.defs import TARGET_KEY
 from recovery.example.location import defs as example_location
@@ -44,6 +46,17 @@ def test_spec_names_the_five_consumers():
     )
 
 
+def test_the_location_name_is_spelled_the_same_in_workspace_yaml_and_pyproject():
+    """Launchpad links name the location as ``LOCATION_NAME``; the files Dagster and ``dg`` read say the same."""
+    workspace = yaml.safe_load((PROJECT_ROOT / "workspace.yaml").read_text())
+    names = [entry["python_module"]["location_name"] for entry in workspace["load_from"]]
+    modules = [entry["python_module"]["module_name"] for entry in workspace["load_from"]]
+    assert names[modules.index("recovery.definitions")] == LOCATION_NAME
+    pyproject = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())
+    assert pyproject["tool"]["dagster"]["code_location_name"] == LOCATION_NAME
+    assert pyproject["tool"]["dg"]["project"]["code_location_name"] == LOCATION_NAME
+
+
 def test_code_location_loads_through_workspace_yaml(tmp_path: Path):
     home = tmp_path / "dagster_home"
     home.mkdir()
@@ -61,7 +74,7 @@ def test_code_location_loads_through_workspace_yaml(tmp_path: Path):
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    for location in ("backfill_recovery", "worked_example"):
+    for location in (LOCATION_NAME, "worked_example"):
         assert f"Validation successful for code location {location}" in out, out
 
 
@@ -89,7 +102,7 @@ def test_dagster_commands_work_from_a_fresh_clone_with_no_variable_set(tmp_path:
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert "Validation successful for code location backfill_recovery" in out, out
+    assert f"Validation successful for code location {LOCATION_NAME}" in out, out
     hints = [line for line in out.splitlines() if "DAGSTER_HOME is not set" in line]
     assert len(hints) == 1 and f"export DAGSTER_HOME={clone / '.dagster_home'}" in hints[0], out
     assert "Traceback" not in out, out

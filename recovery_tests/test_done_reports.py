@@ -91,7 +91,8 @@ def test_the_orders_datasets_reports_prove_every_done_item_and_hide_no_phase_tha
     recorded = {
         d: (c, m, rem)
         for c, d, m, rem in r.fetch(
-            f"SELECT consumer, decision, material, remediation FROM {SCHEMA}.restatement_decisions WHERE incident_id = ?",
+            f"SELECT consumer, decision, material, remediation FROM {SCHEMA}.restatement_decisions "
+            "WHERE incident_id = ?",
             [incident.incident_id],
         )
     }

@@ -298,7 +298,8 @@ def test_assets_in_the_same_code_location_are_found_through_its_asset_graph_and_
     assert [row[0] for row in ledger] == flipped and len(flipped) == 6
     assert all(o == 1.0 and c == 0.0 and m for _, o, c, m in ledger)
     notes = b.fetch(
-        f"SELECT note FROM {SCHEMA}.namespaces WHERE public_name = 'consumers.marts__sensor_alerts' ORDER BY created_seq"
+        f"SELECT note FROM {SCHEMA}.namespaces WHERE public_name = 'consumers.marts__sensor_alerts' "
+        "ORDER BY created_seq"
     )
     assert CAPTURED_AT_RESTATEMENT in notes[0][0], notes
 

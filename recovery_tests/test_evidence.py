@@ -340,7 +340,8 @@ def test_sensitive_columns_never_appear_in_clear_yet_still_join(case: Case):
                 hashed_files += 1
                 clear, malformed = con.execute(
                     f"SELECT count(*) FILTER (WHERE customer_id IN ({raw_ids})), "
-                    f"count(*) FILTER (WHERE customer_id IS NOT NULL AND NOT regexp_full_match(customer_id, '[0-9a-f]{{64}}')) "
+                    "count(*) FILTER (WHERE customer_id IS NOT NULL AND NOT regexp_full_match(customer_id, "
+                    f"'[0-9a-f]{{64}}')) "
                     f"FROM read_parquet(?)",
                     [str(f)],
                 ).fetchone()

@@ -146,7 +146,8 @@ def test_a_consumer_pivoting_on_a_sensitive_column_is_refused_at_spec_time(tmp_p
             root,
             {
                 "sku_pivot": (
-                    "SELECT * FROM (PIVOT (SELECT shard, sku, qty FROM {{ target }}) ON sku USING sum(qty) GROUP BY shard)",
+                    "SELECT * FROM (PIVOT (SELECT shard, sku, qty FROM {{ target }}) ON sku USING sum(qty) "
+                    "GROUP BY shard)",
                     ["shard"],
                 )
             },

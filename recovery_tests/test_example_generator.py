@@ -148,7 +148,8 @@ def test_corrections_tombstones_and_late_arrivals_occur(con):
     assert (
         one(
             con,
-            f"SELECT count(*) FROM (SELECT txn_id FROM {ALL} GROUP BY txn_id HAVING max(version) <> count(*) OR min(version) <> 1)",
+            f"SELECT count(*) FROM (SELECT txn_id FROM {ALL} GROUP BY txn_id HAVING max(version) <> count(*) "
+            "OR min(version) <> 1)",
         )
         == 0
     )

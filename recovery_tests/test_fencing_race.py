@@ -22,15 +22,15 @@ import dagster as dg
 import pytest
 from dagster._core.storage.dagster_run import FINISHED_STATUSES
 
-from recovery.defs.containment.jobs import CONTAIN_JOB
-from recovery.defs.containment.patrol import naive_utc
 from recovery.defs.resources import WarehouseResource, warehouse_resource
 from recovery.example.defs import PAUSE_TAG, TARGET_KEY, transactions_history
 from recovery.lib.control_plane import SCHEMA, delta_table
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import FencedGenerationError
 from recovery.lib.fencing import GENERATION_TAG, fence_incident
+from recovery.lib.identifiers import naive_utc
 from recovery.lib.incident import Incident
+from recovery.lib.phases import CONTAIN
 from recovery.lib.spec import parse_spec
 from recovery.lib.writer import Writer
 from recovery.orchestration import Daemon, backfill_finished, launch_asset_backfill, run_job, workspace_context
@@ -132,7 +132,7 @@ def test_no_row_of_a_fenced_generation_lands_while_its_real_backfill_is_in_fligh
                 incident = f"INC-RACE-{len(figures)}"
                 result = run_job(
                     code_location,
-                    CONTAIN_JOB,
+                    CONTAIN.job,
                     instance,
                     run_config={
                         "ops": {

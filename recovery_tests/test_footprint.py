@@ -21,6 +21,7 @@ import pytest
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.reconcile.classify import partition_table, recon_table
+from recovery.lib.reconcile.labels import DAMAGE_LABELS
 from recovery.lib.reconcile.run import run_reconciliation
 from recovery.lib.snapshot import expected_rows_sql
 from recovery_tests.test_reconciliation import _now, _rows, _small
@@ -115,7 +116,8 @@ def test_footprint_labels_equal_the_full_run_on_string_partitions(tmp_path):
         "SELECT region, order_no, shard FROM mart.orders WHERE shard LIKE 'west-%' ORDER BY ALL"
     ).fetchall()
     multi = con.execute("""SELECT region, order_no, list(rev ORDER BY rev) FROM src.order_events WHERE region = 'east'
-                           GROUP BY ALL HAVING count(*) >= 2 AND arg_max(change, rev) = 'put' ORDER BY ALL""").fetchall()
+                           GROUP BY ALL HAVING count(*) >= 2 AND arg_max(change, rev) = 'put'
+                               ORDER BY ALL""").fetchall()
     con.close()
     key = lambda r: f"region = '{r[0]}' AND order_no = {r[1]}"  # noqa: E731
     lo, hi = east[0], east[-1]
@@ -153,7 +155,8 @@ def test_footprint_labels_equal_the_full_run_on_string_partitions(tmp_path):
     later = _now() + timedelta(seconds=1)
     with writer.engine.transaction() as s:
         s.execute(
-            f"INSERT INTO src.order_events VALUES ('east', 9001, 1, 'put', ?, TIMESTAMP '{east[1][5:9]}-{east[1][9:]}-03', 2, 'SKU-1')",
+            "INSERT INTO src.order_events VALUES ('east', 9001, 1, 'put', ?, "
+            f"TIMESTAMP '{east[1][5:9]}-{east[1][9:]}-03', 2, 'SKU-1')",
             [later],
         )
 
@@ -225,18 +228,7 @@ def test_footprint_labels_equal_the_full_run_on_date_partitions(lineitem_spec):
     full, fp, whole, part = _assert_footprint_is_the_full_run_restricted(
         spec, [lineitem.FAILED], rng, rng[0], date(1995, 9, 1)
     )
-    assert set(fp.labels) == {
-        "duplicate",
-        "out_of_order",
-        "resurrected",
-        "unexpected",
-        "missing",
-        "deleted",
-        "mispartitioned",
-        "overwritten",
-        "stale",
-        "incorrectly_transformed",
-    }
+    assert set(fp.labels) == set(DAMAGE_LABELS)
     drift = full.drift_outside_footprint or {}
     assert drift.get("incorrectly_transformed", 0) > 0
     assert fp.damaged_keys == full.damaged_keys - sum(drift.values())

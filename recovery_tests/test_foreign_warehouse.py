@@ -324,10 +324,13 @@ CREATE TABLE src.orders_cdc AS
 SELECT i AS order_id, 1 AS seq, 'I' AS action, DATE '2024-03-01' + CAST(i % 20 AS INTEGER) AS order_date,
        (i * 7 % 1000) / 10.0 AS total, TIMESTAMP '2024-03-01 01:00:00' + to_days(CAST(i % 20 AS INTEGER)) AS loaded_ts
 FROM range(1, 2001) t(i)
-UNION ALL SELECT i, 2, 'U', DATE '2024-03-01' + CAST(i % 20 AS INTEGER), (i * 7 % 1000) / 10.0 + 1, TIMESTAMP '2024-03-25'
+UNION ALL SELECT i, 2, 'U', DATE '2024-03-01' + CAST(i % 20 AS INTEGER), (i * 7 % 1000) / 10.0 + 1,
+    TIMESTAMP '2024-03-25'
 FROM range(1, 2001, 10) t(i)
-UNION ALL SELECT i, 3, 'D', DATE '2024-03-01' + CAST(i % 20 AS INTEGER), NULL, TIMESTAMP '2024-03-26' FROM range(3, 2001, 50) t(i);
-CREATE TABLE dw.orders AS SELECT order_id, order_date, CAST(total AS DECIMAL(10, 2)) AS total, 'nightly-0324' AS batch_id,
+UNION ALL SELECT i, 3, 'D', DATE '2024-03-01' + CAST(i % 20 AS INTEGER), NULL, TIMESTAMP '2024-03-26'
+FROM range(3, 2001, 50) t(i);
+CREATE TABLE dw.orders AS SELECT order_id, order_date, CAST(total AS DECIMAL(10, 2)) AS total,
+    'nightly-0324' AS batch_id,
        seq AS src_seq, TIMESTAMP '2024-03-24 02:00' AS batch_ts FROM src.orders_cdc WHERE seq = 1;
 DELETE FROM dw.orders WHERE order_date BETWEEN DATE '2024-03-05' AND DATE '2024-03-10' AND order_id % 13 = 0;
 UPDATE dw.orders SET total = total * 2, batch_id = 'bf-march', batch_ts = TIMESTAMP '2024-03-27 01:00'
@@ -346,7 +349,8 @@ def _plain_sql_dataset(root: Path) -> Path:
     )
     (root / "spec.yaml").write_text(
         "dataset: orders\nwarehouse: {engine: duckdb, path: wh.duckdb}\n"
-        "source: {table: src.orders_cdc, key: [order_id], version: seq, op: action, upsert_ops: [I, U], delete_ops: [D], "
+        "source: {table: src.orders_cdc, key: [order_id], version: seq, op: action, upsert_ops: [I, U], "
+        "delete_ops: [D], "
         "ingested_at: loaded_ts}\n"
         "target: {table: dw.orders, partition: order_date, transform: t.sql, "
         "metadata: {generation: batch_id, source_version: src_seq, written_at: batch_ts}, amount: total}\n"
@@ -367,7 +371,8 @@ def test_a_plain_sql_warehouse_with_date_partitions_no_registry_and_no_consumers
     con = duckdb.connect(str(root / "wh.duckdb"), read_only=True)
     try:  # the backfill's days equal the source (latest live version per key), computed here without the package
         wrong = con.execute("""
-            WITH latest AS (SELECT * FROM src.orders_cdc QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY seq DESC) = 1),
+            WITH latest AS (SELECT * FROM src.orders_cdc QUALIFY row_number() OVER (PARTITION BY order_id
+                ORDER BY seq DESC) = 1),
                  truth AS (SELECT order_id, order_date, CAST(total AS DECIMAL(10, 2)) AS total FROM latest
                            WHERE action <> 'D' AND order_date BETWEEN DATE '2024-03-05' AND DATE '2024-03-10'),
                  published AS (SELECT order_id, order_date, total FROM dw.orders

@@ -12,6 +12,7 @@ import dagster as dg
 import pytest
 
 from recovery.cli import main as cli
+from recovery.config import LOCATION_NAME
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.intake.sensors import backfill_incident_sensor, failed_backfills
 from recovery.defs.resources import warehouse_resource
@@ -104,7 +105,7 @@ def _check_alert(alert: dict, path: Path, incident_id: str, backfill_id: str, ui
     link = next(w for w in body.split() if "/playground/setup" in w)
     parsed = urlparse(link)
     assert f"{parsed.scheme}://{parsed.netloc}" == ui
-    assert parsed.path == "/locations/__repository__@backfill_recovery/jobs/contain_backfill/playground/setup"
+    assert parsed.path == f"/locations/__repository__@{LOCATION_NAME}/jobs/contain_backfill/playground/setup"
     # the incident chosen by the run tag recovery/incident, nothing to type
     assert parse_qs(parsed.query) == {"tags[0][key]": [INCIDENT_TAG], "tags[0][value]": [str(path)]}
 
@@ -185,6 +186,6 @@ def test_the_launchpad_link_opens_the_named_containment_job_with_the_draft_chose
 
     draft = tmp_path / "incidents" / "INC-DRAFT-x.yaml"
     for job in ("contain_backfill", "contain_backfill__orders"):
-        parsed = urlparse(launchpad_url("http://ui:3000/", "backfill_recovery", draft, job))
-        assert parsed.path == f"/locations/__repository__@backfill_recovery/jobs/{job}/playground/setup"
+        parsed = urlparse(launchpad_url("http://ui:3000/", LOCATION_NAME, draft, job))
+        assert parsed.path == f"/locations/__repository__@{LOCATION_NAME}/jobs/{job}/playground/setup"
         assert parse_qs(parsed.query) == {"tags[0][key]": [INCIDENT_TAG], "tags[0][value]": [str(draft)]}

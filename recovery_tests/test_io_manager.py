@@ -304,7 +304,10 @@ def test_under_the_incident_the_fenced_backfills_write_is_refused_and_a_valid_ru
 
     io = resources(example_copy, db)
     day = "2024-03-15"
-    public_day = "SELECT txn_id, amount_usd, _source_version, _generation FROM analytics.transactions WHERE event_date = DATE '2024-03-15' ORDER BY 1"
+    public_day = (
+        "SELECT txn_id, amount_usd, _source_version, _generation FROM analytics.transactions "
+        "WHERE event_date = DATE '2024-03-15' ORDER BY 1"
+    )
     damaged = fetch(db, public_day)
 
     # a retry of the failed backfill's run, after containment: refused, nothing lands

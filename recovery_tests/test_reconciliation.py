@@ -23,8 +23,9 @@ from recovery.lib.impact import assess_impact, impact_table
 from recovery.lib.incident import check_incident, parse_incident
 from recovery.lib.ingest import apply_changes
 from recovery.lib.namespaces import move_pointer
-from recovery.lib.reconcile.classify import LABELS, partition_table, recon_table, reconcile
+from recovery.lib.reconcile.classify import partition_table, recon_table, reconcile
 from recovery.lib.reconcile.inputs import ReconcileInputs
+from recovery.lib.reconcile.labels import DAMAGE_LABELS
 from recovery.lib.reconcile.run import run_reconciliation
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.writer import Writer
@@ -49,8 +50,10 @@ def _assert_matches_truth(spec, incident) -> None:
         per_label = con.execute(
             f"""SELECT coalesce(t.label, r.label) AS label,
                        count(*) FILTER (WHERE r.label = t.label) AS tp,
-                       count(*) FILTER (WHERE t.label IS NULL OR r.label IS DISTINCT FROM t.label AND r.label IS NOT NULL) AS fp,
-                       count(*) FILTER (WHERE r.label IS NULL OR r.label IS DISTINCT FROM t.label AND t.label IS NOT NULL) AS fn
+                       count(*) FILTER (WHERE t.label IS NULL OR r.label IS DISTINCT FROM t.label
+                           AND r.label IS NOT NULL) AS fp,
+                       count(*) FILTER (WHERE r.label IS NULL OR r.label IS DISTINCT FROM t.label
+                           AND t.label IS NOT NULL) AS fn
                 FROM (SELECT txn_id, label FROM {recon_table(spec)} WHERE incident_id = ?) r
                 FULL OUTER JOIN truth.damage t USING (txn_id) GROUP BY 1 ORDER BY 1""",
             [incident.incident_id],
@@ -62,7 +65,7 @@ def _assert_matches_truth(spec, incident) -> None:
                 f"{label}: precision {precision}, recall {recall} (tp {tp}, fp {fp}, fn {fn})"
             )
         found = {row[0] for row in per_label}
-        assert found == set(LABELS) - {"unexplained"}, f"labels found: {sorted(found)}"
+        assert found == set(DAMAGE_LABELS), f"labels found: {sorted(found)}"
         findings = set(
             con.execute(
                 f"""SELECT CAST(partition AS DATE), f FROM {partition_table(spec)},
@@ -116,7 +119,8 @@ def test_reconciliation_rerun_gives_identical_outputs(example_copy, tmp_path):
     con = duckdb.connect()
     digest = [
         con.execute(
-            f"SELECT md5(string_agg(CAST(r AS VARCHAR), '|' ORDER BY CAST(r AS VARCHAR))) FROM '{tmp_path / d / 'reconciliation.parquet'}' r"
+            "SELECT md5(string_agg(CAST(r AS VARCHAR), '|' ORDER BY CAST(r AS VARCHAR))) "
+            f"FROM '{tmp_path / d / 'reconciliation.parquet'}' r"
         ).fetchone()[0]
         for d in ("a", "b")
     ]
@@ -136,7 +140,8 @@ def test_impact_equals_consumer_on_truth_minus_consumer_on_damage(example_copy, 
             damaged = f"SELECT * FROM {consumer_table(spec, c).sql()}"
             key = ", ".join(c.key)
             wrong = con.execute(
-                f"SELECT count(*) FROM (SELECT {key} FROM (({damaged}) EXCEPT ALL ({truth})) UNION SELECT {key} FROM (({truth}) EXCEPT ALL ({damaged})))"
+                f"SELECT count(*) FROM (SELECT {key} FROM (({damaged}) EXCEPT ALL ({truth})) UNION SELECT {key} "
+                f"FROM (({truth}) EXCEPT ALL ({damaged})))"
             ).fetchone()[0]
             i = impacts[c.name]
             assert i.rows_changed + i.rows_missing + i.rows_extra == wrong, c.name
@@ -197,7 +202,8 @@ def test_a_dataset_with_other_names_reconciles_from_its_spec_alone(tmp_path):
                           HAVING arg_max(change, rev) = 'put' ORDER BY ALL""").fetchall()
     multi = con.execute("""SELECT region, order_no, list(rev ORDER BY rev) FROM src.order_events GROUP BY ALL
                            HAVING count(*) >= 2 AND arg_max(change, rev) = 'put' ORDER BY ALL""").fetchall()
-    dropped = con.execute("""SELECT region, order_no, arg_max(rev, rev) FILTER (WHERE change = 'put') FROM src.order_events
+    dropped = con.execute("""SELECT region, order_no, arg_max(rev, rev) FILTER (WHERE change = 'put')
+                                 FROM src.order_events
                              GROUP BY ALL HAVING arg_max(change, rev) = 'drop' ORDER BY ALL""").fetchall()
     con.close()
     key = lambda r: f"region = '{r[0]}' AND order_no = {r[1]}"  # noqa: E731
@@ -279,7 +285,8 @@ def test_out_of_order_without_a_write_log_is_read_from_the_metadata_columns(tmp_
     a write whose whole read predates the newer version is stale."""
     spec, writer = _small(tmp_path)
     con = duckdb.connect(str(spec.warehouse.path), read_only=True)
-    multi = con.execute("""SELECT region, order_no, list(rev ORDER BY rev), max(loaded_at) FROM src.order_events GROUP BY ALL
+    multi = con.execute("""SELECT region, order_no, list(rev ORDER BY rev), max(loaded_at) FROM src.order_events
+                               GROUP BY ALL
                            HAVING count(*) >= 2 AND arg_max(change, rev) = 'put' ORDER BY 4""").fetchall()
     newest = con.execute("""SELECT region, order_no FROM src.order_events GROUP BY ALL
                             HAVING arg_max(change, rev) = 'put' ORDER BY max(loaded_at) DESC LIMIT 1""").fetchone()
@@ -292,7 +299,8 @@ def test_out_of_order_without_a_write_log_is_read_from_the_metadata_columns(tmp_
     # one write: ooo_k's first version together with the newest arrival of the source
     writer.write(
         "bf-8",
-        f"SELECT * FROM ({_rows(spec, key(ooo_k), rev=ooo_k[2][0])}) UNION ALL SELECT * FROM ({_rows(spec, key(newest))})",
+        f"SELECT * FROM ({_rows(spec, key(ooo_k), rev=ooo_k[2][0])}) UNION ALL SELECT * "
+        f"FROM ({_rows(spec, key(newest))})",
         mode="upsert_keys",
         at=at,
     )

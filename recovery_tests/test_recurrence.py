@@ -280,7 +280,8 @@ def test_correct_backfill_passes_every_gate_publishes_and_keeps_the_prior_until_
         dataset,
         f"""WITH p AS (SELECT * EXCLUDE (_generation, _written_at) FROM analytics.transactions
                                           WHERE event_date BETWEEN '2024-06-01' AND '2024-06-30'),
-                                    e AS (SELECT * FROM ({expected_rows_sql(spec, out.preflight.preview.source_watermark)})
+                                    e AS (SELECT *
+                                        FROM ({expected_rows_sql(spec, out.preflight.preview.source_watermark)})
                                           WHERE event_date BETWEEN '2024-06-01' AND '2024-06-30')
         SELECT (SELECT count(*) FROM (SELECT * FROM p EXCEPT ALL SELECT * FROM e)),
                (SELECT count(*) FROM (SELECT * FROM e EXCEPT ALL SELECT * FROM p))""",

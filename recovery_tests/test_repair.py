@@ -193,7 +193,8 @@ def test_publish_moved_the_pointer_once_and_kept_the_prior_generation(repaired_l
         (r[0], (r[1], r[2]))
         for r in _query(
             wh,
-            "SELECT label, sum(keys_before), sum(keys_after) FROM _recovery.repair_diffs WHERE incident_id = ? GROUP BY 1",
+            "SELECT label, sum(keys_before), sum(keys_after) FROM _recovery.repair_diffs WHERE incident_id = ? "
+            "GROUP BY 1",
             [INCIDENT],
         )
     )
@@ -222,10 +223,14 @@ def test_the_expected_rows_are_kept_once_and_are_the_change_log_at_their_waterma
     assert differ == 0
     # the snapshot the waves were built from is the change log at the plan's watermark, caught up or not
     snap = "_recovery.repair_snapshot__transactions"
-    at_plan = f"SELECT * FROM ({expected_rows_sql(spec, plan.source_watermark)}) WHERE event_date IN (SELECT event_date FROM {snap})"
+    at_plan = (
+        f"SELECT * FROM ({expected_rows_sql(spec, plan.source_watermark)}) "
+        f"WHERE event_date IN (SELECT event_date FROM {snap})"
+    )
     differ = _query(
         wh,
-        f"SELECT count(*) FROM ((SELECT * FROM {snap} EXCEPT ALL {at_plan}) UNION ALL ({at_plan} EXCEPT ALL SELECT * FROM {snap}))",
+        f"SELECT count(*) FROM ((SELECT * FROM {snap} EXCEPT ALL {at_plan}) UNION ALL ({at_plan} EXCEPT ALL SELECT * "
+        f"FROM {snap}))",
     )[0][0]
     assert differ == 0
 
@@ -542,17 +547,20 @@ def test_a_table_another_tool_wrote_is_adopted_and_repaired_from_its_own_spec(tm
     try:  # another tool publishes a plain table with the metadata columns, then its backfill damages it
         con.execute("CREATE SCHEMA mart")
         con.execute(
-            f"CREATE TABLE mart.orders AS SELECT *, 'etl-v1' AS gen_id, TIMESTAMP '2026-03-02' AS landed_at FROM ({expected})"
+            "CREATE TABLE mart.orders AS SELECT *, 'etl-v1' AS gen_id, TIMESTAMP '2026-03-02' AS landed_at "
+            f"FROM ({expected})"
         )
         bf = "'etl-bf-9' AS gen_id, TIMESTAMP '2026-03-05' AS landed_at"
         con.execute(
-            f"INSERT INTO mart.orders SELECT * EXCLUDE (gen_id, landed_at), {bf} FROM mart.orders WHERE order_no % 11 = 0"
+            f"INSERT INTO mart.orders SELECT * EXCLUDE (gen_id, landed_at), {bf} FROM mart.orders "
+            "WHERE order_no % 11 = 0"
         )
         con.execute(
             "UPDATE mart.orders SET qty = qty * 100, gen_id = 'etl-bf-9' WHERE order_no % 13 = 0 AND gen_id = 'etl-v1'"
         )
         con.execute(
-            "UPDATE mart.orders SET shard = shard || '-x', gen_id = 'etl-bf-9' WHERE order_no % 17 = 0 AND gen_id = 'etl-v1'"
+            "UPDATE mart.orders SET shard = shard || '-x', gen_id = 'etl-bf-9' WHERE order_no % 17 = 0 "
+            "AND gen_id = 'etl-v1'"
         )
         con.execute("DELETE FROM mart.orders WHERE order_no % 19 = 0")
         con.execute(f"""INSERT INTO mart.orders
@@ -578,8 +586,10 @@ def test_a_table_another_tool_wrote_is_adopted_and_repaired_from_its_own_spec(tm
     assert gate_and_publish(spec, "INC-ORD-1")["namespace"] == plan.namespace
     diff = _query(
         db,
-        f"""SELECT (SELECT count(*) FROM (SELECT * EXCLUDE (gen_id, landed_at) FROM mart.orders EXCEPT ALL ({expected}))),
-                                 (SELECT count(*) FROM (({expected}) EXCEPT ALL SELECT * EXCLUDE (gen_id, landed_at) FROM mart.orders))""",
+        f"""SELECT (SELECT count(*) FROM (SELECT * EXCLUDE (gen_id, landed_at) FROM mart.orders
+                EXCEPT ALL ({expected}))),
+                                 (SELECT count(*) FROM (({expected}) EXCEPT ALL SELECT * EXCLUDE (gen_id, landed_at)
+                                     FROM mart.orders))""",
     )
     assert diff == [(0, 0)]
     assert ("mart", "orders", "VIEW") in catalog(db)

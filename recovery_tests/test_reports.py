@@ -154,12 +154,14 @@ def test_reports_state_the_figures_the_control_plane_holds(reported, failed_exam
             ).fetchall()
         )
         damaged_partitions = con.execute(
-            f"SELECT count(*) FROM {partition_table(spec)} WHERE incident_id = ? AND (damaged_keys > 0 OR partially_updated "
+            f"SELECT count(*) FROM {partition_table(spec)} WHERE incident_id = ? AND (damaged_keys > 0 "
+            "OR partially_updated "
             f"OR count_mismatch OR total_mismatch OR written_after_fence)",
             [incident.incident_id],
         ).fetchone()[0]
         compared, partially = con.execute(
-            f"SELECT count(*), count(*) FILTER (WHERE partially_updated) FROM {partition_table(spec)} WHERE incident_id = ?",
+            f"SELECT count(*), count(*) FILTER (WHERE partially_updated) FROM {partition_table(spec)} "
+            "WHERE incident_id = ?",
             [incident.incident_id],
         ).fetchone()
         material = dict(
@@ -273,7 +275,8 @@ def test_the_recovery_report_shows_what_the_repair_recorded(tmp_path):
             f"('INC-7', 'east-202601', 1, 'carry', 5, 5, 5, 50.0, 50.0, 50.0, 'built')"
         )
         s.execute(
-            f"INSERT INTO {GATES} (incident_id, generation, stage, gate, passed, blocking, observed, evaluated_seq) VALUES "
+            f"INSERT INTO {GATES} (incident_id, generation, stage, gate, passed, blocking, observed, evaluated_seq) "
+            "VALUES "
             f"('INC-7', 'repair-7', 'canary', 'unique_keys', true, true, 0, 1), "
             f"('INC-7', 'repair-7', 'wave-1', 'totals_match_snapshot', false, true, 3, 2), "
             f"('INC-7', 'repair-7', 'rerun', 'idempotent_rerun', true, true, 0, 3)"
@@ -281,10 +284,12 @@ def test_the_recovery_report_shows_what_the_repair_recorded(tmp_path):
         s.execute(
             f"INSERT INTO {GATES} (incident_id, generation, stage, gate, passed, blocking, observed, details, "
             f"evaluated_seq) VALUES ('INC-7', 'repair-7', 'publish', 'repair_concurrent_writes', true, true, 0, "
-            f"'49 keys written during the repair, in 2 partitions: each equals the snapshot plus the captured writes', 22)"
+            "'49 keys written during the repair, in 2 partitions: each equals the snapshot plus the captured writes', "
+            "22)"
         )
         s.execute(
-            f"INSERT INTO {REPLAYS} (incident_id, stage, after_seq, through_seq, upserted, deleted, skipped_older) VALUES "
+            f"INSERT INTO {REPLAYS} (incident_id, stage, after_seq, through_seq, upserted, deleted, skipped_older) "
+            "VALUES "
             f"('INC-7', 'before_publish', 10, 20, 41, 3, 2), ('INC-7', 'in_publish', 20, 22, 5, 0, 0)"
         )
         s.execute(f"INSERT INTO {DIFFS} VALUES ('INC-7', 'north-202601', 'duplicate', 4, 0)")
@@ -309,7 +314,8 @@ def test_the_recovery_report_shows_what_the_repair_recorded(tmp_path):
         )
         s.execute(f"CREATE TABLE {history_table(spec)} ({HISTORY_COLUMNS})")
         s.execute(
-            f"INSERT INTO {history_table(spec)} (check_id, checked_at, incident_id, partition, recent, repaired, drift_keys) "
+            f"INSERT INTO {history_table(spec)} (check_id, checked_at, incident_id, partition, recent, repaired, "
+            "drift_keys) "
             f"VALUES (1, TIMESTAMP '2026-02-01', 'INC-7', 'north-202601', false, true, 2), "
             f"(2, TIMESTAMP '2026-02-02', 'INC-7', 'north-202601', false, true, 0), "
             f"(2, TIMESTAMP '2026-02-02', NULL, 'west-202602', true, false, 0)"

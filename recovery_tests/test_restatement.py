@@ -288,10 +288,12 @@ def test_an_experiment_readout_that_changes_sign_is_material_and_says_so(tmp_pat
     )
     with r.engine.transaction() as s:
         s.execute(
-            "CREATE TABLE consumers.lift__a AS SELECT * FROM (VALUES ('a', 0.02), ('b', 0.30), ('c', 0.10)) t(arm, lift)"
+            "CREATE TABLE consumers.lift__a AS SELECT * FROM (VALUES ('a', 0.02), ('b', 0.30), ('c', 0.10)) t(arm, "
+            "lift)"
         )
         s.execute(
-            "CREATE TABLE consumers.lift__b AS SELECT * FROM (VALUES ('a', -0.01), ('b', 0.31), ('c', 0.10)) t(arm, lift)"
+            "CREATE TABLE consumers.lift__b AS SELECT * FROM (VALUES ('a', -0.01), ('b', 0.31), ('c', 0.10)) t(arm, "
+            "lift)"
         )
         write_ledger(
             s,

@@ -86,7 +86,8 @@ def test_the_data_plane_lives_in_spark_not_in_the_control_file(recovered_twice):
         in_duckdb = {
             r[0]
             for r in conn.execute(
-                "SELECT schema_name FROM duckdb_tables() UNION SELECT schema_name FROM duckdb_views() WHERE NOT internal"
+                "SELECT schema_name FROM duckdb_tables() UNION SELECT schema_name FROM duckdb_views() "
+                "WHERE NOT internal"
             ).fetchall()
         }
         catalog = dict(conn.execute(f"SELECT name, kind FROM {CATALOG}").fetchall())

@@ -127,8 +127,10 @@ def test_writes_are_summarised_per_generation_and_run_not_row_by_row(case: Case)
     con = duckdb.connect(str(case.root / "warehouse.duckdb"), read_only=True)
     try:
         groups = con.execute(
-            "SELECT count(*), sum(n), count(*) FILTER (WHERE generation = ?) FROM (SELECT generation, run_id, count(*) AS n "
-            "FROM _recovery.writes WHERE seq >= (SELECT registered_seq FROM _recovery.generations WHERE generation = ?) "
+            "SELECT count(*), sum(n), count(*) FILTER (WHERE generation = ?) FROM (SELECT generation, run_id, "
+            "count(*) AS n "
+            "FROM _recovery.writes WHERE seq >= (SELECT registered_seq FROM _recovery.generations "
+            "WHERE generation = ?) "
             "GROUP BY ALL)",
             [GEN, GEN],
         ).fetchone()

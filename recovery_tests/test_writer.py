@@ -456,7 +456,8 @@ def _plain_table(spec: DatasetSpec, db: Path) -> None:
         con.execute("CREATE SCHEMA mart")
         con.execute(
             f"CREATE TABLE mart.orders AS SELECT *, "
-            f"CASE WHEN order_no % 5 = 0 THEN NULL WHEN order_no % 2 = 0 THEN 'legacy-a' ELSE 'legacy-b' END AS gen_id, "
+            "CASE WHEN order_no % 5 = 0 THEN NULL WHEN order_no % 2 = 0 THEN 'legacy-a' ELSE 'legacy-b' "
+            "END AS gen_id, "
             f"TIMESTAMP '2026-02-01 00:00:00' + to_minutes(CAST(order_no AS BIGINT)) AS landed_at "
             f"FROM ({expected_rows_sql(spec, None)})"
         )

@@ -110,7 +110,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         out = result.output_for_node("preview_backfill_scope")
         p = out["preview"]
         t = Table(
-            title=f"dry run of backfill {request.id} (run {result.run_id[:8]}): rehearsed on a copy, nothing was written"
+            title=f"dry run of backfill {request.id} (run {result.run_id[:8]}): rehearsed on a copy, "
+            "nothing was written"
         )
         t.add_column("scope")
         t.add_column("value", overflow="fold")
@@ -178,7 +179,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     lines = [refusal_line(g, report, preview if preview.exists() else None) for g in gates.values() if not g.passed]
     if not lines:
         lines = [
-            f"backfill {request.id} not published: {(rec.reason if rec and rec.reason else failure) or 'see the run in the UI'}"
+            f"backfill {request.id} not published: "
+            f"{(rec.reason if rec and rec.reason else failure) or 'see the run in the UI'}"
         ]
     _print_refusals(console, lines)
     if rec is not None and rec.namespace:

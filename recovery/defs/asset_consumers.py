@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from recovery.defs.location import own_asset_keys, repository
 from recovery.lib.asset_consumers import PartitionScope
 from recovery.lib.errors import SpecError
-from recovery.lib.identifiers import utc_naive
+from recovery.lib.identifiers import naive_utc
 from recovery.lib.restatement.checks import MaterializationRun
 from recovery.lib.spec import AssetConsumerSpec, DatasetSpec, validation_error
 from recovery.orchestration import failure_reason, forget_dead_defs_state_storage
@@ -196,7 +196,7 @@ def affected_partitions(
     keys = _mapped(graph, target_key(spec), a.key, target_partitions)
     if isinstance(pdef, dg.TimeWindowPartitionsDefinition):
         windows = tuple(
-            (utc_naive(w.start), utc_naive(w.end)) for w in (pdef.time_window_for_partition_key(k) for k in keys)
+            (naive_utc(w.start), naive_utc(w.end)) for w in (pdef.time_window_for_partition_key(k) for k in keys)
         )
         return keys, PartitionScope(a.consumer.partition, tuple(keys), windows)
     return keys, PartitionScope(a.consumer.partition, tuple(keys))

@@ -117,7 +117,8 @@ def transactions_history(context: dg.AssetExecutionContext, warehouse: Warehouse
         )
         s.execute("CREATE SCHEMA IF NOT EXISTS example")
         s.execute(
-            "CREATE TABLE IF NOT EXISTS example.backfill_checkpoints (run_id VARCHAR, partition_key VARCHAR, state VARCHAR)"
+            "CREATE TABLE IF NOT EXISTS example.backfill_checkpoints (run_id VARCHAR, partition_key VARCHAR, "
+            "state VARCHAR)"
         )
         checkpoint = dict(
             s.fetchall(

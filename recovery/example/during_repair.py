@@ -46,10 +46,12 @@ def release_repair_window_events(con, *, scenario: Scenario = SCENARIO, per_mill
             FROM picked WHERE n > {n // 2} AND n <= {n * 3 // 4}
             UNION ALL
             SELECT * REPLACE (txn_id + (SELECT max(txn_id) FROM latest) AS txn_id, 1 AS version, 2 AS schema_version,
-                              CASE WHEN schema_version = 1 THEN CAST(amount / 100 AS DECIMAL(18, 2)) ELSE amount END AS amount,
+                              CASE WHEN schema_version = 1 THEN CAST(amount / 100 AS DECIMAL(18, 2)) ELSE amount
+                                  END AS amount,
                               'USD' AS currency, TIMESTAMP '{scenario.last_day.isoformat()} 05:30:00' AS event_ts)
             FROM picked WHERE n > {n * 3 // 4} AND n <= {n})
-        SELECT * EXCLUDE (n, ingested_at), {_ts(lo)} + to_microseconds(CAST({span_us} * n / {n + 1} AS BIGINT)) AS ingested_at
+        SELECT * EXCLUDE (n, ingested_at), {_ts(lo)} + to_microseconds(CAST({span_us} * n / {n + 1} AS
+            BIGINT)) AS ingested_at
         FROM changes ORDER BY ingested_at, txn_id
     """)
     return con.execute(f"SELECT count(*) FROM raw.transaction_events WHERE ingested_at > {_ts(lo)}").fetchone()[0]

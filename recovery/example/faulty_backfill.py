@@ -45,7 +45,8 @@ def _buggy_source_sql(partitions: list[date], watermark: datetime, scenario: Sce
     if any(lo <= p <= hi for p in partitions):
         staging = (
             "UNION ALL SELECT s.*, CAST(s.ingested_at AS DATE) AS landing_date FROM example.staging_feed s "
-            f"WHERE s.ingested_at <= {ts_literal(watermark)} AND CAST(s.ingested_at AS DATE) BETWEEN DATE '{lo}' AND DATE '{hi}'"
+            f"WHERE s.ingested_at <= {ts_literal(watermark)} AND CAST(s.ingested_at AS DATE) BETWEEN DATE '{lo}' "
+            f"AND DATE '{hi}'"
         )
     return f"""
         WITH latest AS (

@@ -47,7 +47,8 @@ def generate(warehouse: Path, *, events: int = 200_000, seed: int = 42, scenario
     try:
         con.execute("SET python_enable_replacements = false")
         con.execute(
-            f"CREATE OR REPLACE TEMP MACRO u(i, k) AS (hash(i * 1000003 + k * 7919 + {int(seed)} * 104729) % 1000000) / 1000000.0"
+            f"CREATE OR REPLACE TEMP MACRO u(i, k) AS (hash(i * 1000003 + k * 7919 + {int(seed)} * 104729) % "
+            "1000000) / 1000000.0"
         )
         con.execute("CREATE SCHEMA IF NOT EXISTS raw")
         con.execute("CREATE SCHEMA IF NOT EXISTS example")
@@ -59,7 +60,8 @@ def generate(warehouse: Path, *, events: int = 200_000, seed: int = 42, scenario
                    1 + hash(i, 'merchant', {int(seed)}) % 500 AS merchant_id,
                    day,
                    TIMESTAMP '{first.isoformat()}' + to_days(CAST(day AS INTEGER))
-                     + to_seconds(CAST(u(i, 2) * CASE WHEN day = {n_days - 1} THEN 18000 ELSE 75600 END AS BIGINT)) AS event_ts,
+                     + to_seconds(CAST(u(i, 2) * CASE WHEN day = {n_days - 1} THEN 18000 ELSE 75600
+                         END AS BIGINT)) AS event_ts,
                    u(i, 3) < 0.012 AS late,
                    CASE WHEN u(i, 3) < 0.012 THEN CAST((2 + u(i, 4) * 18) * 86400 AS BIGINT)
                         ELSE CAST(60 + u(i, 4) * 7140 AS BIGINT) END AS lag_s,
@@ -69,7 +71,8 @@ def generate(warehouse: Path, *, events: int = 200_000, seed: int = 42, scenario
                    CAST(3600 + u(i, 8) * 119 * 3600 AS BIGINT) AS del_lag_s,
                    round(1 + pow(u(i, 9), 8) * 25000, 2) AS dollars,
                    CASE WHEN u(i, 10) < 0.7 THEN 'USD' WHEN u(i, 10) < 0.9 THEN 'EUR' ELSE 'GBP' END AS ccy,
-                   CASE WHEN u(i, 11) < 0.90 THEN 'settled' WHEN u(i, 11) < 0.97 THEN 'pending' ELSE 'declined' END AS status1,
+                   CASE WHEN u(i, 11) < 0.90 THEN 'settled' WHEN u(i, 11) < 0.97 THEN 'pending' ELSE 'declined'
+                       END AS status1,
                    round(0.5 + u(i, 12), 3) AS corr_factor,
                    CASE WHEN u(i, 13) < 0.3 THEN 'declined' ELSE 'settled' END AS status2
             FROM (SELECT i, CAST(floor(u(i, 1) * {n_days}) AS INTEGER) AS day FROM range(1, {n_txn + 1}) t(i))
@@ -109,7 +112,8 @@ def generate(warehouse: Path, *, events: int = 200_000, seed: int = 42, scenario
                    CAST(schema_version AS INTEGER) AS schema_version,
                    CASE WHEN natural_ingest <= {_ts(t0)} THEN natural_ingest
                         ELSE greatest(
-                          {_ts(t0)} + to_microseconds(CAST({window_s * 1e6} * (1 - exp(-(epoch(natural_ingest) - epoch({_ts(t0)})) / 172800.0)) AS BIGINT)),
+                          {_ts(t0)} + to_microseconds(CAST({window_s * 1e6} * (1 - exp(-(epoch(natural_ingest) -
+                              epoch({_ts(t0)})) / 172800.0)) AS BIGINT)),
                           event_ts + to_minutes(CAST(version AS BIGINT)))
                    END AS ingested_at
             FROM changes
@@ -117,11 +121,13 @@ def generate(warehouse: Path, *, events: int = 200_000, seed: int = 42, scenario
         )
         con.execute(f"CREATE OR REPLACE TABLE raw.transaction_events ({EVENT_COLUMNS})")
         con.execute(
-            f"INSERT INTO raw.transaction_events SELECT * FROM events WHERE ingested_at <= {_ts(t0)} ORDER BY ingested_at, txn_id, version"
+            f"INSERT INTO raw.transaction_events SELECT * FROM events WHERE ingested_at <= {_ts(t0)} "
+            "ORDER BY ingested_at, txn_id, version"
         )
         con.execute(f"CREATE OR REPLACE TABLE example.live_events ({EVENT_COLUMNS})")
         con.execute(
-            f"INSERT INTO example.live_events SELECT * FROM events WHERE ingested_at > {_ts(t0)} ORDER BY ingested_at, txn_id, version"
+            f"INSERT INTO example.live_events SELECT * FROM events WHERE ingested_at > {_ts(t0)} ORDER BY ingested_at, "
+            "txn_id, version"
         )
         lo, hi = scenario.staging_range
         n_staging = max(5, events // 500)
@@ -131,7 +137,8 @@ def generate(warehouse: Path, *, events: int = 200_000, seed: int = 42, scenario
             f"""
             INSERT INTO example.staging_feed
             SELECT 1000000000000 + i, 1 + i % {n_accounts}, 1 + ((1 + i % {n_accounts}) * 7919) % {n_customers},
-                   1 + i % 500, ts, CAST(round(1 + u(i, 21) * 500, 2) AS DECIMAL(18,2)), 'USD', 'settled', 'upsert', 1, 2,
+                   1 + i % 500, ts, CAST(round(1 + u(i, 21) * 500, 2) AS DECIMAL(18,2)), 'USD', 'settled', 'upsert', 1,
+                       2,
                    ts + INTERVAL 5 MINUTE
             FROM (SELECT i, TIMESTAMP '{lo.isoformat()}' + to_days(CAST(floor(u(i, 20) * {staging_days}) AS INTEGER))
                           + to_seconds(CAST(u(i, 22) * 75600 AS BIGINT)) AS ts
@@ -155,7 +162,8 @@ def release_live_events(con, until) -> int:
     before = con.execute("SELECT count(*) FROM raw.transaction_events").fetchone()[0]
     con.execute(
         "INSERT INTO raw.transaction_events SELECT * FROM example.live_events "
-        "WHERE ingested_at <= ? AND ingested_at > (SELECT coalesce(max(ingested_at), TIMESTAMP '1970-01-01') FROM raw.transaction_events) "
+        "WHERE ingested_at <= ? AND ingested_at > (SELECT coalesce(max(ingested_at), TIMESTAMP '1970-01-01') "
+        "FROM raw.transaction_events) "
         "ORDER BY ingested_at, txn_id, version",
         [until],
     )

@@ -19,19 +19,6 @@ from recovery.lib.engine.duckdb_engine import fetch_row
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec
 
-LABELS = [
-    "duplicate",
-    "out_of_order",
-    "resurrected",
-    "unexpected",
-    "missing",
-    "deleted",
-    "mispartitioned",
-    "overwritten",
-    "stale",
-    "incorrectly_transformed",
-]
-
 
 def _same(a: pd.Series, b: pd.Series) -> pd.Series:
     return (a == b) | (a.isna() & b.isna())
@@ -167,6 +154,7 @@ def build_truth(
         [part],
     )[0]
     con.execute(
-        f'CREATE OR REPLACE TABLE truth.partition_findings AS SELECT CAST("{part}" AS {ptype}) AS "{part}", finding FROM pf'
+        f'CREATE OR REPLACE TABLE truth.partition_findings AS SELECT CAST("{part}" AS {ptype}) AS "{part}", finding '
+        "FROM pf"
     )
     return damage["label"].value_counts().to_dict()

@@ -126,8 +126,10 @@ def write_registry(spec: DatasetSpec, runs: list[DagsterRun], backfill_id: str, 
     if not rows and not _managed_rows(engine, spec, backfill_id):
         raise RecoveryError(
             f"no row of {spec.target.table} carries a run id of Dagster backfill {backfill_id!r} in its "
-            f"{spec.target.metadata.generation} column ({len(mine)} runs). Fix: a registry from Dagster fits a target whose "
-            f"generation column holds the run id that wrote each row; otherwise name the backfill's generation in the incident"
+            f"{spec.target.metadata.generation} column ({len(mine)} runs). Fix: a registry from Dagster fits a "
+            "target whose "
+            "generation column holds the run id that wrote each row; otherwise name the backfill's generation in "
+            "the incident"
         )
 
     def txn() -> None:

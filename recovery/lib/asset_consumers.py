@@ -113,8 +113,10 @@ def damaged_target_partitions(s: Session, spec: DatasetSpec, incident_id: str) -
             f"OR partially_updated OR count_mismatch OR total_mismatch OR written_after_fence > 0) "
         )
     rows = s.fetchall(
-        f"SELECT DISTINCT CAST(p AS VARCHAR) FROM (SELECT actual_partition AS p FROM {recon_table(spec)} WHERE incident_id = ? "
-        f"UNION SELECT expected_partition FROM {recon_table(spec)} WHERE incident_id = ? {findings}) WHERE p IS NOT NULL ORDER BY 1",
+        f"SELECT DISTINCT CAST(p AS VARCHAR) FROM (SELECT actual_partition AS p FROM {recon_table(spec)} "
+        "WHERE incident_id = ? "
+        f"UNION SELECT expected_partition FROM {recon_table(spec)} WHERE incident_id = ? {findings}) "
+        "WHERE p IS NOT NULL ORDER BY 1",
         [incident_id] * (3 if findings else 2),
     )
     return [r[0] for r in rows]

@@ -135,7 +135,8 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
             fail(
                 field,
                 f"DuckDB cannot open {spec.warehouse.path.name}: {str(e).splitlines()[0]}",
-                "point warehouse.path at a DuckDB database file and give settings DuckDB accepts (e.g. memory_limit: 4GB)",
+                "point warehouse.path at a DuckDB database file and give settings DuckDB accepts (e.g. "
+                "memory_limit: 4GB)",
             )
         s_table = spec.source.table_name
         cols = dict(s.columns(s_table.sql()))

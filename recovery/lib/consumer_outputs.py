@@ -68,7 +68,8 @@ def record_build(s: Session, spec: DatasetSpec, consumer: str, ns: str, *, seq: 
     s.execute(f"DELETE FROM {BUILDS} WHERE namespace = ?", [ns])
     s.execute(
         f"INSERT INTO {BUILDS} SELECT ?, ?, ?, ?, ?, ?, "
-        f"(SELECT coalesce(list(DISTINCT {gen} ORDER BY {gen}), []) FROM {spec.target.table_name.sql()} WHERE {gen} IS NOT NULL), "
+        f"(SELECT coalesce(list(DISTINCT {gen} ORDER BY {gen}), []) FROM {spec.target.table_name.sql()} "
+        f"WHERE {gen} IS NOT NULL), "
         f"(SELECT count(*) FROM {TableName.parse(ns).sql()}), ?, ?",
         [ns, spec.dataset, consumer, seq, utcnow(), current_namespace(s, spec), actor, reason],
     )
@@ -190,7 +191,8 @@ def build_original(
     gen = quote(spec.target.metadata.generation)
     s.execute(
         f"INSERT INTO {BUILDS} SELECT ?, ?, ?, ?, ?, ?, "
-        f"(SELECT coalesce(list(DISTINCT {gen} ORDER BY {gen}), []) FROM {TableName.parse(damaged_ns).sql()} WHERE {gen} IS NOT NULL), "
+        f"(SELECT coalesce(list(DISTINCT {gen} ORDER BY {gen}), []) FROM {TableName.parse(damaged_ns).sql()} "
+        f"WHERE {gen} IS NOT NULL), "
         f"(SELECT count(*) FROM {TableName.parse(ns).sql()}), ?, ?",
         [ns, spec.dataset, consumer, seq, utcnow(), damaged_ns, actor, note],
     )

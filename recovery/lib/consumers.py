@@ -58,7 +58,8 @@ def materialize_consumer(engine: Engine, spec: DatasetSpec, consumer: Downstream
             if fenced:
                 raise FencedGenerationError(
                     fenced[0],
-                    f"{spec.target.table} exposes its rows; consumer {consumer.name} is paused until the repair is published",
+                    f"{spec.target.table} exposes its rows; consumer {consumer.name} is paused until the repair "
+                    "is published",
                 )
             return refresh_output(s, spec, consumer.name, consumer_sql(spec, consumer), actor="refresh").rows
 

@@ -47,7 +47,8 @@ def decide(s: Session, spec: DatasetSpec, failed_generations: list[str]) -> Deci
     )
     if last_move is None:
         reasons = [
-            f"no complete prior generation: {spec.target.table} has pointed at {current} since it was created or adopted"
+            f"no complete prior generation: {spec.target.table} has pointed at {current} since it was "
+            "created or adopted"
         ]
         if in_place:
             reasons.append(f"the failed generation wrote in place into the published namespace ({in_place} writes)")
@@ -73,7 +74,8 @@ def decide(s: Session, spec: DatasetSpec, failed_generations: list[str]) -> Deci
     )
     if since:
         reasons.append(
-            f"{since} valid writes by non-fenced generations landed in {current} after it was published; a rollback would lose them"
+            f"{since} valid writes by non-fenced generations landed in {current} after it was published; a rollback "
+            "would lose them"
         )
     if reasons:
         return Decision(

@@ -28,7 +28,6 @@ from recovery.lib.writer import retrying
 
 DRAFT_KIND = "incident_drafted"
 DRAFTS_DIR = "incidents"
-CONTAIN_JOB = CONTAIN.job
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ def partition_range(keys: tuple[str, ...] | list[str]) -> tuple[date, date] | No
     return (days[0], days[-1]) if days else None
 
 
-def launchpad_url(ui: str, location: str, incident_file: str | Path, job: str = CONTAIN_JOB) -> str:
+def launchpad_url(ui: str, location: str, incident_file: str | Path, job: str = CONTAIN.job) -> str:
     """A job's launchpad with the incident chosen: the run tag ``recovery/incident`` (``INCIDENT_TAG``)
     set to the incident file (Dagster's ``?tags[0][key]=...&tags[0][value]=...`` parameters), no config
     to type. ``job`` is ``contain_backfill`` (the draft incident's link), ``contain_backfill__<dataset>``

@@ -91,7 +91,8 @@ def generation_facts(s: Session, spec: DatasetSpec, generations: list[str]) -> l
             f"g.code_version, g.config_hash, g.registered_seq, "
             f"(SELECT arg_min(t.actor, t.event_id) FROM {SCHEMA}.timeline t WHERE t.kind = 'generation_registered' "
             f" AND t.summary LIKE '% generation ' || g.generation || ' registered%'), g.note "
-            f"FROM {SCHEMA}.generations g WHERE g.dataset = ? AND g.generation IN (SELECT unnest(CAST(? AS VARCHAR[])))",
+            f"FROM {SCHEMA}.generations g WHERE g.dataset = ? "
+            "AND g.generation IN (SELECT unnest(CAST(? AS VARCHAR[])))",
             [spec.dataset, generations],
         )
     }

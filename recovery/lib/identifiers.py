@@ -76,8 +76,11 @@ class TableName:
 # ---- literals: the one place a Python value becomes SQL text ------------------------------------
 
 
-def utc_naive(value: dt.datetime) -> dt.datetime:
-    """A datetime as the naive UTC the warehouse stores (an aware one is converted, not truncated)."""
+def naive_utc(value: dt.datetime | dt.date) -> dt.datetime:
+    """A moment as the naive UTC the warehouse and the control plane store: an aware datetime is converted,
+    not truncated; a naive one is taken as UTC; a date is its midnight."""
+    if not isinstance(value, dt.datetime):
+        return dt.datetime(value.year, value.month, value.day)
     return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo is not None else value
 
 
@@ -90,7 +93,7 @@ def ts_literal(value: dt.datetime) -> str:
     """A timestamp literal built from a datetime object (never from user text), in UTC."""
     if not isinstance(value, dt.datetime):
         raise TypeError(f"watermark must be a datetime, got {type(value).__name__}")
-    return f"TIMESTAMP '{utc_naive(value).isoformat(sep=' ')}'"
+    return f"TIMESTAMP '{naive_utc(value).isoformat(sep=' ')}'"
 
 
 def str_list(values: list[str] | tuple[str, ...]) -> str:

@@ -97,7 +97,8 @@ def consumer_impact_sql(
     differs = " OR ".join(f"o.{quote(x)} IS DISTINCT FROM n.{quote(x)}" for x in value_columns) or "false"
     return f"""
         SELECT '{c.name}' AS consumer, {key_text} AS consumer_key,
-               CASE WHEN o.__present IS NULL THEN 'missing' WHEN n.__present IS NULL THEN 'extra' ELSE 'changed' END AS change,
+               CASE WHEN o.__present IS NULL THEN 'missing' WHEN n.__present IS NULL THEN 'extra' ELSE 'changed'
+                   END AS change,
                {orig} AS original_value, {corr} AS corrected_value, {diff} AS difference,
                (o.__present IS NULL OR n.__present IS NULL OR o.__copies > 1 OR ({material})) AS material
         FROM (SELECT {key}, {per_key}, true AS __present FROM {published} GROUP BY ALL) o
@@ -112,7 +113,8 @@ def assess_impact(
     """Write per-key differences of every consumer to the control plane; return per-consumer impact."""
     table = impact_table(spec)
     s.execute(
-        f"CREATE TABLE IF NOT EXISTS {table} (incident_id VARCHAR, consumer VARCHAR, consumer_key VARCHAR, change VARCHAR, "
+        f"CREATE TABLE IF NOT EXISTS {table} (incident_id VARCHAR, consumer VARCHAR, consumer_key VARCHAR, "
+        "change VARCHAR, "
         f"original_value DOUBLE, corrected_value DOUBLE, difference DOUBLE, material BOOLEAN)"
     )
     s.execute(f"DELETE FROM {table} WHERE incident_id = ?", [incident_id])

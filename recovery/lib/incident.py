@@ -208,7 +208,8 @@ def check_incident(inc: Incident) -> DatasetSpec:
                 known = sorted(set(registered) | in_target)
                 fail(
                     f"failed_generations[{i}]",
-                    f"generation {g!r} is unknown to dataset {spec.dataset!r} (known: {', '.join(known[:8]) or 'none'})",
+                    f"generation {g!r} is unknown to dataset {spec.dataset!r} (known: "
+                    f"{', '.join(known[:8]) or 'none'})",
                     "name a generation that wrote the target",
                 )
             if registered.get(g) not in (None, "backfill", "unknown"):
@@ -310,7 +311,8 @@ def _check_range(s, spec: DatasetSpec, rng: PartitionRange, col_type: str, fail)
     )
     before, outside = s.fetchone(
         f"SELECT CAST(? AS {col_type}) < CAST(? AS {col_type}), "
-        f"CAST(? AS {col_type}) > max({part}) OR CAST(? AS {col_type}) < min({part}) OR min({part}) IS NULL FROM {table}",
+        f"CAST(? AS {col_type}) > max({part}) OR CAST(? AS {col_type}) < min({part}) OR min({part}) IS NULL "
+        f"FROM {table}",
         [end, start, start, end],
     )
     if before:

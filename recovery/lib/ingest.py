@@ -33,7 +33,8 @@ def ingestion_watermark(writer: Writer) -> datetime | None:
     """How far normal ingestion of this dataset has applied the source."""
     with writer.engine.session() as s:
         return s.scalar(
-            f"SELECT max(source_watermark) FROM {SCHEMA}.generations WHERE dataset = ? AND kind = 'ingest' AND fenced_at IS NULL",
+            f"SELECT max(source_watermark) FROM {SCHEMA}.generations WHERE dataset = ? AND kind = 'ingest' "
+            "AND fenced_at IS NULL",
             [writer.spec.dataset],
         )
 

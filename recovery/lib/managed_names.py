@@ -67,7 +67,8 @@ def pointer_seq(s: Session, public_name: str) -> int | None:
 def namespaces_of(s: Session, m: ManagedName) -> list[tuple[str, str, str]]:
     """(namespace, status, note) of every namespace of the public name, oldest first."""
     return s.fetchall(
-        f"SELECT namespace, status, note FROM {SCHEMA}.namespaces WHERE public_name = ? ORDER BY created_seq, namespace",
+        f"SELECT namespace, status, note FROM {SCHEMA}.namespaces WHERE public_name = ? ORDER BY created_seq, "
+        "namespace",
         [str(m.public)],
     )
 

@@ -43,7 +43,8 @@ def _next_number(s: Session, spec: DatasetSpec) -> int:
 def _ensure_delta(s: Session, spec: DatasetSpec, ns: str) -> None:
     s.execute(
         f"CREATE TABLE IF NOT EXISTS {delta_table(spec.dataset)} AS SELECT *, CAST(NULL AS BIGINT) AS _delta_seq, "
-        f"CAST(NULL AS VARCHAR) AS _delta_op, CAST(NULL AS VARCHAR) AS _delta_namespace FROM {namespace_sql(ns)} LIMIT 0"
+        f"CAST(NULL AS VARCHAR) AS _delta_op, CAST(NULL AS VARCHAR) AS _delta_namespace FROM {namespace_sql(ns)} "
+        "LIMIT 0"
     )
 
 
@@ -119,9 +120,12 @@ def _infer_generations(s: Session, spec: DatasetSpec, ns: str, seq: int) -> None
         )
     s.execute(
         f"INSERT INTO {SCHEMA}.generations "
-        f"SELECT g, ?, 'unknown', 'complete', NULL, first_write, last_write, NULL, NULL, NULL, NULL, 1, NULL, 0, NULL, ?, true, NULL, NULL, "
-        f"'inferred from rows of an adopted table' FROM (SELECT {quote(meta.generation)} AS g, min({quote(meta.written_at)}) AS first_write, "
-        f"max({quote(meta.written_at)}) AS last_write FROM {namespace_sql(ns)} WHERE {quote(meta.generation)} IS NOT NULL GROUP BY 1) "
+        "SELECT g, ?, 'unknown', 'complete', NULL, first_write, last_write, NULL, NULL, NULL, NULL, 1, NULL, 0, NULL, "
+        "?, true, NULL, NULL, "
+        f"'inferred from rows of an adopted table' FROM (SELECT {quote(meta.generation)} AS g, "
+        f"min({quote(meta.written_at)}) AS first_write, "
+        f"max({quote(meta.written_at)}) AS last_write FROM {namespace_sql(ns)} "
+        f"WHERE {quote(meta.generation)} IS NOT NULL GROUP BY 1) "
         f"WHERE g NOT IN (SELECT generation FROM {SCHEMA}.generations)",
         [spec.dataset, seq],
     )

@@ -84,7 +84,8 @@ def refresh_published_export(engine: Engine, spec: DatasetSpec) -> Path | None:
         tmp = d / f".{name}.{os.getpid()}.{secrets.token_hex(4)}"
         try:
             rows = s.fetchrow(
-                f"COPY (SELECT * FROM {namespace_sql(ns)}) TO ? (FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1)",
+                f"COPY (SELECT * FROM {namespace_sql(ns)}) TO ? (FORMAT parquet, COMPRESSION zstd, "
+                "COMPRESSION_LEVEL 1)",
                 [str(tmp)],
             )[0]
             _fsync(tmp)

@@ -27,7 +27,8 @@ def registry_sql(spec: DatasetSpec) -> str | None:
         return None
     col = lambda name, cast: f"CAST({quote(name)} AS {cast})" if name else f"CAST(NULL AS {cast})"  # noqa: E731
     kind = (
-        f"CASE WHEN CAST({quote(reg.kind)} AS VARCHAR) IN ({str_list(reg.backfill_kinds)}) THEN 'backfill' ELSE 'ingest' END"
+        f"CASE WHEN CAST({quote(reg.kind)} AS VARCHAR) IN ({str_list(reg.backfill_kinds)}) THEN 'backfill' "
+        "ELSE 'ingest' END"
         if reg.kind
         else "'unknown'"
     )
@@ -56,7 +57,8 @@ def generations_sql(s: Session, spec: DatasetSpec) -> str:
         parts.append(f"SELECT *, false AS inferred FROM ({reg})")
     if not parts:
         return (
-            "SELECT CAST(NULL AS VARCHAR) AS generation, CAST(NULL AS VARCHAR) AS kind, CAST(NULL AS TIMESTAMP) AS started_at, "
+            "SELECT CAST(NULL AS VARCHAR) AS generation, CAST(NULL AS VARCHAR) AS kind, "
+            "CAST(NULL AS TIMESTAMP) AS started_at, "
             "CAST(NULL AS TIMESTAMP) AS ended_at, CAST(NULL AS TIMESTAMP) AS source_watermark, "
             "CAST(NULL AS VARCHAR) AS basis WHERE false"
         )
@@ -64,7 +66,8 @@ def generations_sql(s: Session, spec: DatasetSpec) -> str:
     # registry row its copy, so the basis a reader sees does not vary from run to run)
     return (
         f"SELECT {COLUMNS} FROM ({' UNION ALL '.join(parts)}) "
-        f"QUALIFY row_number() OVER (PARTITION BY generation ORDER BY inferred, basis LIKE 'registry %' DESC, basis) = 1"
+        "QUALIFY row_number() OVER (PARTITION BY generation ORDER BY inferred, basis LIKE 'registry %' DESC, "
+        "basis) = 1"
     )
 
 

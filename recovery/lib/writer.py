@@ -19,7 +19,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from recovery.lib import faults
@@ -35,7 +35,7 @@ from recovery.lib.control_plane import (
 )
 from recovery.lib.engine.base import Engine, RetryableConflict, Session
 from recovery.lib.errors import DuplicateKeyError, FencedGenerationError, RecoveryError, SchemaMismatchError
-from recovery.lib.identifiers import TableName, quote, quote_all
+from recovery.lib.identifiers import TableName, naive_utc, quote, quote_all
 from recovery.lib.namespaces import create_or_adopt, current_namespace, namespace_sql
 from recovery.lib.spec import DatasetSpec
 
@@ -139,7 +139,8 @@ class Writer:
                 if own_namespace:
                     ns = _new_namespace(s, self.spec, created_by=generation, seq=seq)
                 s.execute(
-                    f"INSERT INTO {SCHEMA}.generations VALUES (?, ?, ?, 'running', ?, ?, NULL, ?, ?, ?, ?, 1, NULL, 0, NULL, ?, false, ?, ?, ?)",
+                    f"INSERT INTO {SCHEMA}.generations VALUES (?, ?, ?, 'running', ?, ?, NULL, ?, ?, ?, ?, 1, NULL, 0, "
+                    "NULL, ?, false, ?, ?, ?)",
                     [
                         generation,
                         self.spec.dataset,
@@ -359,7 +360,8 @@ class Writer:
                 s.execute(f"CREATE OR REPLACE TEMP TABLE __scope AS SELECT DISTINCT {part} AS p FROM __incoming")
             else:
                 s.execute(
-                    f"CREATE OR REPLACE TEMP TABLE __scope AS SELECT DISTINCT CAST(u AS {types[self.spec.target.partition]}) AS p "
+                    "CREATE OR REPLACE TEMP TABLE __scope AS SELECT DISTINCT CAST(u AS "
+                    f"{types[self.spec.target.partition]}) AS p "
                     f"FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS u)",
                     [[str(p) for p in partitions]],
                 )
@@ -407,7 +409,8 @@ class Writer:
                 log_cols,
                 params=removal_params + [seq, ns],
                 insert=(
-                    f"SELECT {removed('i', key_from='i')}, ?, 'delete', ? FROM __incoming AS i LEFT JOIN {ns_sql} AS t ON {join}"
+                    f"SELECT {removed('i', key_from='i')}, ?, 'delete', ? FROM __incoming AS i LEFT JOIN {ns_sql} AS t "
+                    f"ON {join}"
                 ),
             )
         elif mode != "append":
@@ -534,7 +537,8 @@ class Writer:
         gen = quote(self.meta.generation)
         outside = f"NOT coalesce({replaced}, false) AND " if replaced else ""
         held = (
-            f"SELECT DISTINCT {key} FROM __incoming JOIN {ns_sql} AS t USING ({key}) WHERE {outside}(t.{gen} IS NULL OR t.{gen} "
+            f"SELECT DISTINCT {key} FROM __incoming JOIN {ns_sql} AS t USING ({key}) WHERE {outside}(t.{gen} IS NULL "
+            f"OR t.{gen} "
             f"NOT IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL))"
         )
         clash = s.fetchone(f"{held} LIMIT 1")
@@ -544,7 +548,8 @@ class Writer:
         where = "outside the replaced partitions" if mode == "replace_partitions" else "already"
         raise DuplicateKeyError(
             f"write {mode} as {generation!r} to {self.public} refused: key {self.spec.key} = {tuple(clash)} is {where} "
-            f"in the table ({n_keys} such keys); nothing was written. Fix: write those keys with mode upsert_keys (a key "
+            f"in the table ({n_keys} such keys); nothing was written. Fix: write those keys with mode "
+            "upsert_keys (a key "
             f"that moved partition), or replace the partitions that hold them"
         )
 
@@ -574,7 +579,8 @@ class Writer:
                 )
                 if exists is None:
                     s.execute(
-                        f"INSERT INTO {SCHEMA}.generations VALUES (?, ?, 'unknown', 'fenced', NULL, NULL, NULL, NULL, NULL, NULL, NULL, 2, ?, 0, NULL, ?, true, NULL, ?, ?)",
+                        f"INSERT INTO {SCHEMA}.generations VALUES (?, ?, 'unknown', 'fenced', NULL, NULL, NULL, NULL, "
+                        "NULL, NULL, NULL, 2, ?, 0, NULL, ?, true, NULL, ?, ?)",
                         [generation, self.spec.dataset, fenced_at, seq, backfill_id, "registered by the fence"],
                     )
                     token = 2
@@ -644,13 +650,6 @@ class Writer:
                 )
 
         retrying(txn)
-
-
-def naive_utc(at: datetime | date) -> datetime:
-    """A watermark as the control plane keeps time: naive UTC (a date is its midnight)."""
-    if not isinstance(at, datetime):
-        return datetime(at.year, at.month, at.day)
-    return at.astimezone(UTC).replace(tzinfo=None) if at.tzinfo else at
 
 
 def _new_namespace(s: Session, spec: DatasetSpec, *, created_by: str, seq: int) -> str:

@@ -62,9 +62,12 @@ def warehouse(tmp_path: Path) -> Path:
           (5, 1, 'upsert', '2013-01', 50, TIMESTAMP '2013-01-10 02:20')
         ) t(id, v, op, month, amount, arrived);
         CREATE TABLE ops.runs AS SELECT * FROM (VALUES
-          ('i1', 'incremental', TIMESTAMP '2013-01-10 01:00', TIMESTAMP '2013-01-10 01:05', TIMESTAMP '2013-01-10 01:00'),
-          ('b1', 'backfill',    TIMESTAMP '2013-01-10 02:00', TIMESTAMP '2013-01-10 04:05', TIMESTAMP '2013-01-10 01:00'),
-          ('i2', 'incremental', TIMESTAMP '2013-01-10 03:00', TIMESTAMP '2013-01-10 03:05', TIMESTAMP '2013-01-10 02:30')
+          ('i1', 'incremental', TIMESTAMP '2013-01-10 01:00', TIMESTAMP '2013-01-10 01:05',
+              TIMESTAMP '2013-01-10 01:00'),
+          ('b1', 'backfill',    TIMESTAMP '2013-01-10 02:00', TIMESTAMP '2013-01-10 04:05',
+              TIMESTAMP '2013-01-10 01:00'),
+          ('i2', 'incremental', TIMESTAMP '2013-01-10 03:00', TIMESTAMP '2013-01-10 03:05',
+              TIMESTAMP '2013-01-10 02:30')
         ) t(run, kind, started, ended, wm);
         CREATE TABLE mart.parcels AS SELECT * FROM (VALUES
           (1, '2013-01', 10, 'b1', 1, TIMESTAMP '2013-01-10 04:00'),
@@ -159,7 +162,8 @@ def test_an_integer_partition_takes_integers_and_refuses_text(warehouse):
     )
     for value, ok in [("201301", True), ("'Jan 2013'", False)]:
         (warehouse / "incident.yaml").write_text(
-            f"incident_id: INC-1\nspec: spec.yaml\nfailed_generations: [b1]\npartitions: {{start: {value}, end: {value}}}\n"
+            f"incident_id: INC-1\nspec: spec.yaml\nfailed_generations: [b1]\npartitions: {{start: {value}, "
+            f"end: {value}}}\n"
             f"requested_by: oncall\n"
         )
         incident = parse_incident(warehouse / "incident.yaml")

@@ -18,7 +18,8 @@ from recovery.lib.errors import environment_hint
         ),
         ("OSError: [Errno 28] No space left on device: '/ev/source/change_log.parquet'", "the disk is full"),
         (
-            "OutOfMemoryException: Out of Memory Error: failed to allocate data of size 512.0 MiB (2.5 GiB/2.7 GiB used)",
+            "OutOfMemoryException: Out of Memory Error: failed to allocate data of size 512.0 MiB (2.5 "
+            "GiB/2.7 GiB used)",
             "warehouse.memory_limit",
         ),
     ],

@@ -74,7 +74,10 @@ def test_a_snapshot_hashed_with_the_change_logs_values_equals_its_own():
         "CREATE TABLE log AS SELECT * FROM (VALUES (1, 1, 'alice'), (1, 2, 'bob'), (2, 1, 'carol'), (3, 1, NULL), "
         "(3, 2, 'dave')) AS v(id, version, customer)"
     )
-    snap = "SELECT * EXCLUDE (rn) FROM (SELECT *, row_number() OVER (PARTITION BY id ORDER BY version DESC) AS rn FROM log) WHERE rn = 1"
+    snap = (
+        "SELECT * EXCLUDE (rn) FROM (SELECT *, row_number() OVER (PARTITION BY id ORDER BY version DESC) AS rn "
+        "FROM log) WHERE rn = 1"
+    )
     own, p1 = hashed_select(snap, [], ["customer"])
     shared, p2 = hashed_select(snap, [], ["customer"], values_from="SELECT * FROM log")
     assert "FROM (SELECT * FROM log)" in shared and p2 == []

@@ -41,7 +41,8 @@ def test_late_changes_are_pending_where_the_key_sits_and_where_it_goes_and_the_r
 
     def change(key, op: str, at: datetime, qty: int = 9) -> None:
         s.execute(
-            f"INSERT INTO src.order_events ({NEW}) SELECT region, order_no, max(rev) + 1, ?, ?, arg_max(placed_at, rev), "
+            f"INSERT INTO src.order_events ({NEW}) SELECT region, order_no, max(rev) + 1, ?, ?, arg_max(placed_at, "
+            "rev), "
             f"?, arg_max(sku, rev) FROM src.order_events WHERE region = ? AND order_no = ? GROUP BY ALL",
             [op, at, qty, key[0], key[1]],
         )

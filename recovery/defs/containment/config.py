@@ -179,15 +179,15 @@ def _carry_tag(context: dg.OpExecutionContext | dg.AssetExecutionContext, incide
         return
     if tag is None:
         context.instance.add_run_tags(context.run.run_id, incident_tags(str(path)))
+    from recovery.config import LOCATION_NAME
     from recovery.defs.alerts.check_alerts import ui_url
-    from recovery.defs.intake.sensors import LOCATION
     from recovery.lib.draft_incident import launchpad_url
 
     phase = BY_JOB[context.job_name]
     order = [p for step in RUNBOOK for p in step.phases]
     later = order[order.index(phase) + 1 :] if phase in order else []
     if later:
-        links = "; ".join(f"{p.job}: {launchpad_url(ui_url(), LOCATION, path, p.job)}" for p in later[:2])
+        links = "; ".join(f"{p.job}: {launchpad_url(ui_url(), LOCATION_NAME, path, p.job)}" for p in later[:2])
         context.log.info(f"incident {incident.incident_id} chosen for this run ({INCIDENT_TAG}); next: {links}")
 
 

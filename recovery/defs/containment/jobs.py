@@ -11,11 +11,9 @@ import dagster as dg
 from recovery.defs.containment.ops import adopt_target, fence_generations, stop_dagster_work, validate_incident
 from recovery.lib.phases import CONTAIN
 
-CONTAIN_JOB = CONTAIN.job
-
 
 @dg.job(
-    name=CONTAIN_JOB,
+    name=CONTAIN.job,
     executor_def=dg.in_process_executor,
     tags={"recovery/phase": "containment", "dagster/max_retries": "0"},
     description="Contain a failed backfill: validate the incident, take a foreign target under management, "

@@ -15,7 +15,6 @@ daemon restart and is the same table the alerts are deduplicated by.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -31,6 +30,7 @@ from recovery.lib.fencing import (
     record_events,
     unalerted_attempts,
 )
+from recovery.lib.identifiers import naive_utc
 from recovery.lib.notify import NotificationError, Notifier
 from recovery.lib.spec import DatasetSpec
 
@@ -108,7 +108,8 @@ def _explain_refused_writes(
     with engine.session(read_only=True) as s:
         adopted = (
             s.fetchone(
-                f"SELECT min(event_at), arg_min(incident_id, event_at) FROM {SCHEMA}.timeline WHERE kind = 'target_adopted' "
+                f"SELECT min(event_at), arg_min(incident_id, event_at) FROM {SCHEMA}.timeline "
+                "WHERE kind = 'target_adopted' "
                 f"AND dataset = ?",
                 [spec.dataset],
             )
@@ -186,8 +187,3 @@ def _stop_fenced_runs(instance: dg.DagsterInstance, engine: Engine, fence: Fence
         )
         stopped.append(run.run_id)
     return stopped, counted
-
-
-def naive_utc(moment: datetime) -> datetime:
-    """Dagster's timestamps as the control plane's (naive UTC); a naive one is taken as UTC."""
-    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment

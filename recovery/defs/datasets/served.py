@@ -33,7 +33,8 @@ def consumer_assets(spec: DatasetSpec) -> list[dg.AssetsDefinition]:
                 group_name="consumers",
                 owners=[f"team:{consumer.owner}"],
                 tags={"recovery/consumer_kind": consumer.kind},
-                description=f"{consumer.kind.capitalize()} owned by {consumer.owner}: {consumer.sql.name} over {spec.target.table}.",
+                description=f"{consumer.kind.capitalize()} owned by {consumer.owner}: {consumer.sql.name} over "
+                f"{spec.target.table}.",
             )
             def _consumer(warehouse: WarehouseResource) -> dg.MaterializeResult:
                 rows = materialize_consumer(warehouse.engine(), warehouse.spec(), consumer)

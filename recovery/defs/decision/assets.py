@@ -15,7 +15,8 @@ from recovery.lib.writer import retrying
     key=["incident", "decision"],
     deps=[dg.AssetKey(["incident", "reconciliation"]), dg.AssetKey(["incident", "impact"])],
     group_name="recovery",
-    description="Rollback only where a complete prior generation exists and no valid write would be lost; otherwise repair.",
+    description="Rollback only where a complete prior generation exists and no valid write would be lost; "
+    "otherwise repair.",
 )
 def decision(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource

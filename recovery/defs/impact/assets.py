@@ -92,7 +92,8 @@ def impact(
         "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
     rows += [
-        f"| {i.consumer} | {i.kind} | {i.owner} | {i.rows_changed:,} | {i.rows_missing:,} | {i.rows_extra:,} | {i.material_rows:,} | {i.decision} |"
+        f"| {i.consumer} | {i.kind} | {i.owner} | {i.rows_changed:,} | {i.rows_missing:,} | {i.rows_extra:,} | "
+        f"{i.material_rows:,} | {i.decision} |"
         for i in impacts
     ]
     asset_rows = [

@@ -15,15 +15,16 @@ from pathlib import Path
 import dagster as dg
 from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 
+from recovery.config import LOCATION_NAME
 from recovery.dagster_history import backfill_incident
 from recovery.defs.alerts.check_alerts import DEFAULT_OWNER, ui_url
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.resources import WarehouseResource
-from recovery.lib.draft_incident import CONTAIN_JOB, Draft, FailedBackfill, draft_incident_id, launchpad_url, open_draft
+from recovery.lib.draft_incident import Draft, FailedBackfill, draft_incident_id, launchpad_url, open_draft
 from recovery.lib.errors import WarehouseBusyError
 from recovery.lib.notify import NotificationError
+from recovery.lib.phases import CONTAIN
 
-LOCATION = "backfill_recovery"  # workspace.yaml's location_name
 BUSY_TIMEOUT_S = 20.0
 RECENT_BACKFILLS = 50
 NEEDS_CONTAINMENT = {
@@ -76,7 +77,7 @@ def _partition_keys(backfill: PartitionBackfill, asset_key: dg.AssetKey) -> tupl
 
 
 def draft_alert(
-    failed: FailedBackfill, incident_file: Path, incident_id: str, base: str, contain_job: str = CONTAIN_JOB
+    failed: FailedBackfill, incident_file: Path, incident_id: str, base: str, contain_job: str = CONTAIN.job
 ) -> tuple[str, str]:
     subject = (
         f"draft incident {incident_id} opened: backfill {failed.backfill_id} of {failed.generation} needs containment"
@@ -85,7 +86,7 @@ def draft_alert(
         [
             f"{failed.reason}; its generation {failed.generation} may have damaged the dataset.",
             f"Draft incident: {incident_file} (add approved_by, check the range).",
-            f"Contain in one click: {launchpad_url(base, LOCATION, incident_file, contain_job)}",
+            f"Contain in one click: {launchpad_url(base, LOCATION_NAME, incident_file, contain_job)}",
             f"or: recovery contain --incident {incident_file}",
             f"Backfill: {base}/runs/b/{failed.backfill_id}",
         ]
@@ -100,13 +101,14 @@ def open_drafts(
     log=None,
     *,
     asset_key: dg.AssetKey | None = None,
-    contain_job: str = CONTAIN_JOB,
+    contain_job: str = CONTAIN.job,
 ) -> tuple[list[Draft], list[str]]:
     """One pass of the sensor: a draft (file, timeline, alert) for every failed backfill of the dataset.
     ``asset_key`` is the dataset's target asset (default: the target table as a key, the served
     dataset's form; a further dataset's sits under its prefix) and ``contain_job`` the job its
-    alert's launchpad link opens. Returns (drafts, undelivered alerts). The worked example calls it once its backfill has failed,
-    so ``make run`` opens its draft whether or not the daemon's tick came first."""
+    alert's launchpad link opens. Returns (drafts, undelivered alerts). The worked example calls it
+    once its backfill has failed, so ``make run`` opens its draft whether or not the daemon's tick
+    came first."""
     spec = warehouse.spec()
     key = asset_key or dg.AssetKey([spec.target.table_name.schema, spec.target.table_name.name])
     failed = failed_backfills(instance, key, warehouse.spec_path)
@@ -141,7 +143,7 @@ def open_drafts(
     name="backfill_incident_sensor",
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description=f"Opens a draft incident (file, timeline, prefilled {CONTAIN_JOB} launchpad, alert) for every "
+    description=f"Opens a draft incident (file, timeline, prefilled {CONTAIN.job} launchpad, alert) for every "
     "failed or canceled backfill of the managed dataset, or one whose runs failed.",
 )
 def backfill_incident_sensor(

@@ -8,9 +8,10 @@ by :func:`recovery.lib.managed_output.write_output`, stamped with the run's gene
 ``run-<run id>``), the fence checked in the write's own transaction, a partitioned asset
 replacing its partitions only, and the source watermark the output applied recorded with
 the write (what the asset reported as ``recovery/source_watermark`` output metadata, else
-the source as the run started: see :func:`~recovery.lib.managed_output.output_watermark`). A fenced generation's write fails the step with one
-sentence and is not retried. Every other asset is stored exactly as ``DuckDBIOManager``
-stores it; reading a managed asset reads its public name (the managed view).
+the source as the run started: see :func:`~recovery.lib.managed_output.output_watermark`).
+A fenced generation's write fails the step with one sentence and is not retried. Every other
+asset is stored exactly as ``DuckDBIOManager`` stores it; reading a managed asset reads its
+public name (the managed view).
 """
 
 from __future__ import annotations
@@ -70,7 +71,10 @@ class ManagedDbIOManager(DbIOManager):
                 "returned None; a managed dataset's asset must return a frame (pandas, pyarrow or a DuckDB relation)"
             )
         elif context.has_asset_partitions and isinstance(context.asset_partitions_def, dg.MultiPartitionsDefinition):
-            problem = "has multi-dimensional partitions; partition a managed dataset's asset by the spec's target.partition only"
+            problem = (
+                "has multi-dimensional partitions; partition a managed dataset's asset by the spec's "
+                "target.partition only"
+            )
         elif engine_kind != "duckdb":
             problem = (
                 f"is a {engine_kind} dataset and ManagedDuckDBIOManager writes DuckDB warehouses only; "

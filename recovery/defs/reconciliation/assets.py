@@ -28,7 +28,8 @@ PARTITION_DAMAGED_KEYS, PARTITION_LABELS, PARTITION_FINDINGS = (
 class ReconcileConfig(IncidentConfig):
     out_dir: str | None = Field(
         None,
-        description="Where to write reconciliation.parquet and summary.json (default: reports/<incident> beside the warehouse).",
+        description="Where to write reconciliation.parquet and summary.json (default: reports/<incident> beside "
+        "the warehouse).",
     )
     footprint: bool = Field(
         False,

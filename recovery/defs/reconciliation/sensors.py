@@ -9,7 +9,8 @@ from recovery.defs.resources import WarehouseResource
 @dg.sensor(
     minimum_interval_seconds=300,
     default_status=dg.DefaultSensorStatus.STOPPED,
-    description="Register the target's partitions (from the data) as target_partitions, so reconciliation can run per partition.",
+    description="Register the target's partitions (from the data) as target_partitions, "
+    "so reconciliation can run per partition.",
 )
 def target_partitions_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult:
     known = set(context.instance.get_dynamic_partitions(TARGET_PARTITIONS_NAME))

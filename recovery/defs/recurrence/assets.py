@@ -36,11 +36,13 @@ DESCRIPTIONS = {
     "capacity": "Estimated rows, bytes and partitions within the spec's limits and the free disk.",
     "manifest": "Inputs with their watermark, code version and config hash recorded before the first write.",
     "fencing": "Own generation, namespace and token; the pointer has not moved and no write landed in the range since.",
-    "invariants": "The spec's SQL invariants and GE suites, plus key/version/tombstone invariants, on every backfilled partition.",
+    "invariants": "The spec's SQL invariants and GE suites, plus key/version/tombstone invariants, "
+    "on every backfilled partition.",
     "anomaly": "Per-partition rows and totals within the thresholds of the published generation and of history.",
     "values": "Key by key and column by column vs published: undeclared columns barely change; per-partition mean, "
     "quantiles, null share and distinct count hold.",
-    "profile": "The published generation's profile as a Great Expectations suite, run by the warehouse on the candidate "
+    "profile": "The published generation's profile as a Great Expectations suite, "
+    "run by the warehouse on the candidate "
     "(GE's SQL datasource): null shares, distinct counts, value sets, means, quantiles.",
     "rollback_readiness": "The prior generation is complete and retained until convergence verification passes.",
 }

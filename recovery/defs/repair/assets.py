@@ -178,7 +178,8 @@ def repair_candidate(
     deps=[CANDIDATE_KEY],
     group_name="repair",
     kinds={"duckdb"},
-    description="Atomic publish: every gate confirmed, late writes replayed and the public view moved, in one transaction.",
+    description="Atomic publish: every gate confirmed, late writes replayed and the public view moved, "
+    "in one transaction.",
 )
 def repair_publication(
     context: dg.AssetExecutionContext,
@@ -261,7 +262,8 @@ repair_waves = dg.define_asset_job(
     WAVE.job,
     selection=dg.AssetSelection.assets(GENERATION_KEY),
     executor_def=dg.in_process_executor,
-    description="Rebuild one wave (select its range shown on repair/plan) and gate it; a failed gate stops the expansion.",
+    description="Rebuild one wave (select its range shown on repair/plan) and gate it; a failed gate stops "
+    "the expansion.",
 )
 publish_repair = dg.define_asset_job(
     PUBLISH.job,

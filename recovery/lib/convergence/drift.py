@@ -51,7 +51,8 @@ def stage_sides(s: Session, spec: DatasetSpec, watermark: datetime | None) -> li
     kind = "TEMP VIEW" if isinstance(s, DuckDBSession) else "OR REPLACE TEMP TABLE"  # Spark: as it always was
     s.execute(f"CREATE {kind} __cv_e AS SELECT *, CAST({part} AS VARCHAR) AS __p FROM ({relation})")
     s.execute(
-        f"CREATE OR REPLACE TEMP VIEW __cv_t AS SELECT *, CAST({part} AS VARCHAR) AS __p FROM {spec.target.table_name.sql()}"
+        f"CREATE OR REPLACE TEMP VIEW __cv_t AS SELECT *, CAST({part} AS VARCHAR) AS __p "
+        f"FROM {spec.target.table_name.sql()}"
     )
     return [c for c, _ in s.columns("__cv_e") if c not in spec.key and c != "__p"]
 
@@ -131,7 +132,8 @@ def compare_partitions(
                                WHEN t.__in_t IS NULL THEN 'missing' WHEN NOT ({same}) THEN 'changed' END AS status
                    FROM t FULL OUTER JOIN e USING ({key}))
         SELECT * FROM (
-            SELECT DISTINCT {key}, p, status FROM (SELECT *, unnest(list_distinct([t_p, e_p])) AS p FROM d WHERE status IS NOT NULL)
+            SELECT DISTINCT {key}, p, status FROM (SELECT *, unnest(list_distinct([t_p, e_p])) AS p FROM d
+                WHERE status IS NOT NULL)
             WHERE p IN (SELECT p FROM __cv_scope)){f" ANTI JOIN {leave_out} USING ({key}, p)" if leave_out else ""}"""
         )
     s.execute(

@@ -131,7 +131,10 @@ class ConvergenceResult(BaseModel):
         late = [p for p in parts if p.pending_changes]
         changes = sum(p.pending_changes for p in late) if scope else self.pending_changes
         oldest = min((p.pending_oldest for p in late if p.pending_oldest), default=None)
-        text = f"drift: {sum(p.drift_keys for p in bad):,} keys in {len(bad)} of {plural(len(parts), 'partition')}; pending: "
+        text = (
+            f"drift: {sum(p.drift_keys for p in bad):,} keys in {len(bad)} of "
+            f"{plural(len(parts), 'partition')}; pending: "
+        )
         if changes:
             age = format_duration(self.checked_at - oldest) if oldest else "?"
             text += (
@@ -154,9 +157,11 @@ class ConvergenceResult(BaseModel):
         names = ", ".join(p.partition for p in bad[:10]) + (" ..." if len(bad) > 10 else "")
         lag = self.lag() or timedelta(0)
         return (
-            f"ingestion is behind by {format_duration(lag)}: {plural(self.pending_overdue, 'source change')} that arrived "
+            f"ingestion is behind by {format_duration(lag)}: {plural(self.pending_overdue, 'source change')} "
+            "that arrived "
             f"after the watermark {self.as_of()} are still not applied after convergence.max_lag "
-            f"({format_duration(self.max_lag)}), in {plural(len(bad), 'partition')} ({names}). Fix: run ingestion for them, "
+            f"({format_duration(self.max_lag)}), in {plural(len(bad), 'partition')} ({names}). Fix: run "
+            "ingestion for them, "
             f"or find why it stopped"
         )
 

@@ -36,7 +36,8 @@ def _written_partitions(s: Session, spec: DatasetSpec, kind: str, limit: int | N
     part = quote(spec.target.partition)
     lim = f" LIMIT {int(limit)}" if limit else ""
     rows = s.fetchall(
-        f"SELECT p FROM (SELECT CAST({part} AS VARCHAR) AS p, max(_delta_seq) AS last_seq FROM {delta_table(spec.dataset)} "
+        f"SELECT p FROM (SELECT CAST({part} AS VARCHAR) AS p, max(_delta_seq) AS last_seq "
+        f"FROM {delta_table(spec.dataset)} "
         f"WHERE _delta_seq IN (SELECT w.seq FROM {SCHEMA}.writes w JOIN {SCHEMA}.generations g USING (generation) "
         f"WHERE w.dataset = ? AND g.kind = ? AND g.fenced_at IS NULL) AND {part} IS NOT NULL GROUP BY 1) "
         f"ORDER BY last_seq DESC, p DESC{lim}",

@@ -40,8 +40,9 @@ from recovery.lib.engine.base import Engine, Session
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.errors import RecoveryError, SpecError
 from recovery.lib.expected_cache import drop_staged
+from recovery.lib.identifiers import naive_utc
 from recovery.lib.spec import DatasetSpec
-from recovery.lib.writer import naive_utc, retrying
+from recovery.lib.writer import retrying
 
 
 def history_table(spec: DatasetSpec) -> str:

@@ -154,7 +154,8 @@ def planned_copies(s: Session, spec: DatasetSpec, facts: list[GenerationFacts]) 
             )
     for (name,) in s.fetchall(
         "SELECT table_name FROM information_schema.tables WHERE table_schema = ? AND table_type = 'BASE TABLE' "
-        "AND table_name NOT LIKE 'delta\\_\\_%' ESCAPE '\\' AND table_name NOT LIKE 'expected\\_\\_%' ESCAPE '\\' ORDER BY 1",
+        "AND table_name NOT LIKE 'delta\\_\\_%' ESCAPE '\\' AND table_name NOT LIKE 'expected\\_\\_%' ESCAPE '\\' "
+        "ORDER BY 1",
         [SCHEMA],
     ):
         copies.append(

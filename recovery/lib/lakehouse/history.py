@@ -83,7 +83,8 @@ class SyncResult:
             )
         for c in self.not_applied:
             out.append(
-                f"{self.location} version {c['version']} ({c['operation']}, generation {c['generation'] or 'unknown'}): "
+                f"{self.location} version {c['version']} ({c['operation']}, "
+                f"generation {c['generation'] or 'unknown'}): "
                 f"{STATUS_NOTES[c['status']]}; partitions {', '.join(c['partitions'] or []) or 'none'}"
             )
         return out
@@ -236,7 +237,8 @@ def _sync_target(engine: Engine, spec: DatasetSpec, table: LakehouseTable) -> Sy
         if seqs:
             s.execute(f"UPDATE {SCHEMA}.clock SET seq = ? WHERE id = 1", [base + len(seqs)])
         s.execute(
-            "CREATE OR REPLACE TEMP TABLE __lh_commits AS SELECT unnest(?::BIGINT[]) AS __v, unnest(?::BIGINT[]) AS __seq, "
+            "CREATE OR REPLACE TEMP TABLE __lh_commits AS SELECT unnest(?::BIGINT[]) AS __v, "
+            "unnest(?::BIGINT[]) AS __seq, "
             "unnest(?::VARCHAR[]) AS __gen, unnest(?::TIMESTAMP[]) AS __at",
             [
                 [c.version for c, _, _ in rows if c.version in seqs],
@@ -351,7 +353,10 @@ def _net_rows(s: Session, commits: list[Commit], columns: list[tuple[str, str]])
 
 def _copies(where: str) -> str:
     """``__lh_net`` rows matching ``where``, each repeated ``abs(__n)`` times."""
-    return f"SELECT * EXCLUDE (__k) FROM (SELECT *, unnest(range(CAST(abs(__n) AS BIGINT))) AS __k FROM __lh_net WHERE {where})"
+    return (
+        "SELECT * EXCLUDE (__k) FROM (SELECT *, unnest(range(CAST(abs(__n) AS BIGINT))) AS __k FROM __lh_net "
+        f"WHERE {where})"
+    )
 
 
 def _apply(s: Session, spec: DatasetSpec, relation: str, names: list[str]) -> None:
@@ -370,7 +375,8 @@ def _apply(s: Session, spec: DatasetSpec, relation: str, names: list[str]) -> No
     log = delta_table(spec.dataset)
     s.execute(
         f"INSERT INTO {log} ({cols}, _delta_seq, _delta_op, _delta_namespace) "
-        f"SELECT {stamped}, c.__seq, 'delete', ? FROM ({_copies(applied + ' AND __n < 0')}) x JOIN __lh_commits c USING (__v) "
+        f"SELECT {stamped}, c.__seq, 'delete', ? FROM ({_copies(applied + ' AND __n < 0')}) x JOIN __lh_commits c "
+        "USING (__v) "
         f"UNION ALL SELECT {', '.join(f'x.{quote(n)}' for n in names)}, c.__seq, 'upsert', ? "
         f"FROM ({_copies(applied + ' AND __n > 0')}) x JOIN __lh_commits c USING (__v)",
         [relation, relation],
@@ -467,7 +473,8 @@ def _register_generations(s: Session, spec: DatasetSpec, table: LakehouseTable) 
             )
             continue
         s.execute(
-            f"INSERT INTO {SCHEMA}.generations VALUES (?, ?, ?, 'complete', NULL, ?, ?, NULL, NULL, NULL, NULL, 1, NULL, "
+            f"INSERT INTO {SCHEMA}.generations VALUES (?, ?, ?, 'complete', NULL, ?, ?, NULL, NULL, NULL, NULL, 1, "
+            "NULL, "
             f"?, NULL, NULL, true, NULL, NULL, ?)",
             [
                 gen,

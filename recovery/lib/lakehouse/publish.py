@@ -86,7 +86,8 @@ def refuse_foreign_changes(s, spec: DatasetSpec, from_namespace: str, partitions
     still = {
         r[0]
         for r in s.fetchall(
-            f"SELECT coalesce(a.p, b.p) FROM ({_digest_sql(namespace_sql(from_namespace), columns, spec.target.partition)}) a "
+            "SELECT coalesce(a.p, b.p) FROM "
+            f"({_digest_sql(namespace_sql(from_namespace), columns, spec.target.partition)}) a "
             f"FULL JOIN ({_digest_sql('__lh_head', columns, spec.target.partition)}) b USING (p) "
             f"WHERE coalesce(a.p, b.p) IN ({str_list(parts)}) AND (a.n, a.h) IS DISTINCT FROM (b.n, b.h)"
         )

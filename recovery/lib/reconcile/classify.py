@@ -33,20 +33,6 @@ from recovery.lib.spec import DatasetSpec
 from recovery.lib.sql_files import joins_nothing
 from recovery.lib.trace import mark
 
-LABELS = (
-    "duplicate",
-    "out_of_order",
-    "resurrected",
-    "unexpected",
-    "missing",
-    "deleted",
-    "mispartitioned",
-    "overwritten",
-    "stale",
-    "incorrectly_transformed",
-    "unexplained",
-)
-
 
 def _failed_start(s: Session, spec: DatasetSpec, gens: list) -> datetime | None:
     """When the failed generations started: registered (control plane or the team's registry),
@@ -147,7 +133,8 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
         s.execute(f"CREATE OR REPLACE TEMP TABLE __tfp AS SELECT * FROM {target} SEMI JOIN __fp USING ({key})")
         target = "__tfp"
     s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __dups AS SELECT {key}, count(*) AS __n FROM {target} GROUP BY ALL HAVING count(*) > 1"
+        f"CREATE OR REPLACE TEMP TABLE __dups AS SELECT {key}, count(*) AS __n FROM {target} GROUP BY ALL "
+        "HAVING count(*) > 1"
     )
     s.execute(
         f"CREATE OR REPLACE TEMP VIEW __t1 AS SELECT x.*, coalesce(d.__n, 1) AS __n "
@@ -170,7 +157,8 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
     s.execute(
         f"CREATE OR REPLACE TEMP TABLE __older AS SELECT {key}, {side('t', meta.source_version)} AS __tsv, "
         f"{side('t', meta.written_at)} AS __twat FROM __diff "
-        f"WHERE {side('t', meta.source_version)} < {side('e', meta.source_version)} AND {side('t', meta.generation)} IN ({gens})"
+        f"WHERE {side('t', meta.source_version)} < {side('e', meta.source_version)} "
+        f"AND {side('t', meta.generation)} IN ({gens})"
     )
     s.execute(
         f"CREATE OR REPLACE TEMP TABLE __arrived AS SELECT {key}, {quote(src.ingested_at)} AS __at "
@@ -183,7 +171,8 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
         basis = {"absent": "write_log", "older": "write_log", "registry_rows": []}
         s.execute(
             f"CREATE OR REPLACE TEMP TABLE __held AS SELECT {key}, CAST(NULL AS VARCHAR) AS __by FROM ("
-            f"SELECT {key}, _delta_op, row_number() OVER (PARTITION BY {key} ORDER BY _delta_seq DESC, _delta_op DESC) AS rn "
+            f"SELECT {key}, _delta_op, row_number() OVER (PARTITION BY {key} ORDER BY _delta_seq DESC, "
+            "_delta_op DESC) AS rn "
             f"FROM {delta} SEMI JOIN __absent USING ({key}) WHERE {wat} <= {ts_literal(start)}) "
             f"WHERE rn = 1 AND _delta_op = 'upsert'"
         )
@@ -193,13 +182,15 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
             f"clobber AS (SELECT {key}, max(_delta_seq) AS __seq FROM d WHERE {gen} IN ({gens}) GROUP BY ALL) "
             f"SELECT {', '.join(f'd.{quote(k)}' for k in spec.key)}, min(d.{gen}) AS __by "
             f"FROM d JOIN clobber c USING ({key}) "
-            f"JOIN __older o USING ({key}) WHERE d.{gen} NOT IN ({gens}) AND d.{sv} > o.__tsv AND d._delta_seq < c.__seq GROUP BY ALL"
+            f"JOIN __older o USING ({key}) WHERE d.{gen} NOT IN ({gens}) AND d.{sv} > o.__tsv "
+            "AND d._delta_seq < c.__seq GROUP BY ALL"
         )
     elif registry is None:
         basis = {"absent": "none", "older": "none", "registry_rows": []}
         for name in ("__held", "__concurrent"):
             s.execute(
-                f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {key}, CAST(NULL AS VARCHAR) AS __by FROM __diff WHERE false"
+                f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {key}, CAST(NULL AS VARCHAR) AS __by FROM __diff "
+                "WHERE false"
             )
     else:
         basis = registry
@@ -299,7 +290,8 @@ def reordered_from_write_log_sql(inputs: ReconcileInputs) -> str:
         f"WHERE mode = 'delete_keys' AND dataset = '{spec.dataset}' AND generation IN ({gens})))), "
         f"held AS (SELECT {key}, max(w._delta_seq) AS __seq FROM w JOIN cand USING ({key}) "
         f"WHERE w._delta_op = 'upsert' AND w.{sv} = cand.__tsv GROUP BY ALL) "
-        f"SELECT DISTINCT {', '.join(f'w.{quote(k)}' for k in spec.key)} FROM w JOIN cand USING ({key}) JOIN held USING ({key}) "
+        f"SELECT DISTINCT {', '.join(f'w.{quote(k)}' for k in spec.key)} FROM w JOIN cand USING ({key}) JOIN held "
+        f"USING ({key}) "
         f"WHERE w.{sv} > cand.__tsv AND w._delta_seq < held.__seq"
     )
 
@@ -325,7 +317,8 @@ def reordered_from_metadata_sql(inputs: ReconcileInputs) -> str:
         f"GROUP BY ALL), "
         f"cand AS (SELECT {key}, {side('t', meta.generation)} AS __g, {side('t', meta.written_at)} AS __w, "
         f"{side('t', meta.source_version)} AS __tsv FROM __diff "
-        f"WHERE __n = 1 AND {side('t', meta.generation)} IN ({gens}) AND {side('t', meta.source_version)} < {side('e', meta.source_version)}) "
+        f"WHERE __n = 1 AND {side('t', meta.generation)} IN ({gens}) AND {side('t', meta.source_version)} < "
+        f"{side('e', meta.source_version)}) "
         f"SELECT DISTINCT {', '.join(f'x.{quote(k)}' for k in spec.key)} FROM cand x JOIN seen USING (__g, __w) "
         f"JOIN {source} e ON {on} AND e.{ver} > x.__tsv WHERE e.{at} <= seen.__read"
     )
@@ -377,7 +370,8 @@ def classification_sql(
              WHEN __n IS NOT NULL AND NOT __in_e THEN 'unexpected'
              WHEN __n IS NULL THEN CASE WHEN h.__held THEN 'deleted' ELSE 'missing' END
              WHEN {same(no_part)} AND {T(part)} IS DISTINCT FROM {E(part)} THEN 'mispartitioned'
-             WHEN {T(sv)} < {E(sv)} AND {T(meta.generation)} IN ({gens}) AND {after_start} AND c.__concurrent THEN 'overwritten'
+             WHEN {T(sv)} < {E(sv)} AND {T(meta.generation)} IN ({gens}) AND {after_start} AND c.__concurrent
+                 THEN 'overwritten'
              WHEN {T(sv)} < {E(sv)} AND {T(meta.generation)} IN ({gens}) THEN 'stale'
              WHEN {T(sv)} = {E(sv)} AND NOT ({same(payload)}) THEN 'incorrectly_transformed'
              ELSE 'unexplained'
@@ -396,12 +390,14 @@ def classification_sql(
     lit = string_literal
     labelled = (
         f"{select} WHERE coalesce(__n, 1) = 1 UNION ALL "
-        f"SELECT * FROM ({select} WHERE __n > 1) QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY actual_version, generation) = 1"
+        f"SELECT * FROM ({select} WHERE __n > 1) QUALIFY row_number() OVER (PARTITION BY {key} "
+        "ORDER BY actual_version, generation) = 1"
     )
     # what each label rests on: the rows themselves, or (deleted/missing, overwritten/stale) the
     # package's write log or an inference from the generations' registry
     return (
-        f"SELECT * EXCLUDE (evidence_generation), CASE WHEN label IN ('deleted', 'missing') THEN {lit(b.get('absent', 'write_log'))} "
+        "SELECT * EXCLUDE (evidence_generation), CASE WHEN label IN ('deleted', 'missing') "
+        f"THEN {lit(b.get('absent', 'write_log'))} "
         f"WHEN label IN ('overwritten', 'stale') THEN {lit(b.get('older', 'write_log'))} "
         f"WHEN label = 'out_of_order' THEN {lit(b.get('out_of_order', 'write_log'))} ELSE 'rows' END AS basis, "
         f"CASE WHEN label IN ('deleted', 'overwritten') THEN evidence_generation END AS evidence_generation "
@@ -417,7 +413,8 @@ def reconcile(s: Session, inputs: ReconcileInputs) -> dict:
     table, ptable = recon_table(spec, inputs.persist), partition_table(spec, inputs.persist)
     create = "CREATE TABLE IF NOT EXISTS" if inputs.persist else "CREATE TEMP TABLE IF NOT EXISTS"
     s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __recon AS {classification_sql(inputs, facts['failed_start'], columns, facts['basis'])}"
+        "CREATE OR REPLACE TEMP TABLE __recon AS "
+        f"{classification_sql(inputs, facts['failed_start'], columns, facts['basis'])}"
     )
     if inputs.persist:
         _drop_if_reshaped(s, dataset_table_name("recon", spec.dataset), "__recon")

@@ -81,7 +81,8 @@ def resolve_footprint(s: Session, inputs: ReconcileInputs) -> Footprint | None:
     if texts:
         values = ", ".join(f"({sql_literal(x)})" for x in texts)
         written.append(
-            f"SELECT min(TRY_CAST(x AS {column_type})), max(TRY_CAST(x AS {column_type})) FROM (VALUES {values}) AS v(x)"
+            f"SELECT min(TRY_CAST(x AS {column_type})), max(TRY_CAST(x AS {column_type})) "
+            f"FROM (VALUES {values}) AS v(x)"
         )
     row = s.fetchone(f"SELECT min(lo), max(hi) FROM ({' UNION ALL '.join(written)})")
     if row is None or row[0] is None or row[1] is None:
@@ -121,7 +122,8 @@ def stage_candidates(s: Session, inputs: ReconcileInputs, fp: Footprint, waterma
     changes = f"SELECT * FROM {src.table_name.sql()}{where}"
     s.execute(
         f"CREATE OR REPLACE TEMP TABLE __fp_cand AS SELECT {key} FROM __fp_t UNION "
-        f"SELECT {key} FROM ({render(spec.transform_sql, source=changes)}) WHERE {fp.between(quote(spec.target.partition))}"
+        f"SELECT {key} FROM ({render(spec.transform_sql, source=changes)}) "
+        f"WHERE {fp.between(quote(spec.target.partition))}"
     )
 
 
@@ -142,4 +144,7 @@ def drift_outside_sql(s: Session, inputs: ReconcileInputs, fp: Footprint) -> str
     inside = written_keys_sql(inputs, fp, has_delta, within="__recon") + [
         f"SELECT {key} FROM __recon WHERE {fp.between('expected_partition')}"
     ]
-    return f"SELECT label, count(*) FROM __recon ANTI JOIN ({' UNION ALL '.join(inside)}) USING ({key}) GROUP BY 1 ORDER BY 1"
+    return (
+        f"SELECT label, count(*) FROM __recon ANTI JOIN ({' UNION ALL '.join(inside)}) USING ({key}) GROUP BY 1 "
+        "ORDER BY 1"
+    )

@@ -64,7 +64,8 @@ def partition_findings_sql(
                count(*) FILTER (WHERE {gen} NOT IN ({gens}) AND {before}) AS older_rows,
                count(*) FILTER (WHERE {gen} IN ({gens}) AND {wat} > {fence}) AS written_after_fence
         FROM {spec.target.table_name.sql()}{within(p)} GROUP BY 1),
-    ep AS (SELECT {p} AS p, count(*) AS expected_rows, {amount} AS expected_total FROM {expected}{within(p)} GROUP BY 1),
+    ep AS (SELECT {p} AS p, count(*) AS expected_rows, {amount} AS expected_total FROM {expected}{within(p)}
+        GROUP BY 1),
     lp AS (SELECT coalesce(actual_partition, expected_partition) AS p, count(*) AS damaged_keys FROM __recon
            {within("coalesce(actual_partition, expected_partition)")} GROUP BY 1)
     SELECT p AS partition,

@@ -7,7 +7,8 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from recovery.lib.engine.base import Session
-from recovery.lib.reconcile.classify import LABELS, ReconcileInputs, partition_table, recon_table
+from recovery.lib.reconcile.classify import ReconcileInputs, partition_table, recon_table
+from recovery.lib.reconcile.labels import LABELS
 
 
 class PartitionSummary(BaseModel):
@@ -78,7 +79,8 @@ def summarize(s: Session, inputs: ReconcileInputs, facts: dict) -> Reconciliatio
     )
     rows = s.fetchall(
         f"SELECT CAST(partition AS VARCHAR), actual_rows, expected_rows, CAST(actual_total AS DOUBLE), "
-        f"CAST(expected_total AS DOUBLE), damaged_keys, partially_updated, count_mismatch, total_mismatch, written_after_fence "
+        "CAST(expected_total AS DOUBLE), damaged_keys, partially_updated, count_mismatch, total_mismatch, "
+        "written_after_fence "
         f"FROM {ptable} WHERE incident_id = ? ORDER BY 1",
         [inputs.incident_id],
     )

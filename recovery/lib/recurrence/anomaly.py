@@ -57,8 +57,10 @@ def anomaly_frame_sql(
                           b.t AS published_total, h.mn AS history_rows, h.mt AS history_total
                    FROM sc LEFT JOIN a USING (p) LEFT JOIN b USING (p) CROSS JOIN h)
         SELECT *,
-               CASE WHEN published_rows > 0 OR rows > 0 THEN abs(rows - published_rows) / greatest(published_rows, 1) END AS row_change,
-               CASE WHEN coalesce(published_total, 0) <> 0 THEN abs(coalesce(total, 0) - published_total) / abs(published_total)
+               CASE WHEN published_rows > 0 OR rows > 0 THEN abs(rows - published_rows) / greatest(published_rows, 1)
+                   END AS row_change,
+               CASE WHEN coalesce(published_total, 0) <> 0
+                    THEN abs(coalesce(total, 0) - published_total) / abs(published_total)
                     WHEN coalesce(total, 0) <> 0 THEN 1e9 END AS total_change,
                CASE WHEN (rows <> published_rows OR total IS DISTINCT FROM published_total) AND history_rows > 0
                     THEN rows / history_rows END AS history_rows_ratio,
@@ -131,10 +133,14 @@ def evaluate_anomaly(
 
     def fmt(r) -> str:
         total = f"total {r.total or 0:,.2f} vs {r.published_total or 0:,.2f}" if _totals_checked(spec, declared) else ""
-        return f"{r.partition}: rows {r.rows:,} vs {r.published_rows:,} published, {total} (history median {r.history_rows:,.0f} rows)"
+        return (
+            f"{r.partition}: rows {r.rows:,} vs {r.published_rows:,} published, "
+            f"{total} (history median {r.history_rows:,.0f} rows)"
+        )
 
     details = (
-        f"{len(flagged)} partition(s) past the thresholds (rows {a.max_row_change:.0%}, totals {a.max_total_change:.0%} "
+        f"{len(flagged)} partition(s) past the thresholds (rows {a.max_row_change:.0%}, "
+        f"totals {a.max_total_change:.0%} "
         f"of published; {hi}x history): " + "; ".join(fmt(r) for r in flagged.head(5).itertuples())
     )
     return GateResult("anomaly", False, len(flagged), details)

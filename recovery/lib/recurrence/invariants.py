@@ -138,7 +138,8 @@ def evaluate_invariants(
     if spec.suites:
         columns = [c for c, _ in s.columns(ns)]
         suites = declared_suites(spec, columns)
-        # computed by the warehouse over the whole relation (a Spark session's dialect is "duckdb" too: the type decides)
+        # computed by the warehouse over the whole relation
+        # (a Spark session's dialect is "duckdb" too: the type decides)
         if isinstance(s, DuckDBSession):
             suite_results = SqlSuiteRunner(s.conn, suites).validate(relations["rows"])
         else:  # Spark: bounded pandas batches (aggregates are per batch)

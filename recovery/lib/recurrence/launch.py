@@ -136,7 +136,8 @@ def start_backfill(
             body = manifest(writer, pf, code, pointer_seq(s, str(spec.target.table_name)))
             seq = record_gates(s, req.id, req.generation, spec.dataset, "preflight", pf.gates, run_id=run_id)
             s.execute(
-                f"INSERT INTO {BACKFILLS} VALUES (?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?, ?, ?)",
+                f"INSERT INTO {BACKFILLS} VALUES (?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?, "
+                "?, ?)",
                 [
                     req.id,
                     spec.dataset,
@@ -179,7 +180,8 @@ def start_backfill(
                         True,
                         0,
                         f"recorded at seq {seq} before the first write: source {spec.source.table} as of "
-                        f"{pv.source_watermark}, published {pv.published_namespace}, code {code}, config {req.config_hash}",
+                        f"{pv.source_watermark}, published {pv.published_namespace}, code {code}, "
+                        f"config {req.config_hash}",
                     )
                 ],
                 run_id=run_id,
@@ -281,10 +283,12 @@ def build_backfill(
     def built() -> None:
         with writer.engine.transaction() as s:
             rows = s.scalar(
-                f"SELECT count(*) FROM {namespace_sql(rec.built_namespace)} WHERE {in_partitions(s, writer.spec, rec.partitions)}"
+                f"SELECT count(*) FROM {namespace_sql(rec.built_namespace)} "
+                f"WHERE {in_partitions(s, writer.spec, rec.partitions)}"
             )
             s.execute(
-                f"UPDATE {BACKFILLS} SET status = 'built', manifest = json_merge_patch(manifest, ?) WHERE backfill_id = ?",
+                f"UPDATE {BACKFILLS} SET status = 'built', manifest = json_merge_patch(manifest, ?) "
+                "WHERE backfill_id = ?",
                 [
                     json.dumps(
                         {

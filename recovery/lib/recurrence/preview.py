@@ -84,7 +84,8 @@ class ScopePreview(BaseModel):
     def summary(self) -> str:
         flag = f"; REACHES CURRENT PARTITIONS {', '.join(self.current_touched)}" if self.current_touched else ""
         return (
-            f"{len(self.partitions)} partitions {self.range_start}..{self.range_end}: {self.published_rows:,} rows published, "
+            f"{len(self.partitions)} partitions {self.range_start}..{self.range_end}: {self.published_rows:,} "
+            "rows published, "
             f"{self.expected_rows:,} from the source as of {self.source_watermark}, {self.keys:,} keys, "
             f"~{self.estimated_bytes / 1e6:,.1f} MB, ~{self.estimated_seconds:,.1f} s{flag}; "
             f"consumers: {', '.join(c.name for c in self.consumers) or 'none'}"
@@ -128,7 +129,8 @@ def current_partitions(s: Session, spec: DatasetSpec, ns: str, n: int) -> list[s
     typ = dict(s.columns(namespace_sql(ns)))[spec.target.partition]
     rows = s.fetchall(
         f"SELECT p FROM (SELECT DISTINCT unnest(w.partitions) AS p FROM {SCHEMA}.writes w "
-        f"JOIN {SCHEMA}.generations g USING (generation) WHERE w.dataset = ? AND g.kind = 'ingest' AND g.fenced_at IS NULL) "
+        f"JOIN {SCHEMA}.generations g USING (generation) WHERE w.dataset = ? AND g.kind = 'ingest' "
+        "AND g.fenced_at IS NULL) "
         f"ORDER BY TRY_CAST(p AS {typ}) DESC NULLS LAST, p DESC LIMIT {int(n)}",
         [spec.dataset],
     )

@@ -12,7 +12,8 @@ DDL = [
     f"""CREATE TABLE IF NOT EXISTS {BACKFILLS} (
         backfill_id VARCHAR PRIMARY KEY, dataset VARCHAR, generation VARCHAR, namespace VARCHAR,
         from_namespace VARCHAR, range_start VARCHAR, range_end VARCHAR, partitions VARCHAR[],
-        status VARCHAR,                 -- refused | manifest | building | built | failed | stopped | published | converged
+        status VARCHAR,
+        -- refused | manifest | building | built | failed | stopped | published | converged
         manifest JSON, config_hash VARCHAR, code_version VARCHAR, source_watermark TIMESTAMP,
         manifest_seq BIGINT, seed_seq BIGINT, published_seq BIGINT, converged_seq BIGINT,
         requested_by VARCHAR, approved_by VARCHAR[], created_at TIMESTAMP, reason VARCHAR)""",

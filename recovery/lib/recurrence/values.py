@@ -202,7 +202,8 @@ def _pairs_sql(
     key = quote_all(spec.key)
     part = quote(spec.target.partition)
     inside = in_partitions(s, spec, partitions)
-    one = f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY CAST({part} AS VARCHAR)) = 1"  # duplicates: the invariants' job
+    # duplicates: the invariants' job
+    one = f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY CAST({part} AS VARCHAR)) = 1"
     sel = ", ".join(f"a.{quote(c)} AS a_{i}, b.{quote(c)} AS b_{i}" for i, c in enumerate(cols))
     keys = ", ".join(f"CAST({quote(k)} AS VARCHAR) AS k_{i}" for i, k in enumerate(spec.key))
     return f"""
@@ -281,7 +282,8 @@ def compare_values(
     report.added = sum(p["added"] for p in report.per_partition if p not in unpublished)
     if unpublished:  # nothing to compare with: say so; the invariants gate and the history profile hold them
         report.baseline_notes.append(
-            f"{len(unpublished)} partition(s) had no published rows ({', '.join(p['partition'] for p in unpublished[:3])}; "
+            f"{len(unpublished)} partition(s) had no published rows "
+            f"({', '.join(p['partition'] for p in unpublished[:3])}; "
             f"{sum(p['added'] for p in unpublished):,} keys): no key-by-key baseline, held to the invariants gate "
             f"and profiled against the published history"
         )

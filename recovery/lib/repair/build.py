@@ -148,7 +148,8 @@ def start_repair(
                 ],
             )
             s.execute(
-                "CREATE OR REPLACE TEMP TABLE __plan (partition VARCHAR, wave INTEGER, reason VARCHAR, labels VARCHAR[])"
+                "CREATE OR REPLACE TEMP TABLE __plan (partition VARCHAR, wave INTEGER, reason VARCHAR, "
+                "labels VARCHAR[])"
             )
             for n, parts in waves.items():
                 for p in parts:
@@ -174,8 +175,10 @@ def start_repair(
                 incident_id=incident.incident_id,
                 actor=actor,
                 run_id=run_id,
-                summary=f"repair generation {generation} in {namespace}: {len(rebuilt)} partitions to rebuild from the source "
-                f"as of {watermark} ({len(waves[0])} canary, {len(waves) - 1} waves), {len(qualified)} qualified and kept, "
+                summary=f"repair generation {generation} in {namespace}: {len(rebuilt)} partitions to rebuild "
+                "from the source "
+                f"as of {watermark} ({len(waves[0])} canary, {len(waves) - 1} waves), "
+                f"{len(qualified)} qualified and kept, "
                 f"{carry.rows_inserted:,} rows carried over; low watermark seq {low_seq}",
                 details=json.dumps(
                     {"low_seq": low_seq, "source_watermark": str(watermark), "waves": waves, "qualified": qualified}
@@ -219,11 +222,13 @@ def build_wave(writer: Writer, plan: RepairPlan, wave: int, *, run_id: str | Non
                 note=f"{wave_name(wave)} of the repair of {plan.incident_id}",
             )
             s.execute(
-                f"""UPDATE {PARTITIONS} SET status = 'built', built_seq = ?, built_run_id = ?, rows_after = coalesce(a.n, 0),
+                f"""UPDATE {PARTITIONS} SET status = 'built', built_seq = ?, built_run_id = ?,
+                        rows_after = coalesce(a.n, 0),
                        total_after = a.t
                 FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS p) w
                 LEFT JOIN (SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {partition_total_sql(spec)} AS t
-                           FROM {namespace_sql(plan.namespace)} WHERE {in_partitions(s, spec, partitions)} GROUP BY 1) a ON a.p = w.p
+                           FROM {namespace_sql(plan.namespace)} WHERE {in_partitions(s, spec, partitions)}
+                               GROUP BY 1) a ON a.p = w.p
                 WHERE incident_id = ? AND partition = w.p""",
                 [result.seq, run_id, partitions, plan.incident_id],
             )
@@ -264,7 +269,8 @@ def resume(writer: Writer, plan: RepairPlan, *, actor: str, note: str) -> None:
     def txn() -> None:
         with writer.engine.transaction() as s:
             s.execute(
-                f"UPDATE {PLANS} SET status = 'building', stopped_reason = NULL WHERE incident_id = ? AND status = 'stopped'",
+                f"UPDATE {PLANS} SET status = 'building', stopped_reason = NULL WHERE incident_id = ? "
+                "AND status = 'stopped'",
                 [plan.incident_id],
             )
             record_event(

@@ -49,7 +49,8 @@ def record_diffs(s: Session, spec: DatasetSpec, plan: RepairPlan, writer: Writer
     s.execute(f"DELETE FROM {DIFFS} WHERE incident_id = ?", [plan.incident_id])
     s.execute(
         f"""INSERT INTO {DIFFS}
-        SELECT ?, partition, label, count(*) FILTER (WHERE side = 'before'), count(*) FILTER (WHERE side = 'after') FROM (
+        SELECT ?, partition, label, count(*) FILTER (WHERE side = 'before'), count(*) FILTER (WHERE side = 'after')
+            FROM (
             SELECT CAST(coalesce(actual_partition, expected_partition) AS VARCHAR) AS partition, label,
                    CASE WHEN incident_id = ? THEN 'before' ELSE 'after' END AS side
             FROM {recon} WHERE incident_id IN (?, ?))
@@ -60,7 +61,8 @@ def record_diffs(s: Session, spec: DatasetSpec, plan: RepairPlan, writer: Writer
     total = partition_total_sql(spec)
     s.execute(
         f"""UPDATE {PARTITIONS} SET rows_after = coalesce(a.n, 0), total_after = a.t
-        FROM (SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {total} AS t FROM {namespace_sql(plan.namespace)} GROUP BY 1) a
+        FROM (SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {total} AS t FROM {namespace_sql(plan.namespace)}
+            GROUP BY 1) a
         WHERE incident_id = ? AND partition = a.p""",
         [plan.incident_id],
     )

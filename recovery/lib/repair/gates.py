@@ -43,8 +43,10 @@ DESCRIPTIONS = {
     "repair_partitioning": "Each row sits in the partition the transform derives from its source row.",
     "repair_fencing": "No row of a fenced generation (or of the incident's failed generations).",
     "repair_tombstones": "No key whose latest source change (as of the snapshot) is a delete.",
-    "repair_partition_totals": "Row counts and amount totals per partition equal the source snapshot plus the replayed delta.",
-    "repair_reconciliation": "Every key equals the reference (snapshot plus replayed delta): no unexplained difference.",
+    "repair_partition_totals": "Row counts and amount totals per partition equal the source snapshot plus the "
+    "replayed delta.",
+    "repair_reconciliation": "Every key equals the reference (snapshot plus replayed delta): no "
+    "unexplained difference.",
 }
 
 
@@ -161,7 +163,10 @@ def row_frame_sql(s: Session, spec: DatasetSpec, plan: RepairPlan, scope: list[s
     source_rows = (
         f"SELECT src.* FROM {src.table_name.sql()} src SEMI JOIN ({versions}) v USING ({key}, {quote(src.version)})"
     )
-    derived = f"SELECT {key}, CAST({part} AS VARCHAR) AS __derived_partition FROM ({render(spec.transform_sql, source=source_rows)})"
+    derived = (
+        f"SELECT {key}, CAST({part} AS VARCHAR) AS __derived_partition "
+        f"FROM ({render(spec.transform_sql, source=source_rows)})"
+    )
     wm = ts_literal(plan.source_watermark)
     return f"""
         WITH c AS (SELECT * FROM {ns} WHERE {in_partitions(s, spec, scope)}),
@@ -176,7 +181,8 @@ def row_frame_sql(s: Session, spec: DatasetSpec, plan: RepairPlan, scope: list[s
                coalesce(copies.__key_copies, 1) AS __key_copies,
                coalesce(tomb.__tomb_version > c.{sv}, false) AS __tombstoned,
                coalesce(c.{gen} IN ({str_list(plan.failed_generations)})
-                        OR c.{gen} IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL), false) AS __fenced
+                        OR c.{gen} IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL),
+                            false) AS __fenced
         FROM c LEFT JOIN copies USING ({key}) LEFT JOIN der USING ({key}) LEFT JOIN tomb USING ({key})
         {"ORDER BY __partition" if payload else ""}
     """
@@ -280,7 +286,8 @@ def evaluate_gates(
     columns = [c for c, _ in s.columns(namespace_sql(plan.namespace))]
     builtin, declared = builtin_suites(spec), declared_suites(spec, columns)
     totals_sql = (
-        f"SELECT partition, coalesce(a.n, 0) AS rows, coalesce(r.n, 0) AS reference_rows, a.t AS total, r.t AS reference_total "
+        "SELECT partition, coalesce(a.n, 0) AS rows, coalesce(r.n, 0) AS reference_rows, a.t AS total, "
+        "r.t AS reference_total "
         f"FROM ({_per_partition(s, spec, f'SELECT * FROM {namespace_sql(plan.namespace)}', suite_scope)}) a "
         f"FULL OUTER JOIN ({_per_partition(s, spec, reference, suite_scope)}) r USING (partition) ORDER BY partition"
     )
@@ -345,7 +352,8 @@ def latest_gates(s: Session, incident_id: str, stage: str | None = None) -> dict
         params.append(stage)
     rows = s.fetchall(
         f"SELECT gate, passed, observed, details, stage, evaluated_seq, run_id FROM {GATES} WHERE {where} "
-        f"QUALIFY row_number() OVER (PARTITION BY gate ORDER BY evaluated_at DESC, evaluated_seq DESC) = 1 ORDER BY gate",
+        "QUALIFY row_number() OVER (PARTITION BY gate ORDER BY evaluated_at DESC, evaluated_seq DESC) = 1 "
+        "ORDER BY gate",
         params,
     )
     return {

@@ -91,8 +91,10 @@ def load_plan(s: Session, incident_id: str) -> RepairPlan | None:
     if s.object_kind(SCHEMA, "repair_plans") is None:
         return None
     row = s.fetchone(
-        f"SELECT incident_id, dataset, generation, namespace, from_namespace, failed_generations, low_seq, source_watermark, "
-        f"stamped_at, high_seq, published_seq, status, canary_max, wave_size, stopped_reason FROM {PLANS} WHERE incident_id = ?",
+        "SELECT incident_id, dataset, generation, namespace, from_namespace, failed_generations, low_seq, "
+        "source_watermark, "
+        f"stamped_at, high_seq, published_seq, status, canary_max, wave_size, stopped_reason FROM {PLANS} "
+        "WHERE incident_id = ?",
         [incident_id],
     )
     if row is None:
@@ -118,7 +120,8 @@ def load_plan(s: Session, incident_id: str) -> RepairPlan | None:
     waves: dict[int, list[str]] = {}
     qualified, built = {}, []
     for partition, wave, reason, status in s.fetchall(
-        f"SELECT partition, wave, qualified_reason, status FROM {PARTITIONS} WHERE incident_id = ? ORDER BY wave, partition",
+        f"SELECT partition, wave, qualified_reason, status FROM {PARTITIONS} WHERE incident_id = ? ORDER BY wave, "
+        "partition",
         [incident_id],
     ):
         if reason is not None:
@@ -149,7 +152,8 @@ def damaged_partitions(
             SELECT CAST(actual_partition AS VARCHAR) AS p, label FROM {recon} WHERE incident_id = ?
             UNION ALL SELECT CAST(expected_partition AS VARCHAR), label FROM {recon} WHERE incident_id = ?
             UNION ALL SELECT CAST("partition" AS VARCHAR), NULL FROM {parts} WHERE incident_id = ?
-                AND (count_mismatch OR total_mismatch OR partially_updated OR written_after_fence > 0 OR failed_rows > 0)
+                AND (count_mismatch OR total_mismatch OR partially_updated OR written_after_fence > 0
+                    OR failed_rows > 0)
             UNION ALL SELECT DISTINCT CAST({part} AS VARCHAR), NULL FROM {namespace_sql(current_ns)}
                 WHERE {gen} IN ({str_list(failed_generations)})
         ) WHERE p IS NOT NULL GROUP BY p ORDER BY p
@@ -182,7 +186,8 @@ def qualified_partitions(
     expected = {
         p
         for (p,) in s.fetchall(
-            f"SELECT CAST(partition AS VARCHAR) FROM {partition_table(spec)} WHERE incident_id = ? AND expected_rows > 0",
+            f"SELECT CAST(partition AS VARCHAR) FROM {partition_table(spec)} WHERE incident_id = ? "
+            "AND expected_rows > 0",
             [incident_id],
         )
     }

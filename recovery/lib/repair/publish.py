@@ -124,7 +124,8 @@ def gate_candidate(
                 incident_id=plan.incident_id,
                 actor="repair",
                 run_id=run_id,
-                summary=f"candidate {fresh.namespace} at high watermark seq {fresh.high_seq} ({replayed.upserted:,} upserts, "
+                summary=f"candidate {fresh.namespace} at high watermark seq {fresh.high_seq} "
+                f"({replayed.upserted:,} upserts, "
                 f"{replayed.deleted:,} deletes replayed now): "
                 + ("every gate passed" if not failed else "FAILED " + ", ".join(r.gate for r in failed)),
                 details=json.dumps([r.__dict__ for r in results]),
@@ -209,7 +210,8 @@ def publish(
                 actor=actor,
                 run_id=run_id,
                 summary=f"{spec.target.table} now points at {plan.namespace} (was {plan.from_namespace}, kept); "
-                f"{replayed.upserted:,} upserts and {replayed.deleted:,} deletes that landed after the high watermark replayed "
+                f"{replayed.upserted:,} upserts and {replayed.deleted:,} deletes that landed after the high "
+                "watermark replayed "
                 f"in the same transaction",
                 details=json.dumps({"seq": seq, "from": plan.from_namespace, "to": plan.namespace}),
             )

@@ -174,7 +174,8 @@ def replay_in(
         held = f"SELECT {all_cols} FROM {ns} SEMI JOIN __replay_carried USING ({key})"
         s.execute(
             f"CREATE OR REPLACE TEMP TABLE __replay_changed AS SELECT DISTINCT {key} FROM ("
-            f"(SELECT * FROM __replay_all_mirror EXCEPT {held}) UNION ALL ({held} EXCEPT SELECT * FROM __replay_all_mirror))"
+            f"(SELECT * FROM __replay_all_mirror EXCEPT {held}) UNION ALL ({held} EXCEPT SELECT * "
+            "FROM __replay_all_mirror))"
         )
         s.execute(
             f"CREATE OR REPLACE TEMP TABLE __replay_carried_del AS SELECT {key}, max({sv}) AS {sv} FROM {ns} "

@@ -103,7 +103,8 @@ def changed_since_gated(s: Session, spec: DatasetSpec, plan: RepairPlan, partiti
     rows = s.fetchall(
         f"SELECT partition FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS partition) p "
         f"LEFT JOIN ({_fingerprints_sql(s, spec, plan, partitions)}) now USING (partition) "
-        f"LEFT JOIN (SELECT partition, rows, fingerprint FROM {FINGERPRINTS} WHERE incident_id = ?) gated USING (partition) "
+        f"LEFT JOIN (SELECT partition, rows, fingerprint FROM {FINGERPRINTS} WHERE incident_id = ?) gated "
+        "USING (partition) "
         f"WHERE gated.rows IS NULL OR coalesce(now.rows, 0) <> gated.rows "
         f"OR coalesce(now.fingerprint, 0) <> gated.fingerprint ORDER BY partition",
         [partitions, plan.incident_id],

@@ -230,7 +230,8 @@ def timeline_checklist(tl: dict | None, *, propagation: dict, evidence: dict) ->
                 else f"no orchestrator run recorded; the failed generations' "
                 f"{len(_events(tl, 'writes'))} writes are recorded without a run id",
                 "the failed generations were not run by the orchestrator whose history was read (their writes "
-                "carry no run id): launch backfills through Dagster, or add the other scheduler's run log to the evidence",
+                "carry no run id): launch backfills through Dagster, "
+                "or add the other scheduler's run log to the evidence",
             )
         )
     else:
@@ -248,7 +249,8 @@ def timeline_checklist(tl: dict | None, *, propagation: dict, evidence: dict) ->
                 "retries",
                 QUALIFIED if _events(tl, "writes") else NOT_VERIFIABLE,
                 "no run history of the failed generations",
-                "retries show in an orchestrator's run log only; without one, repeated writes in _recovery.writes are the only trace",
+                "retries show in an orchestrator's run log only; without one, "
+                "repeated writes in _recovery.writes are the only trace",
             )
         )
     writes = _events(tl, "writes")
@@ -268,7 +270,8 @@ def timeline_checklist(tl: dict | None, *, propagation: dict, evidence: dict) ->
                 "writes",
                 QUALIFIED,
                 "no write of the failed generations is recorded",
-                "the target was written outside the generation-aware writer: its rows' metadata columns are the only record",
+                "the target was written outside the generation-aware writer: its rows' metadata columns are "
+                "the only record",
             )
         )
     if propagation.get("status") == NOT_RUN:
@@ -291,7 +294,9 @@ def timeline_checklist(tl: dict | None, *, propagation: dict, evidence: dict) ->
                       + ", ".join(f"{b['consumer']} ({b['namespace']}, seq {b['seq']})" for b in builds[:5])]
                      if builds else [])
                     + ([f"{len(assets)} downstream Dagster assets reached ({propagation['asset_table']}): "
-                        + ", ".join(f"{a['asset']} ({a['partitions']} partitions, {a['rows']:,} rows)" for a in assets[:5])]
+                        + ", ".join(
+                            f"{a['asset']} ({a['partitions']} partitions, {a['rows']:,} rows)" for a in assets[:5]
+                        )]
                        if assets else [])
                 ),
             )
@@ -417,7 +422,8 @@ def _history_rows(ctx: dict, counts: dict, *, write_log: bool, out_of_order_basi
                 "overwritten",
                 QUALIFIED,
                 f"{over:,} keys labelled overwritten in {table}: an older version is labelled stale "
-                f"({counts.get('stale', 0):,} keys), since nothing tells a clobbered concurrent write from a stale read",
+                f"({counts.get('stale', 0):,} keys), since nothing tells a clobbered concurrent write from "
+                "a stale read",
                 none_why,
             )
         )
@@ -485,7 +491,8 @@ def reconciliation_checklist(ctx: dict, *, write_log: bool, out_of_order_basis: 
             row(
                 "keys",
                 NOT_VERIFIED if unexplained or not scope["source_keys"] else VERIFIED,
-                f"{table}: {labels['total']:,} damaged keys, one label each; {scope['source_keys']:,} source keys compared",
+                f"{table}: {labels['total']:,} damaged keys, one label each; {scope['source_keys']:,} source "
+                "keys compared",
                 f"{unexplained:,} keys match no rule (unexplained): inspect them before repairing"
                 if unexplained
                 else ("" if scope["source_keys"] else "0 source keys compared: the source holds no key"),
@@ -493,7 +500,8 @@ def reconciliation_checklist(ctx: dict, *, write_log: bool, out_of_order_basis: 
             row(
                 "partitions",
                 VERIFIED if scope["partitions"] else NOT_VERIFIED,
-                f"{SCHEMA}.{dataset_table_name('recon_partitions', ctx['dataset'])}: {scope['partitions']:,} partitions "
+                f"{SCHEMA}.{dataset_table_name('recon_partitions', ctx['dataset'])}: "
+                f"{scope['partitions']:,} partitions "
                 f"compared, {len(parts.get('damaged', [])):,} damaged",
                 "" if scope["partitions"] else "0 partitions compared",
             ),

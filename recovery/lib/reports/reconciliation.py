@@ -15,7 +15,7 @@ from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.impact import DECISIONS, impact_summary
 from recovery.lib.incident import Incident
-from recovery.lib.reconcile.classify import LABELS
+from recovery.lib.reconcile.labels import LABELS
 from recovery.lib.reports import plots
 from recovery.lib.reports.tables import NOT_RUN, exists, qualified
 from recovery.lib.snapshot import str_list
@@ -39,8 +39,10 @@ def scope(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
         return {"status": NOT_RUN}
     row = s.fetchone(
         f"SELECT count(*), sum(expected_rows), sum(actual_rows), CAST(sum(expected_total) AS DOUBLE), "
-        f"CAST(sum(actual_total) AS DOUBLE), count(*) FILTER (WHERE damaged_keys > 0 OR partially_updated OR count_mismatch "
-        f"OR total_mismatch OR written_after_fence > 0), CAST(min(partition) AS VARCHAR), CAST(max(partition) AS VARCHAR) "
+        "CAST(sum(actual_total) AS DOUBLE), count(*) FILTER (WHERE damaged_keys > 0 OR partially_updated "
+        "OR count_mismatch "
+        "OR total_mismatch OR written_after_fence > 0), CAST(min(partition) AS VARCHAR), "
+        "CAST(max(partition) AS VARCHAR) "
         f"FROM {qualified(ptable)} WHERE incident_id = ?",
         [incident.incident_id],
     )
@@ -48,7 +50,8 @@ def scope(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
         return {"status": NOT_RUN}
     src = spec.source
     versions = s.fetchrow(
-        f"SELECT count(*), count(DISTINCT ({quote_all(spec.key)})), max({quote(src.version)}), max({quote(src.ingested_at)}), "
+        f"SELECT count(*), count(DISTINCT ({quote_all(spec.key)})), max({quote(src.version)}), "
+        f"max({quote(src.ingested_at)}), "
         f"count(*) FILTER (WHERE {quote(src.op)} IN ({str_list(src.delete_ops)})) FROM {src.table_name.sql()}"
     )
     return {
@@ -77,7 +80,8 @@ def labels(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
     if not exists(s, table):
         return {"status": NOT_RUN}
     rel = (
-        f"CASE WHEN actual_version IS NULL THEN '{VERSION_RELATIONS[3]}' WHEN expected_version IS NULL THEN '{VERSION_RELATIONS[4]}' "
+        f"CASE WHEN actual_version IS NULL THEN '{VERSION_RELATIONS[3]}' WHEN expected_version IS NULL "
+        f"THEN '{VERSION_RELATIONS[4]}' "
         f"WHEN actual_version < expected_version THEN '{VERSION_RELATIONS[0]}' WHEN actual_version = expected_version "
         f"THEN '{VERSION_RELATIONS[1]}' ELSE '{VERSION_RELATIONS[2]}' END"
     )
@@ -93,7 +97,8 @@ def labels(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
         relations.setdefault(label, {})[relation] = n
     partitions = dict(
         s.fetchall(
-            f"SELECT label, count(DISTINCT coalesce(CAST(actual_partition AS VARCHAR), CAST(expected_partition AS VARCHAR))) "
+            "SELECT label, count(DISTINCT coalesce(CAST(actual_partition AS VARCHAR), "
+            "CAST(expected_partition AS VARCHAR))) "
             f"FROM {qualified(table)} WHERE incident_id = ? GROUP BY 1",
             [incident.incident_id],
         )
@@ -123,13 +128,16 @@ def partitions(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
     if not exists(s, ptable) or not exists(s, table):
         return {"status": NOT_RUN}
     rows = s.fetchall(
-        f"SELECT CAST(partition AS VARCHAR), expected_rows, actual_rows, CAST(expected_total AS DOUBLE), CAST(actual_total AS DOUBLE), "
-        f"damaged_keys, partially_updated, count_mismatch, total_mismatch, written_after_fence FROM {qualified(ptable)} "
+        "SELECT CAST(partition AS VARCHAR), expected_rows, actual_rows, CAST(expected_total AS DOUBLE), "
+        "CAST(actual_total AS DOUBLE), "
+        "damaged_keys, partially_updated, count_mismatch, total_mismatch, written_after_fence "
+        f"FROM {qualified(ptable)} "
         f"WHERE incident_id = ? ORDER BY 1",
         [incident.incident_id],
     )
     cells = s.fetchall(
-        f"SELECT CAST(coalesce(actual_partition, expected_partition) AS VARCHAR), label, count(*) FROM {qualified(table)} "
+        "SELECT CAST(coalesce(actual_partition, expected_partition) AS VARCHAR), label, count(*) "
+        f"FROM {qualified(table)} "
         f"WHERE incident_id = ? GROUP BY ALL",
         [incident.incident_id],
     )
@@ -213,7 +221,8 @@ def decisions(s: Session, spec: DatasetSpec, incident: Incident, impact: dict) -
     recorded = None
     if exists(s, "timeline"):
         row = s.fetchone(
-            f"SELECT event_at, actor, summary, run_id FROM {SCHEMA}.timeline WHERE incident_id = ? AND kind = 'decision' "
+            f"SELECT event_at, actor, summary, run_id FROM {SCHEMA}.timeline WHERE incident_id = ? "
+            "AND kind = 'decision' "
             f"ORDER BY event_id DESC LIMIT 1",
             [incident.incident_id],
         )

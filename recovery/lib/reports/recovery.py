@@ -57,7 +57,8 @@ def _plan(s: Session, incident: Incident) -> dict | None:
 
 
 def isolated_repair(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
-    """The repair generation: its own namespace, built from a fixed source snapshot, the public name untouched until publish."""
+    """The repair generation: its own namespace, built from a fixed source snapshot, the public name untouched
+    until publish."""
     plan = _plan(s, incident)
     if plan is None:
         return _not_run(PLANS)
@@ -151,7 +152,8 @@ def concurrent_writes(s: Session, spec: DatasetSpec, incident: Incident) -> dict
         found = rows_as_dicts(
             s,
             f"SELECT gate, passed, observed, details, evaluated_at, run_id FROM {qualified(GATES)} "
-            f"WHERE incident_id = ? AND gate = 'repair_concurrent_writes' ORDER BY evaluated_seq DESC, evaluated_at DESC LIMIT 1",
+            "WHERE incident_id = ? AND gate = 'repair_concurrent_writes' ORDER BY evaluated_seq DESC, "
+            "evaluated_at DESC LIMIT 1",
             [incident.incident_id],
         )
         gate = found[0] if found else None
@@ -165,7 +167,8 @@ def waves(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
     per_wave = rows_as_dicts(
         s,
         f"SELECT wave, count(*) AS partitions, "
-        f"string_agg(DISTINCT status, ', ' ORDER BY status) AS statuses, min(partition) AS first, max(partition) AS last "
+        "string_agg(DISTINCT status, ', ' ORDER BY status) AS statuses, min(partition) AS first, "
+        "max(partition) AS last "
         f"FROM {qualified(PARTITIONS)} WHERE incident_id = ? AND wave IS NOT NULL GROUP BY wave ORDER BY wave",
         [incident.incident_id],
     )
@@ -242,7 +245,8 @@ def downstream_corrections(s: Session, spec: DatasetSpec, incident: Incident) ->
                 f"SELECT consumer, any_value(kind) AS kind, any_value(owner) AS owner, count(*) AS rows_restated, "
                 f"count(*) FILTER (WHERE material) AS material, CAST(sum(original_value) AS DOUBLE) AS original_total, "
                 f"CAST(sum(corrected_value) AS DOUBLE) AS corrected_total, any_value(decision) AS decision, "
-                f"max(notified_at) AS notified_at FROM {qualified(name)} WHERE incident_id = ? GROUP BY consumer ORDER BY consumer",
+                f"max(notified_at) AS notified_at FROM {qualified(name)} WHERE incident_id = ? GROUP BY consumer "
+                "ORDER BY consumer",
                 [incident.incident_id],
             )
         }
@@ -295,7 +299,8 @@ def downstream_corrections(s: Session, spec: DatasetSpec, incident: Incident) ->
             for d in rows_as_dicts(
                 s,
                 f"SELECT consumer, decision, remediation, original_total, corrected_total, material_rows AS material "
-                f"FROM {SCHEMA}.restatement_decisions WHERE incident_id = ? AND dataset = ? ORDER BY consumer, decision",
+                f"FROM {SCHEMA}.restatement_decisions WHERE incident_id = ? AND dataset = ? ORDER BY consumer, "
+                "decision",
                 [incident.incident_id, spec.dataset],
             )
         ]
@@ -336,7 +341,8 @@ def convergence(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
         f"SELECT check_id, max(checked_at) AS checked_at, any_value(run_id) AS run_id, count(*) AS partitions, "
         f"count(*) FILTER (WHERE recent) AS recent, count(*) FILTER (WHERE repaired) AS repaired, "
         f"count(*) FILTER (WHERE drift_keys > 0) AS drifting_partitions, sum(drift_keys) AS drift_keys, {pending} "
-        f"FROM {qualified(name)} WHERE incident_id = ? OR incident_id IS NULL GROUP BY check_id ORDER BY check_id DESC LIMIT 30",
+        f"FROM {qualified(name)} WHERE incident_id = ? OR incident_id IS NULL GROUP BY check_id ORDER BY check_id DESC "
+        "LIMIT 30",
         [incident.incident_id],
     )
     if not checks:
@@ -344,7 +350,8 @@ def convergence(s: Session, spec: DatasetSpec, incident: Incident) -> dict:
     latest = checks[0]
     drifting = rows_as_dicts(
         s,
-        f"SELECT partition, expected_rows, actual_rows, missing, extra, changed, duplicate, drift_keys FROM {qualified(name)} "
+        "SELECT partition, expected_rows, actual_rows, missing, extra, changed, duplicate, drift_keys "
+        f"FROM {qualified(name)} "
         f"WHERE check_id = ? AND drift_keys > 0 ORDER BY partition",
         [latest["check_id"]],
     )

@@ -124,7 +124,8 @@ def record_restated(
                     f"IO manager writes (downstream_assets[].table, or the asset's schema metadata)"
                 )
             prior = s.fetchone(
-                f"SELECT corrected_namespace FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ? AND consumer = ?",
+                f"SELECT corrected_namespace FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ? "
+                "AND consumer = ?",
                 [incident_id, spec.dataset, c.asset],
             )
             now = f"SELECT * FROM {c.table_name.sql()} WHERE {original.scope.predicate()}"

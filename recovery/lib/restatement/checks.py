@@ -56,7 +56,8 @@ def sql_consumer_check(
             check="equals_consumer_on_source",
             passed=False,
             observed=0,
-            details=f"{consumer}: its corrected output was not compared with the consumer on the source's expected rows",
+            details=f"{consumer}: its corrected output was not compared with the consumer on the source's "
+            "expected rows",
         )
     if mismatches != 0:
         what = "has other columns than" if mismatches < 0 else f"has {mismatches:,} rows that differ from"
@@ -108,7 +109,8 @@ def asset_check(
             check="rematerialized",
             passed=False,
             observed=len(failed),
-            details=f"{consumer}: the re-materialization of {where} failed{more} in run {first.run_id[:8]}: {first.reason}",
+            details=f"{consumer}: the re-materialization of {where} failed{more} in run {first.run_id[:8]}: "
+            f"{first.reason}",
         )
     if duplicate_keys:
         return RestatementCheck(

@@ -77,8 +77,10 @@ def notify_owners(
     known: dict[str, Consumer] = {c.name: c for c in [*spec.downstream, *spec.downstream_assets, *extra]}
     with engine.session(read_only=True) as s:
         rows = s.fetchall(
-            f"SELECT incident_id, consumer, kind, owner, original_namespace, corrected_namespace, ledger_rows, material_rows, "
-            f"original_total, corrected_total FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ? AND ledger_rows > 0 "
+            "SELECT incident_id, consumer, kind, owner, original_namespace, corrected_namespace, ledger_rows, "
+            "material_rows, "
+            f"original_total, corrected_total FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ? "
+            "AND ledger_rows > 0 "
             f"ORDER BY material_rows > 0 DESC, material_rows DESC, consumer",
             [incident_id, spec.dataset],
         )

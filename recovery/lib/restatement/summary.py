@@ -33,7 +33,8 @@ def restatement_summary(s: Session, spec: DatasetSpec, incident_id: str) -> list
         return []
     rows = s.fetchall(
         f"SELECT consumer, kind, owner, original_namespace, corrected_namespace, ledger_rows, material_rows, "
-        f"original_total, corrected_total, restated_at, notified_at FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ?",
+        f"original_total, corrected_total, restated_at, notified_at FROM {RESTATEMENTS} WHERE incident_id = ? "
+        "AND dataset = ?",
         [incident_id, spec.dataset],
     )
     fields = list(RestatementSummary.model_fields)

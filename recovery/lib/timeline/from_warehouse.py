@@ -103,8 +103,10 @@ def write_events(
         parts AS (SELECT generation, run_id, min(p) AS lo, max(p) AS hi, count(DISTINCT p) AS n,
                          count(DISTINCT p) FILTER (WHERE p < ? OR p > ?) AS outside
                   FROM (SELECT generation, run_id, unnest(partitions) AS p FROM w) GROUP BY ALL),
-        agg AS (SELECT w.generation, w.run_id, count(*) AS writes, string_agg(DISTINCT w.mode, ', ' ORDER BY w.mode) AS modes,
-                       sum(rows_inserted) AS ins, sum(rows_deleted) AS del, min(w.seq) AS first_seq, max(w.seq) AS last_seq,
+        agg AS (SELECT w.generation, w.run_id, count(*) AS writes, string_agg(DISTINCT w.mode, ', '
+            ORDER BY w.mode) AS modes,
+                       sum(rows_inserted) AS ins, sum(rows_deleted) AS del, min(w.seq) AS first_seq,
+                           max(w.seq) AS last_seq,
                        min(written_at) AS first_at, max(written_at) AS last_at, min(committed_at) AS first_commit,
                        max(committed_at) AS last_commit, count(*) FILTER (WHERE w.seq > fence.seq) AS after_fence,
                        arg_min(written_at, w.seq) AS first_written
@@ -161,7 +163,8 @@ def fence_events(s: Session, spec: DatasetSpec, failed: list[str]) -> list[Timel
         )
     ]
     for g, action, run_id, n, first, last in s.fetchall(
-        f"SELECT generation, action, run_id, count(*), min(attempted_at), max(attempted_at) FROM {SCHEMA}.fence_attempts "
+        "SELECT generation, action, run_id, count(*), min(attempted_at), max(attempted_at) "
+        f"FROM {SCHEMA}.fence_attempts "
         f"WHERE dataset = ? AND generation IN (SELECT unnest(CAST(? AS VARCHAR[]))) GROUP BY ALL ORDER BY 5",
         [spec.dataset, failed],
     ):

@@ -21,7 +21,8 @@ def render_markdown(timeline) -> str:
     lines = [
         f"# Incident timeline: {timeline.incident_id} ({timeline.dataset})",
         "",
-        f"Failed generations: {', '.join(timeline.failed_generations)}. Built {timeline.built_at:%Y-%m-%d %H:%M:%S} UTC "
+        f"Failed generations: {', '.join(timeline.failed_generations)}. Built "
+        f"{timeline.built_at:%Y-%m-%d %H:%M:%S} UTC "
         f"from the warehouse's control plane and {timeline.orchestrator}'s event log.",
         "",
         "Events are in story order: by wall clock where an event has one, and by the control plane's commit "
