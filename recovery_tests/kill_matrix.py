@@ -391,7 +391,8 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
                 ).fetchone()
                 if n != ledger_rows or other:
                     problems.append(
-                        f"ledger of {consumer} half written: {n} rows for {ledger_rows} recorded, {other} of another output"
+                        f"ledger of {consumer} half written: {n} rows for {ledger_rows} recorded, "
+                        f"{other} of another output"
                     )
         if ledger:
             recorded = {(i, c) for i, c, _, _ in rows}
