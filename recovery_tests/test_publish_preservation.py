@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.engine import open_engine
-from recovery.lib.errors import DuplicateKeyError
+from recovery.lib.errors import DuplicateKeyError, GateRefusedError
 from recovery.lib.incident import parse_incident
 from recovery.lib.repair.publish import gate_candidate, publish
 from recovery.lib.repair.tables import snapshot_table
@@ -307,3 +307,36 @@ def test_the_published_table_is_the_repair_plus_every_concurrent_write_in_its_ow
         carried_now.values()
     )
     assert sorted(_published(spec)) == sorted(expected)
+
+
+def test_a_row_lost_from_the_repair_generation_refuses_the_publish_and_the_pointer_stays(
+    prepared: Prepared, tmp_path: Path
+):
+    """The publish gate itself: a row a concurrent write put into the repair generation, lost after the
+    candidate was gated, stops the pointer move with one sentence (exit 1) and a failed gate on record."""
+    root = tmp_path / "ds"
+    shutil.copytree(prepared.root, root)
+    spec = load_spec(root / "spec.yaml")
+    writer = Writer(open_engine(spec.warehouse), spec, actor="ingest")
+    writer.register_generation(INGEST, "ingest")
+    key = sorted(prepared.rebuilt)[0]
+    source = Source(spec)
+    newer = source.row(prepared.repaired[key], 1, move=False)  # a newer source version, as ingestion writes it
+    assert newer is not None
+    source.flush(writer)
+    writer.write(INGEST, _values([newer]), mode="upsert_keys")
+    gate_candidate(writer, current_plan(spec, INCIDENT), with_diffs=False)
+    plan = current_plan(spec, INCIDENT)
+    with writer.engine.transaction() as s:  # the replayed row lost from the generation after its gate
+        s.execute(f"DELETE FROM {plan.namespace} WHERE region = ? AND order_no = ?", [key[0], key[1]])
+    with pytest.raises(GateRefusedError) as refused:
+        publish(writer, INCIDENT)
+    said = str(refused.value)
+    assert "\n" not in said and said.startswith("publish refused: repair_concurrent_writes") and "missing 1" in said
+    assert f"still points at {plan.from_namespace}" in said
+    assert current_plan(spec, INCIDENT).status != "published"
+    gate = fetch(
+        spec.warehouse.path,
+        "SELECT passed, observed FROM _recovery.gate_results WHERE gate = 'repair_concurrent_writes'",
+    )
+    assert gate == [(False, 1)]

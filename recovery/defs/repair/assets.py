@@ -29,6 +29,7 @@ from recovery.defs.repair.partitions import REPAIR_PARTITIONS, register_repair_p
 from recovery.defs.repair.rollback import rollback_incident
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.engine import open_engine
+from recovery.lib.errors import GateRefusedError
 from recovery.lib.phases import CANARY, PLAN, PUBLISH, WAVE
 from recovery.lib.repair.build import build_wave, start_repair
 from recovery.lib.repair.diffs import label_diffs
@@ -192,7 +193,10 @@ def repair_publication(
         refuse_foreign_changes(spec, incident.incident_id)
     writer = _writer(spec, "repair_publication")
     notice = PublishNotice(notifier.notifier(writer.engine), incident.requested_by)
-    result = publish(writer, incident.incident_id, run_id=context.run.run_id, notice=notice)
+    try:
+        result = publish(writer, incident.incident_id, run_id=context.run.run_id, notice=notice)
+    except GateRefusedError as err:  # a gate said no at the pointer move: its sentence on the run page, no trace
+        raise dg.Failure(description=str(err), allow_retries=False) from None
     onto_table = (  # the consumers' table itself: one commit, after the pointer move every gate allowed
         publish_onto_table(spec, incident.incident_id) if spec.target.lakehouse is not None else None
     )

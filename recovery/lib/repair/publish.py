@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from recovery.lib import faults
 from recovery.lib.control_plane import SCHEMA, next_seq, record_event, utcnow
 from recovery.lib.decision import Decision
-from recovery.lib.errors import RecoveryError
+from recovery.lib.errors import GateRefusedError, RecoveryError
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.namespaces import current_namespace, move_pointer, namespace_sql
@@ -229,7 +229,7 @@ def publish(
     except _PreservationRefused as refused:
         with writer.engine.transaction() as s:  # the refusal is kept; the replay and the move are not
             _record_gate(s, refused.plan, refused.gate, committed_seq(s), run_id)
-        raise RecoveryError(
+        raise GateRefusedError(
             f"publish refused: {refused.gate.gate} found the repair generation would lose or double rows a "
             f"concurrent write put there ({refused.gate.details}); the public view still points at "
             f"{refused.plan.from_namespace}. Keep both generations and investigate the delta replay "
