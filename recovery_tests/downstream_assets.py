@@ -19,7 +19,7 @@ import dagster as dg
 import duckdb
 import pandas as pd
 
-from recovery.defs.io import ManagedDuckDBIOManager
+from recovery.io import ManagedDuckDBIOManager
 
 HERE = Path(__file__).resolve().parent
 WAREHOUSE = HERE / "warehouse.duckdb"

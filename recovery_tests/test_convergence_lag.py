@@ -27,8 +27,8 @@ import pytest
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.alerts.sensors import asset_check_alert_sensor
 from recovery.defs.convergence.assets import LAG_CHECK, REPAIRED_CHECK, VERIFY_JOB, convergence, verify_convergence_job
-from recovery.defs.io import ManagedDuckDBIOManager
 from recovery.defs.resources import warehouse_resource
+from recovery.io import ManagedDuckDBIOManager
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.control_plane import utcnow
 from recovery.lib.convergence import ConvergenceResult, verify_convergence

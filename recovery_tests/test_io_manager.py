@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401 (pa.compute)
 import pytest
 
-from recovery.defs.io import ManagedDuckDBIOManager
+from recovery.io import ManagedDuckDBIOManager
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.control_plane import SCHEMA, delta_table
 from recovery.lib.engine import open_engine

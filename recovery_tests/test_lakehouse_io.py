@@ -14,7 +14,7 @@ import pytest
 from dagster_deltalake import LocalConfig
 from deltalake import DeltaTable, write_deltalake
 
-from recovery.defs.io.lakehouse import FencedDeltaLakeIOManager
+from recovery.io.lakehouse import FencedDeltaLakeIOManager
 from recovery.lib.lakehouse.fence import FENCE_PROPERTY
 
 SPEC = """\

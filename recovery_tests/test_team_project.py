@@ -211,7 +211,7 @@ def test_the_io_manager_refuses_every_later_run_of_the_backfill(built: Built, tm
         finally:
             con.close()
 
-    from recovery.defs.io import ManagedDuckDBIOManager
+    from recovery.io import ManagedDuckDBIOManager
 
     with env(DAGSTER_HOME=str(home)), dg.DagsterInstance.get() as instance:
         result = dg.materialize(

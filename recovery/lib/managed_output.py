@@ -1,6 +1,6 @@
 """A user's asset output written into a managed dataset. Dagster-free.
 
-A platform team's own assets return frames; the IO manager (``recovery/defs/io/``)
+A platform team's own assets return frames; the IO manager (``recovery/io/``)
 stages each frame as a table in the warehouse and hands it here. This module decides
 which generation the rows belong to and writes them through :class:`Writer`, so the
 fence is checked in the same transaction as the write (a fenced generation's rows never

@@ -18,6 +18,7 @@ LAYERS = [
     "recovery.launch",
     "recovery.definitions",
     "recovery.example",
+    "recovery.io",
     "recovery.defs",
     "recovery.orchestration",
     "recovery.dagster_history",

@@ -190,7 +190,7 @@ def build_defs(database: str, *, io: str = "plain", spec: str | None = None) -> 
     plain = TeamDuckDBIOManager(database=database)
     resources: dict = {"warehouse": DuckDBResource(database=database), "io_manager": plain}
     if io == "managed":
-        from recovery.defs.io import ManagedDuckDBIOManager
+        from recovery.io import ManagedDuckDBIOManager
 
         resources["io_manager"] = ManagedDuckDBIOManager(database=database, specs=[spec or ""])
     return dg.Definitions(assets=[readings, sensor_daily], resources=resources, executor=dg.in_process_executor)

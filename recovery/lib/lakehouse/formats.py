@@ -18,13 +18,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote, urlparse
-
-import pyarrow as pa
 
 from recovery.lib.errors import RecoveryError
 from recovery.lib.lakehouse_spec import LakehouseTable
+
+if TYPE_CHECKING:  # pyarrow is imported where a Delta or Iceberg table is read, not by every command
+    import pyarrow as pa
 
 
 class UnsupportedTable(RecoveryError):
@@ -163,6 +164,8 @@ class DeltaLog:
     def files(self, version: int | None = None) -> list[DataFile]:
         self._check_features()
         dt = self._dt(version)
+        import pyarrow as pa
+
         actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
         parts = [
             c.removeprefix("partition.") for c in (actions[0].keys() if actions else []) if c.startswith("partition.")
@@ -175,6 +178,8 @@ class DeltaLog:
         ]
 
     def schema(self) -> pa.Schema:
+        import pyarrow as pa
+
         return pa.schema(self._dt().schema().to_arrow())
 
     def partition_columns(self) -> list[str]:

@@ -8,12 +8,16 @@ own type, and a version with no file is an empty relation of the same shape.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import duckdb
-import pyarrow as pa
 
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import is_plain_identifier, quote, string_literal
 from recovery.lib.lakehouse.formats import DataFile, iter_groups
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def duckdb_columns(schema: pa.Schema, field: str) -> list[tuple[str, str]]:

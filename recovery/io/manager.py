@@ -27,8 +27,8 @@ from dagster_duckdb import DuckDBIOManager
 from dagster_duckdb.io_manager import DuckDbClient
 from pydantic import Field
 
-from recovery.defs.io.handlers import ArrowTypeHandler, PandasTypeHandler, RelationTypeHandler
 from recovery.defs.resources import warehouse_resource
+from recovery.io.handlers import ArrowTypeHandler, PandasTypeHandler, RelationTypeHandler
 from recovery.lib.control_plane import utcnow
 from recovery.lib.errors import FencedGenerationError, RecoveryError
 from recovery.lib.managed_output import (

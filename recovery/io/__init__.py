@@ -1,6 +1,6 @@
 """The IO manager a platform team's own assets write managed datasets through."""
 
-from recovery.defs.io.handlers import ArrowTypeHandler, PandasTypeHandler, RelationTypeHandler
-from recovery.defs.io.manager import ManagedDuckDBIOManager
+from recovery.io.handlers import ArrowTypeHandler, PandasTypeHandler, RelationTypeHandler
+from recovery.io.manager import ManagedDuckDBIOManager
 
 __all__ = ["ManagedDuckDBIOManager", "PandasTypeHandler", "ArrowTypeHandler", "RelationTypeHandler"]
