@@ -2,9 +2,8 @@
 
 Dagster's default (SQLite) instance builds a new SQLAlchemy engine and opens a new
 connection for every statement it stores: per event, one for the run's own file and
-one for ``index.db``. A recovery of the 200k worked example stores about 1,400 events
-(a planned and a materialized event per partition of each ranged run), and that
-connection churn was about a fifth of its wall time. Here the three SQLite storages
+one for ``index.db``. A recovery stores a planned and a materialized event per partition
+of each ranged run, so that churn is paid per partition, many times over. Here the three SQLite storages
 (runs, event log, schedules) get their engine from a small cache instead: one engine
 per file, keeping its connections open between statements.
 
@@ -12,8 +11,8 @@ What stays as Dagster has it: every statement still runs in its own transaction 
 in WAL mode, as Dagster sets it, so other processes, the daemon and the webserver,
 read and write the same files as before); only this process reuses its connections.
 One setting differs: the pooled connections commit with ``synchronous=NORMAL`` instead of
-SQLite's ``FULL``, so a commit in WAL mode no longer waits for the disk (a run's planned
-events are 187 commits to each of two files at 200k events). SQLite's documented
+SQLite's ``FULL``, so a commit in WAL mode does not wait for the disk (a run's planned
+events are one commit per partition to each of two files). SQLite's documented
 trade-off: the database stays consistent whatever happens; a power loss or OS crash (not
 a process crash) may lose the last commits. Dagster's files are the run history; the
 recovery's own ledger is in the warehouse's control plane. ``RECOVERY_SQLITE_SYNC=full``

@@ -56,7 +56,7 @@ def run_walkthrough(
 ) -> Walkthrough:
     """Build the failed backfill, then (unless ``recover`` is False: the incident is left for a
     person to work through, from the CLI or the UI) run every phase of its recovery."""
-    # the example's generator and truth (1.5 s of imports) only when the example runs: every command
+    # the example's generator and truth (slow imports) only when the example runs: every command
     # imports this module to build the CLI's parser
     from recovery.example.demo import build_failed_backfill, ingest_during_repair, print_before_after, print_damage
 

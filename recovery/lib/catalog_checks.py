@@ -41,7 +41,7 @@ def checked_once(memo: set[str]) -> Iterator[None]:
 
     A command or ``recover`` launches several runs, and every run's ops load the spec again: on
     Spark each shape check (the transform's and each consumer's columns) is a round of query
-    analysis, 15 checks 45 s of a 20k-event recovery. The change-log and source-column checks
+    analysis, which every run of a recovery would repeat. The change-log and source-column checks
     still run every time: ingestion goes on while a recovery runs."""
     token = _SHAPES_CHECKED.set(memo)
     try:
@@ -163,8 +163,8 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
                     )
         ops = spec.source.upsert_ops + spec.source.delete_ops
         # the two full scans of the change log, once per process and source size: the log is
-        # append-only, so the same row count means the same rows (each phase's run loads the spec;
-        # at 100M events each scan takes ~12 s)
+        # append-only, so the same row count means the same rows (each phase's run loads the spec,
+        # and a full scan grows with the log)
         scanned = (
             str(spec.warehouse.path),
             str(s_table),

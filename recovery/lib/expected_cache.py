@@ -2,14 +2,14 @@
 
 A recovery resolves the whole change log to the expected rows again and again: impact
 assessment, the repair's fixed snapshot, restatement's check against the source,
-every convergence verification (at 10M events, 3.5-4.5 s each). The source is an
+every convergence verification, each a pass over the whole log. The source is an
 append-only change log, so the expected rows at watermark W never move, and those at a
 later watermark W' differ only in the keys that changed in (W, W']. A writer keeps
 them once in ``_recovery."expected__<dataset>"`` with what they were resolved from;
 later callers read that table, and at a later watermark overlay the few changed keys
 resolved afresh (their latest version among *all* their changes up to W', so a late
-older version is still ordered by version). At 10M events: 0.05 s for the changed
-keys and a 0.1 s check instead of 4.1 s.
+older version is still ordered by version): a caller pays for the changed keys and a
+check, not for a resolution of the whole log.
 
 The kept table is trusted only while the source rows up to its watermark are the
 ones it was resolved from (their count and the sum of their rows' hashes, checked on
@@ -153,8 +153,8 @@ def stage_kept(s: Session, spec: DatasetSpec, upto: datetime, name: str) -> bool
 
 def keep_expected(s: DuckDBSession, spec: DatasetSpec, upto: datetime, sql: str) -> str:
     """Keep ``sql``, the expected rows as of ``upto`` however resolved, for later callers; returns
-    a SELECT of them. Writing them to the warehouse costs a little more than a temp table (at 10M
-    events, 3.5-3.7 s instead of 2.6-3.2 s); each later caller they serve saves a resolution."""
+    a SELECT of them. Writing them to the warehouse costs a little more than a temp table; each
+    later caller they serve saves a resolution."""
     table = dataset_table("expected", spec.dataset)
     s.execute(f"CREATE OR REPLACE TABLE {table} AS {sql}")
     rows, hashed = source_state(s, spec, upto)

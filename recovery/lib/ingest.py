@@ -55,7 +55,7 @@ def apply_changes(
         since = ingestion_watermark(writer)
     # a key's state changed in (since, until] exactly when its latest version as of ``until`` arrived
     # in the window (a late, older version changes nothing): one pass, no join against the keys
-    # that changed (whose hash table alone outgrows a few GB at 100M keys)
+    # that changed (whose hash table grows with every changed key)
     latest = f"SELECT * FROM ({latest_versions_sql(spec, until, include_deleted=True)})" + (
         f" WHERE {quote(src.ingested_at)} > {ts_literal(since)}" if since else ""
     )

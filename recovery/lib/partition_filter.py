@@ -3,9 +3,9 @@
 Plans, gates, scopes and the control plane carry partitions as text (``CAST(p AS VARCHAR)``
 of whatever type the column has), so that one code path serves DATE, integer, text and
 timestamp partitions alike. Filtering a table by ``CAST(col AS VARCHAR) IN (...)`` casts
-every row and hides the predicate from the engine's zone maps: at 10M rows, a scan for
-30 of 187 partitions took 0.20 s that way and 0.03 s as ``col IN (CAST('2024-01-01' AS DATE),
-...)``, and a repair wave's gates scan the generation and its snapshot about ten times.
+every row and hides the predicate from the engine's zone maps, which a scan by
+``col IN (CAST('2024-01-01' AS DATE), ...)`` uses to skip the row groups of other partitions;
+a repair wave's gates scan the generation and its snapshot about ten times.
 
 Both select the same rows: a partition's text is the engine's own rendering of a value, and
 casting that text back to the column's type gives the value again. A text that names no value

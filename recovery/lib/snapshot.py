@@ -26,11 +26,9 @@ def latest_versions_sql(
     more than one are found by a narrow aggregate (key, max version), and the change log is read
     once more, joined to that much smaller relation: a key it does not hold keeps its one row, a
     key it holds keeps the row at its highest version. A ``row_number()`` window over the whole
-    rows did the same by sorting every row; at 100M change events under ``memory_limit: 8GB`` it
-    spilled, and a copy of the snapshot took 65 s instead of 42 s (10M: 3.9 s instead of 3.3 s).
-    Where every key has changed (10M changes, each key twice) it is no slower: 1.7-2.1 s instead
-    of 2.2-2.3 s. Exact because (key, version) identifies one change (``catalog_checks``); the join is null-safe,
-    so rows with a NULL key resolve to one, as the window's NULL partition did."""
+    rows would sort every row, and spill under a memory limit; where every key has changed this is
+    no slower than the window. Exact because (key, version) identifies one change (``catalog_checks``);
+    the join is null-safe, so rows with a NULL key resolve to one, as a window's NULL partition would."""
     s = spec.source
     key = quote_all(s.key)
     ver = quote(s.version)
@@ -56,11 +54,9 @@ def latest_index_sql(spec: DatasetSpec, watermark: datetime | None, keys: str | 
     """Each key's latest change as of ``watermark``, narrow: the key, its version, op and arrival.
 
     For a caller that keeps the latest changes as a table (the reconciliation reads op and
-    arrival again): an aggregate over four columns instead of whole rows materialized (measured
-    against the ``row_number()`` window ``latest_versions_sql`` then was: on the 6M lineitem bench,
-    with ``expected_from_index_sql``, the reconciliation took 6.4 s instead of 7.3 s and 1.97 GB
-    instead of 2.81 GB). As one statement, unmaterialized, it was no faster than
-    ``expected_rows_sql`` (measured then), so the other phases keep that. Exact because
+    arrival again): an aggregate over four columns, not whole rows, is materialized (less time and
+    memory, with ``expected_from_index_sql``). As one statement, unmaterialized, it is no faster than
+    ``expected_rows_sql``, so the other phases keep that. Exact because
     (key, version) identifies one change (``catalog_checks``)."""
     s = spec.source
     key = quote_all(s.key)

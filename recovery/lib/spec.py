@@ -833,7 +833,7 @@ def read_text_file(
 
 
 # libyaml's parser where PyYAML was built with it (the wheels are): the same safe constructor,
-# about ten times faster than the pure-Python one, and specs are read by every command and run
+# much faster than the pure-Python one, and specs are read by every command and run
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

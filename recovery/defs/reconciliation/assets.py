@@ -106,7 +106,7 @@ def _partition_metadata(summary_path: Path, keys: list[str]) -> dict[str, dict]:
     """Per partition: its own damaged keys, labels and findings, shown on the partition in the UI.
 
     They ride on the partition's materialization rather than on an observation of their own:
-    Dagster stores every event in its own transaction (about 25 ms each with SQLite), and a
+    Dagster stores every event in its own transaction (one SQLite commit each), and a
     whole-target run already writes a planned and a materialized event per partition."""
     doc = json.loads(summary_path.read_text())
     by_partition = doc["labels_by_partition"]

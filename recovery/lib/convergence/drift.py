@@ -44,8 +44,8 @@ def stage_sides(s: Session, spec: DatasetSpec, watermark: datetime | None) -> li
     columns compared besides the key (partition, payload and source version)."""
     part = quote(spec.target.partition)
     # a view: the expected rows are kept (or caught up from the kept rows by the few changed keys), and
-    # reading them four times costs less than copying them once (at 10M events, 1.5 s a copy); with the
-    # keys changed since caught up on every read, a copy measured no faster either (bench/RESULTS.md)
+    # reading them four times costs less than copying them once, also with the keys changed since
+    # caught up on every read
     relation = expected_rows(s, spec, watermark, keep=True)
     drop_staged(s, "__cv_e")
     kind = "TEMP VIEW" if isinstance(s, DuckDBSession) else "OR REPLACE TEMP TABLE"  # Spark: as it always was
@@ -71,9 +71,9 @@ def compare_partitions(
     if isinstance(s, DuckDBSession):
         # a partition whose rows hash to the same sum (and count) on both sides holds the same rows:
         # only the keys with a row in another partition are compared key by key (every drifting key has
-        # a row in a partition that differs, and it is still counted in each partition it sits in); at 10M
-        # events comparing every key of a repaired table took 5.9 s. Spark's 32-bit hash is too narrow
-        # for this: it compares every key, as before.
+        # a row in a partition that differs, and it is still counted in each partition it sits in), where
+        # comparing every key joins the whole table. Spark's 32-bit hash is too narrow for this: it
+        # compares every key.
         s.execute(
             f"""CREATE OR REPLACE TEMP TABLE __cv_counts AS
             WITH ef AS (SELECT __p AS p, count(*) AS n, sum(hash({compared})) AS h FROM __cv_e
@@ -100,7 +100,7 @@ def compare_partitions(
     # the keys with a row in a differing partition on either side, every row of each compared (a key
     # moved into or out of scope is drift too); when those partitions are most of the table, the whole
     # table is compared instead and the rows out of scope dropped at the end, the same result without
-    # collecting the keys (at 10M events, 2.5 s) and joining both sides with them
+    # collecting the keys (a pass over both sides) and joining both sides with them
     partitions = s.scalar(f"SELECT count(DISTINCT {part}) FROM {spec.target.table_name.sql()}") or 0
     if not differing:
         t_rows = e_rows = None

@@ -1,6 +1,6 @@
 """DuckDB, the embedded default.
 
-Hazards designed against (measured in shared/RELIABILITY.md):
+Hazards designed against (measured in docs/reliability.md):
 - one read-write process per file: a second process cannot even open it, so every
   session is short and opening retries with bounded, jittered backoff;
 - one configuration per file per process: DuckDB refuses a connection whose
@@ -13,8 +13,8 @@ Hazards designed against (measured in shared/RELIABILITY.md):
   package's readers pass the turnstile before opening, so new readers queue behind a
   waiting writer (in this process and in others);
 - another process can open the file while a closing writer is still checkpointing it
-  (measured: 2 writer processes alternating under CPU load lost an acknowledged append,
-  or failed with "Could not read enough bytes", in about 1 race in 5): a writer keeps
+  (two writer processes alternating under CPU load can lose an acknowledged append,
+  or fail with "Could not read enough bytes"): a writer keeps
   the turnstile until this process's last connection to the file has closed, so no
   process of this package opens it during a close;
 - replacement scans can resolve an unknown table to a Python variable: disabled on
@@ -248,8 +248,8 @@ class DuckDBSession(Session):
     @contextmanager
     def joins_as_written(self) -> Iterator[None]:
         """DuckDB builds a hash join on whichever input it estimates smaller. Joining wide rows to a
-        narrow index of as many keys, it may build the wide rows: the reconciliation's diff at 6M rows
-        took 2.25-3.0 s that way, 1.8 s building on the side its SQL names (the narrow index)."""
+        narrow index of as many keys, it may build the wide rows, the larger hash table; within this
+        block the build side is the one the SQL names (the narrow index)."""
         before = str(fetch_row(self.conn, "SELECT current_setting('disabled_optimizers')")[0])
         off = ",".join([*filter(None, before.split(",")), "build_side_probe_side"])
         self.conn.execute(f"SET disabled_optimizers = {string_literal(off)}")
@@ -307,9 +307,9 @@ class DuckDBEngine(Engine):
         conn: duckdb.DuckDBPyConnection | None = None
         # Everything from taking the turnstile to handing it to PROCESS_FILES sits in one try: a
         # run's cancellation raises an interrupt at any bytecode, and a turnstile descriptor lost
-        # on the way kept its flock for the process's life. The process's next writer then waited
-        # on its own lock (flocks of two descriptors conflict) and every other process on it
-        # (seen: a cancelled backfill run's step retry, and the containment, both for 300 s).
+        # on the way keeps its flock for the process's life: the process's next writer then waits
+        # on its own lock (flocks of two descriptors conflict) and every other process on it, until
+        # its busy timeout.
         try:
             # joining an instance this process already holds takes no file lock: no turnstile (a
             # reader inside its own process's write must never wait for another process's writer)

@@ -78,17 +78,17 @@ def hashed_select(
 ) -> tuple[str, list]:
     """``SELECT * FROM (sql)`` with each ``hashed`` column replaced by its HMAC, and its parameters.
 
-    Each distinct value is hashed once (a map per column), not once per row: two SHA-256 per row
-    were two thirds of a copy's time, and sensitive columns name entities that recur across rows
-    (2M events hold 53k customers: a copy took 1.75 s instead of 2.7 s). The stand-in is exactly
-    HMAC of ``CAST(value AS VARCHAR)``. A map is joined on the value where ``types`` (column ->
-    DuckDB type) says equal values have equal text (10M change events: 4.4 s instead of 5.4 s),
-    else on its text, cast once per row beforehand: a lookup by ``CAST(t.x AS VARCHAR)`` is grouped by
-    ``t.x``, so a DOUBLE's -0.0 and 0.0 (equal values, two texts) shared one hash. Lookups are scalar
+    Each distinct value is hashed once (a map per column), not once per row: an HMAC is two SHA-256,
+    the bulk of a copy's work, and sensitive columns name entities that recur across rows (far
+    fewer customers than events). The stand-in is exactly HMAC of ``CAST(value AS VARCHAR)``. A map
+    is joined on the value where ``types`` (column -> DuckDB type) says equal values have equal text
+    (no cast of every row to text), else on its text, cast once per row beforehand: a lookup by
+    ``CAST(t.x AS VARCHAR)`` is grouped by ``t.x``, so a DOUBLE's -0.0 and 0.0 (equal values, two
+    texts) would share one hash. Lookups are scalar
     subqueries, not joins: Spark's SQL path replaces columns of one relation only. The relation is
     read once more per hashed column for its distinct values; ``values_from`` (a relation holding
     every value the copy can, without parameters) is read instead where the copy is costly to compute
-    twice (a source snapshot resolves the change log: 0.7 s of a 5.5 s copy at 10M events)."""
+    twice (a source snapshot resolves the change log)."""
     maps, replace, texts, text_names = [], [], [], []
     for i, c in enumerate(hashed):
         col, m = quote(c), f"__hmac{i}"
