@@ -25,7 +25,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     incident, spec = launcher.incident, launcher.spec
     launcher.definitions  # noqa: B018 - built first: the asset graph the downstream assets are found in
     resolve(None, spec, str(incident.spec))  # a downstream asset the spec names wrongly: refused before any write
-    result = launcher.run(ASSESS)
+    result = launcher.run(ASSESS, **({"full": True} if args.full else {}))
     out = incident.reports_dir(spec)
     print_summary(
         console,
@@ -56,4 +56,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    incident_verb(sub, "assess", run, "reconcile, trace the impact on every consumer and decide rollback or repair")
+    p = incident_verb(sub, "assess", run, "reconcile, trace the impact on every consumer and decide rollback or repair")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="reconcile the whole target, not only the failed generations' footprint (the damage outside it "
+        "is reported as drift)",
+    )

@@ -1,4 +1,7 @@
-"""``recovery reconcile --incident FILE --out DIR [--full | --footprint]``: classify every damaged key."""
+"""``recovery reconcile --incident FILE --out DIR [--full | --footprint]``: classify every damaged key.
+
+By default the failed generations' footprint (their keys and partitions), or the whole target when
+they have none; ``--full`` the whole target, counting the damage outside the footprint as drift."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     launcher = Launcher.for_file(args.incident)
     incident, spec = launcher.incident, launcher.spec
     out = Path(args.out).resolve() if args.out else incident.reports_dir(spec)
-    result = launcher.run(RECONCILE, out_dir=str(out), footprint=bool(args.footprint))
+    result = launcher.run(RECONCILE, out_dir=str(out), full=bool(args.full), footprint=bool(args.footprint))
     summary = json.loads((out / "summary.json").read_text())
     print_summary(
         console, summary, f"{incident.incident_id}: damage per label (reconciliation run {result.run_id[:8]})"
@@ -59,7 +62,7 @@ def print_summary(console: Console, summary: dict, title: str) -> None:
     if summary.get("scope") == "footprint":
         console.print(
             f"footprint only: the failed generations' keys and partitions {rng[0]} .. {rng[1]} "
-            "(run without --footprint for the whole table)",
+            "(run with --full for the whole table)",
             highlight=False,
             soft_wrap=True,
         )
@@ -106,12 +109,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     scope.add_argument(
         "--full",
         action="store_true",
-        help="reconcile the whole target (the default); damage outside "
-        "the failed generations' footprint is reported as drift",
+        help="reconcile the whole target; damage outside the failed generations' footprint is reported as drift",
     )
     scope.add_argument(
         "--footprint",
         action="store_true",
-        help="reconcile only the failed generations' footprint: the "
-        "keys they wrote and the keys held or expected in their partition range (cost proportional to the damage)",
+        help="reconcile only the failed generations' footprint (the default where there is one: the "
+        "keys they wrote and the keys held or expected in their partition range, cost proportional to the damage) "
+        "and refuse when there is none",
     )

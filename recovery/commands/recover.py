@@ -23,7 +23,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
     launcher = Launcher.for_file(args.incident)
     incident, spec = launcher.incident, launcher.spec
     done = run_recovery(
-        incident, spec, instance=launcher.instance, defs=launcher.definitions, console=console, wave_size=args.wave_size
+        incident,
+        spec,
+        instance=launcher.instance,
+        defs=launcher.definitions,
+        console=console,
+        wave_size=args.wave_size,
+        full=args.full,
     )
     t = Table(title=f"{incident.incident_id}: time and memory per phase")
     for col in ("phase", "wall s", "engine s", "engine share", "peak RSS MB", "runs"):
@@ -60,3 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--wave-size", type=int, default=30, help="partitions per repair wave after the canary")
     p.add_argument("--figures", help="write per-phase time and memory as JSON to this file")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="reconcile the whole target, not only the failed generations' footprint (the damage outside it "
+        "is reported as drift)",
+    )

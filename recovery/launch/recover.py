@@ -70,9 +70,11 @@ def run_recovery(
     wave_size: int = 30,
     on_phase: Callable[[PhaseFigures], None] | None = None,
     after_canary: Callable[[], str] | None = None,
+    full: bool = False,
 ) -> RecoveryRun:
     """Run every phase; ``after_canary`` (the worked example's ongoing ingestion) runs once the
-    canary passed, before the waves, and returns a line to print."""
+    canary passed, before the waves, and returns a line to print. ``full``: reconcile the whole target
+    rather than the failed generations' footprint."""
     launcher = Launcher(incident, spec, instance=instance, definitions=defs)
     out = RecoveryRun(incident, spec)
 
@@ -109,7 +111,7 @@ def run_recovery(
         return [r.run_id], f"bundle {incident.evidence_dir(spec)} with sha256 manifest"
 
     def assess():
-        r = launcher.run(ASSESS)
+        r = launcher.run(ASSESS, **({"full": True} if full else {}))
         recon = r.asset_materializations_for_node("incident__reconciliation")[0].metadata
         out.decision = decision(launcher)[1].choice  # the rule publish follows too
         return [r.run_id], (

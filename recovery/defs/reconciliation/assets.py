@@ -31,11 +31,16 @@ class ReconcileConfig(IncidentConfig):
         description="Where to write reconciliation.parquet and summary.json (default: reports/<incident> beside "
         "the warehouse).",
     )
+    full: bool = Field(
+        False,
+        description="Reconcile the whole target, with the damage outside the failed generations' footprint "
+        "counted as drift. Default: their footprint (the keys they wrote and the keys held or expected in their "
+        "partition range, the incident's widened to what they wrote), or the whole target when there is none.",
+    )
     footprint: bool = Field(
         False,
-        description="Reconcile only the failed generations' footprint: the keys they wrote and the keys "
-        "held or expected in their partition range (the incident's, widened to what they wrote). Default: the "
-        "whole target, with the damage outside the footprint counted as drift.",
+        description="Reconcile the footprint only, and refuse when there is none (the failed generations wrote "
+        "nothing and the incident gives no partition range) rather than reconcile the whole target.",
     )
 
 
@@ -60,7 +65,7 @@ def reconciliation(
         out_dir=out,
         actor="reconciliation",
         run_id=context.run.run_id,
-        full=not config.footprint,
+        full=True if config.full else (False if config.footprint else None),
         partitions=rng,
     )
     table = "\n".join(["| label | keys |", "| --- | ---: |"] + [f"| {k} | {v:,} |" for k, v in summary.labels.items()])

@@ -90,14 +90,14 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
     gen, sv, wat = quote(meta.generation), quote(meta.source_version), quote(meta.written_at)
     delta = delta_table(spec.dataset)
     fp = resolve_footprint(s, inputs)
-    if not inputs.full and fp is None:
+    if inputs.full is False and fp is None:
         raise SpecError(
             "partitions",
             "the failed generations wrote nothing and the incident gives no partition range, "
             "so there is no footprint to reconcile",
             "give the incident's partitions, or reconcile the whole table",
         )
-    footprint = fp if not inputs.full else None
+    footprint = fp if not inputs.full else None  # None asks for the footprint where there is one
     if footprint:  # only the footprint's candidate keys are resolved to their latest version
         stage_candidates(s, inputs, footprint, watermark)
     whole = not footprint and keepable(s, watermark)
@@ -425,6 +425,7 @@ def reconcile(s: Session, inputs: ReconcileInputs) -> dict:
     if inputs.full and fp is not None:  # damage a whole-table run finds outside the footprint: drift
         facts["drift_outside_footprint"] = dict(s.fetchall(drift_outside_sql(s, inputs, fp)))
     within = fp if not inputs.full else None
+    facts["scope"] = "footprint" if within is not None else "full"
     expected = f"({expected_partition_rows_sql(spec)})" if facts["expected_streamed"] else "__e"
     s.execute(
         f"CREATE OR REPLACE TEMP TABLE __partitions AS "

@@ -18,16 +18,13 @@ class ReconcileInputs:
     persist: bool = True  # False: results in temp tables only (a read-only look before containment)
     # True: the whole target (damage outside the failed generations' footprint is counted as drift);
     # False: only the footprint (``footprint.py``): the keys the failed generations wrote and the keys
-    # held or expected in their partition range
-    full: bool = True
+    # held or expected in their partition range; None: the footprint where there is one (the failed
+    # generations wrote something or the incident gives a range), else the whole target
+    full: bool | None = True
     partitions: tuple[date | int | str, date | int | str] | None = None  # the incident's range (start, end)
     # True: E is read from the expected rows kept at (or caught up to) the watermark when they serve
     # (``expected_cache.py``); a recovery's later classification of its repair generation does this
     reuse_kept: bool = False
-
-    @property
-    def scope(self) -> str:
-        return "full" if self.full else "footprint"
 
 
 def recon_table(spec: DatasetSpec, persist: bool = True) -> str:

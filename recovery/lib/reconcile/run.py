@@ -23,7 +23,7 @@ def run_reconciliation(
     out_dir: Path | None = None,
     actor: str = "recovery",
     run_id: str | None = None,
-    full: bool = True,
+    full: bool | None = True,
     partitions: tuple | None = None,
 ) -> tuple[ReconciliationSummary, dict[str, Path]]:
     """Classify every key in one transaction, so the result is one consistent snapshot.
@@ -33,7 +33,8 @@ def run_reconciliation(
     temp tables and the files written, and the summary says the target was not fenced.
 
     ``full=False`` reconciles the failed generations' footprint only (``footprint.py``; ``partitions``:
-    the incident's range, start and end)."""
+    the incident's range, start and end); ``full=None`` their footprint where there is one, else the whole
+    target (the reconciliation phase's default)."""
     engine = open_engine(spec.warehouse)
     with engine.session(read_only=True) as s:
         managed = is_managed(s, spec)

@@ -118,7 +118,7 @@ def summarize(s: Session, inputs: ReconcileInputs, facts: dict) -> Reconciliatio
         basis=facts.get("basis", {}),
         contained=inputs.persist,
         out_of_order_basis=facts.get("out_of_order_basis"),
-        scope=inputs.scope,
+        scope=facts.get("scope", "full"),
         footprint_range=[fp.lo_text, fp.hi_text] if (fp := facts.get("footprint")) else None,
         drift_outside_footprint=facts.get("drift_outside_footprint"),
         history=facts.get("history"),

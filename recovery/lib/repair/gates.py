@@ -2,7 +2,8 @@
 
 Each gate is evaluated over a *scope* of partitions of the repair generation (the
 partitions built so far after a wave; every rebuilt and carried partition for the
-publish candidate, qualified partitions excepted) against the *reference*: the
+publish candidate's key-by-key gate, its rebuilt ones for the row-level suites,
+qualified partitions excepted) against the *reference*: the
 fixed snapshot's expected rows, overlaid with the delta replayed so far, plus the
 published namespace's rows for carried partitions. Results go to
 ``_recovery.gate_results``; publish reads them back (a Dagster blocking check only

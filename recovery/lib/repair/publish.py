@@ -112,8 +112,18 @@ def gate_candidate(
             scope = fresh.rebuild + _carried(s, writer.spec, fresh)
             if fresh.high_seq is None:  # _replay_now sets it; a plan read back without it is not a candidate
                 raise RecoveryError(f"repair {fresh.generation} has no high watermark after the replay; rerun repair")
+            # key by key over every partition (a carried row must be the published one, with the writes
+            # replayed); the row-level suites over the rebuilt rows, the repair's own: a carried partition
+            # holds what the public name held, and a footprint reconciliation leaves its drift to verify
             results = evaluate_gates(
-                s, writer, fresh, stage=CANDIDATE, scope=scope, through_seq=fresh.high_seq, run_id=run_id
+                s,
+                writer,
+                fresh,
+                stage=CANDIDATE,
+                scope=scope,
+                suite_scope=fresh.rebuild,
+                through_seq=fresh.high_seq,
+                run_id=run_id,
             )
             diffs = record_diffs(s, writer.spec, fresh, writer) if with_diffs else {}
             failed = [r for r in results if not r.passed]
