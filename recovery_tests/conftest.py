@@ -27,6 +27,16 @@ def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def _tracebacks_restored():
+    """A step's refusal run in this process (``execute_in_process``) hides its own stack trace by setting
+    ``sys.tracebacklimit``; no test inherits that from the one before."""
+    yield
+    from recovery.defs.refusal import restore_tracebacks
+
+    restore_tracebacks()
+
+
 @pytest.fixture(scope="session")
 def failed_example(shared_dir: Path) -> BuiltExample:
     """The worked example after its faulty backfill (200k events). Read-only: copy to change it."""

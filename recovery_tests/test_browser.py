@@ -151,7 +151,8 @@ def _serve(home: Path, spec: Path, log: Path, specs: Path | None = None) -> Iter
     (home / "dagster.yaml").write_text(yaml.safe_dump(INSTANCE_YAML))
     port = _free_port()
     server = Webserver(f"http://127.0.0.1:{port}", home, spec, log, specs)
-    environ = {**os.environ, "DAGSTER_HOME": str(home), "RECOVERY_SPEC": str(spec)}
+    # RECOVERY_UI_URL: the launchpad links a phase's run logs lead back to this webserver
+    environ = {**os.environ, "DAGSTER_HOME": str(home), "RECOVERY_SPEC": str(spec), "RECOVERY_UI_URL": server.url}
     environ.pop("RECOVERY_SPECS", None)
     if specs is not None:
         environ["RECOVERY_SPECS"] = str(specs)
@@ -682,5 +683,181 @@ def _refused_backfill_from_the_launchpad_to_the_alert_and_back(
     pg.get_by_text("Failure", exact=True).first.wait_for(timeout=60_000)
     pg.get_by_text("Loading run logs").wait_for(state="hidden", timeout=60_000)
     pg.get_by_text(sentence, exact=False).first.wait_for()
-    assert "DagsterAssetCheckFailedError" not in pg.inner_text("body")  # a decision, not an exception class
+    text = pg.inner_text("body")
+    assert "DagsterAssetCheckFailedError" not in text  # a decision, not an exception class
+    assert "Traceback" not in text and 'File "' not in text and "Stack Trace" not in text, text[-3000:]
     _shot(pg, "06-refused-run", shots)
+
+
+# --- the worked example's incident recovered from the UI alone (issue 35) --------------------------------------
+
+NEXT_LINK = re.compile(r"(\S+?): (http://\S+/playground/setup\?\S+?)(?=;|$|\s)")
+
+
+def test_the_worked_example_is_recovered_from_the_ui_alone(webserver: Webserver, page, failed_example, tmp_path: Path):
+    """The incident is chosen once, by opening the launchpad link the package gives for it (the run tag
+    ``recovery/incident``); every later phase is launched from the launchpad link the previous phase's run
+    logged (the incident and, for assess, the canary and each wave, the partition range already chosen), in
+    the runbook's order. Publish launched before the waves is refused with its sentence on the run page,
+    no stack trace. The published table equals what ``recovery recover`` publishes on another copy."""
+    from recovery.lib.draft_incident import launchpad_url
+
+    cli = _recover_with_the_cli(failed_example, tmp_path / "cli")  # meanwhile, on its own copy and instance
+    try:
+        _recover_from_the_ui(webserver, page, launchpad_url, tmp_path)
+    except BaseException:
+        _shot(page, "zz-recover-failure", tmp_path)
+        cli.kill()
+        raise
+    assert cli.wait(timeout=600) == 0, (tmp_path / "cli.log").read_text()[-3000:]
+    ui_rows, cli_rows = (
+        _published_rows(webserver.spec),
+        _published_rows(tmp_path / "cli" / "transactions" / "spec.yaml"),
+    )
+    assert len(ui_rows) > 1000
+    assert ui_rows == cli_rows, _difference(ui_rows, cli_rows)
+
+
+WAVE_SIZE = 100  # typed once in plan_repair's launchpad (and given to `recovery recover`): a canary and two waves
+
+
+def _recover_with_the_cli(failed_example, root: Path) -> subprocess.Popen:
+    from recovery_tests.example_build import copy_dataset
+
+    spec = copy_dataset(failed_example.root, root / "transactions")
+    home = root / "dagster_home"
+    shutil.copytree(failed_example.dagster_home, home, ignore=shutil.ignore_patterns("*.log"))
+    environ = {**os.environ, "DAGSTER_HOME": str(home), "RECOVERY_SPEC": str(spec)}
+    exe = Path(sys.executable).with_name("recovery")
+    incident = spec.with_name("incident.yaml")
+    with open(root.parent / "cli.log", "wb") as out:
+        return subprocess.Popen(
+            [str(exe), "recover", "--incident", str(incident), "--wave-size", str(WAVE_SIZE)],
+            cwd=str(PROJECT_ROOT),
+            env=environ,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _published_rows(spec_path: Path) -> list[tuple]:
+    """The published table's rows, sorted, without the columns a run stamps (generation, written at)."""
+    from recovery.lib.spec import parse_spec
+
+    spec = parse_spec(spec_path)
+    meta = spec.target.metadata
+    con = duckdb.connect(str(spec_path.with_name("warehouse.duckdb")), read_only=True)
+    try:
+        table = spec.target.table_name.sql()
+        columns = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
+        kept = ", ".join(f'"{c}"' for c in columns if c not in (meta.generation, meta.written_at))
+        return con.execute(f"SELECT {kept} FROM {table} ORDER BY ALL").fetchall()
+    finally:
+        con.close()
+
+
+def _difference(a: list[tuple], b: list[tuple]) -> str:
+    from collections import Counter
+
+    ca, cb = Counter(a), Counter(b)
+    return f"{len(a)} vs {len(b)} rows; only from the UI: {list((ca - cb).elements())[:5]}; only from the CLI: " + str(
+        list((cb - ca).elements())[:5]
+    )
+
+
+def _run_id(pg) -> str:
+    return re.search(r"/runs/([0-9a-f-]{36})", pg.url).group(1)
+
+
+def _launch(pg, webserver: Webserver, link: str, job: str, config: dict | None = None) -> str:
+    """Open a launchpad link, (type config when given), launch, and return the new run's id."""
+    pg.goto(link)
+    pg.wait_for_url(re.compile(rf"/jobs/{job}/playground"))
+    launch = pg.get_by_role("button", name="Launch Run")
+    launch.wait_for()
+    if config is not None:
+        _clear_editor(pg, pg)
+        pg.keyboard.type(json.dumps(config))
+        assert yaml.safe_load(_editor_value(pg)) == config
+        pg.get_by_text("No errors").wait_for()
+    launch.click()
+    pg.wait_for_url(re.compile(r"/runs/[0-9a-f-]{36}"), timeout=60_000)
+    return _run_id(pg)
+
+
+def _next_links(pg, webserver: Webserver, run_id: str) -> dict[str, str]:
+    """The launchpad links the run logged for the next phases, read from its run page."""
+    pg.goto(f"{webserver.url}/runs/{run_id}")
+    pg.get_by_text("Loading run logs").wait_for(state="hidden", timeout=60_000)
+    pg.get_by_placeholder(re.compile("Filter", re.I)).first.fill("next:")
+    line = pg.get_by_text(re.compile(r"chosen for this run .*; next: ")).first
+    line.wait_for()
+    return dict(NEXT_LINK.findall(line.inner_text()))
+
+
+def _recover_from_the_ui(webserver: Webserver, pg, launchpad_url, shots: Path) -> None:
+    from recovery.lib.phases import ASSESS, CANARY, EVIDENCE, PLAN, PUBLISH, REPORT, RESTATE, TIMELINE, VERIFY, WAVE
+
+    incident_file = webserver.spec.with_name("incident.yaml")
+    done: list[str] = []
+
+    def launched(link: str, job: str, config: dict | None = None) -> str:
+        run_id = _launch(pg, webserver, link, job, config)
+        try:
+            run = _wait_for_run(webserver.home, run_id)
+        except AssertionError as err:
+            _shot(pg, f"recover-{job}-failed", shots)
+            raise AssertionError(f"{err}\nwebserver log:\n{webserver.log_tail()}") from None
+        assert run.job_name == job and run.tags["recovery/incident"] == str(incident_file), run.tags
+        done.append(job)
+        return run_id
+
+    # the incident chosen once: the launchpad link the package gives for it (the draft incident's alert's)
+    run_id = launched(launchpad_url(webserver.url, LOCATION, incident_file, CONTAIN.job), CONTAIN.job)
+    for phase in (EVIDENCE, ASSESS):
+        run_id = launched(_next_links(pg, webserver, run_id)[phase.job], phase.job)
+    # the wave size, typed once (not the incident)
+    plan_config = {"ops": {PLAN.nodes[0]: {"config": {"wave_size": WAVE_SIZE}}}}
+    run_id = launched(_next_links(pg, webserver, run_id)[PLAN.job], PLAN.job, plan_config)
+    links = _next_links(pg, webserver, run_id)
+    run_id = launched(links[CANARY.job], CANARY.job)
+    links = _next_links(pg, webserver, run_id)
+
+    # out of order: publish before the waves is refused in its run, with the runbook's sentence
+    refused = _launch(pg, webserver, links[PUBLISH.job], PUBLISH.job)
+    _wait_for_run(webserver.home, refused, status=dg.DagsterRunStatus.FAILURE)
+    sentence = PUBLISH.refusal(("built",), str(incident_file)).sentence
+    _reads_without_a_stack_trace(pg, webserver, refused, sentence, shots / "out-of-order")
+
+    while WAVE.job in links:
+        run_id = launched(links[WAVE.job], WAVE.job)
+        links = _next_links(pg, webserver, run_id)
+    run_id = launched(links[PUBLISH.job], PUBLISH.job)
+    for phase in (RESTATE, VERIFY, TIMELINE, REPORT):
+        run_id = launched(_next_links(pg, webserver, run_id)[phase.job], phase.job)
+    waves = done.count(WAVE.job)
+    assert waves >= 2, done
+    assert done == [
+        CONTAIN.job,
+        EVIDENCE.job,
+        ASSESS.job,
+        PLAN.job,
+        CANARY.job,
+        *[WAVE.job] * waves,
+        PUBLISH.job,
+        RESTATE.job,
+        VERIFY.job,
+        TIMELINE.job,
+        REPORT.job,
+    ]
+
+
+def _reads_without_a_stack_trace(pg, webserver: Webserver, run_id: str, sentence: str, shot: Path) -> None:
+    """The run page of a refused run says the sentence, and shows no Python stack trace."""
+    pg.goto(f"{webserver.url}/runs/{run_id}")
+    pg.get_by_text("Failure", exact=True).first.wait_for(timeout=60_000)
+    pg.get_by_text("Loading run logs").wait_for(state="hidden", timeout=60_000)
+    pg.get_by_text(sentence, exact=False).first.wait_for()
+    text = pg.inner_text("body")
+    assert "Traceback" not in text and 'File "' not in text and "Stack Trace" not in text, text[-3000:]
+    pg.screenshot(path=f"{shot}.png", full_page=True)

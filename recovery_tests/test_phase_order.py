@@ -246,6 +246,7 @@ def test_the_incident_is_chosen_once_and_every_later_phase_reads_it_from_the_run
         )
         assert "\n" not in refusal.description and refusal.metadata["field"].value == INCIDENT_TAG
         assert failure.step_failure_data.error.cls_name == "Failure"
+        assert failure.step_failure_data.error.stack == []  # a decision: the run page shows no stack trace
         assert not [e for e in bare.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
         read = run_failure(bare, TIMELINE.job)  # the CLI reads it as bad input: exit 2, not a gate's no
         assert type(read) is RecoveryError and read.exit_code == 2 and refusal.description in str(read)

@@ -16,6 +16,7 @@
 import dagster as dg
 
 from recovery.defs.recurrence.config import BackfillConfig, resolve_request
+from recovery.defs.refusal import refuse
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.errors import GateRefusedError, RecoveryError
 from recovery.lib.recurrence.launch import build_backfill, preflight, start_backfill
@@ -286,7 +287,7 @@ def backfill_gates(context: dg.AssetCheckExecutionContext, warehouse: WarehouseR
             },
         )
     if failed:  # the run's failure message is the decision, not an exception class
-        raise dg.Failure(description=" | ".join(lines.values()), allow_retries=False)
+        refuse(" | ".join(lines.values()))
 
 
 @dg.asset(
@@ -304,7 +305,7 @@ def guarded_backfill_publication(
         raise dg.Failure(description="this run started no guarded backfill; nothing to publish", allow_retries=False)
     result = publish_backfill(warehouse.writer("guarded_backfill_publication"), backfill_id, run_id=context.run.run_id)
     if not result["published"]:
-        raise dg.Failure(description=f"publish refused: {result['reason']}", allow_retries=False)
+        refuse(f"publish refused: {result['reason']}")
     return dg.MaterializeResult(
         metadata={
             "backfill_id": backfill_id,
