@@ -58,6 +58,7 @@ LONGEST_FIRST = (
     "test_team_project.py",  # a daemon backfill of a team's project, then its recovery (about 100 s on a quiet machine)
     "test_reconciliation.py",
     "test_recurrence_matrix.py",
+    "test_browser_recovery.py",  # every phase of a recovery launched from the UI (about 5 min on a loaded machine)
     "test_browser.py",
     "test_recurrence.py",
 )
