@@ -26,8 +26,8 @@ from dagster._core.workspace.load_target import WorkspaceFileTarget
 
 from recovery import dagster_sqlite
 from recovery.config import PROJECT_ROOT
-from recovery.defs.refusal import restore_tracebacks
 from recovery.lib.errors import GateRefusedError, OutOfOrderError, RecoveryError, RunCrashedError, environment_hint
+from recovery.refusal import restore_tracebacks
 
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"
 dagster_sqlite.install()  # every process that drives Dagster from here reuses its SQLite connections

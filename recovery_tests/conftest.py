@@ -32,7 +32,7 @@ def _tracebacks_restored():
     """A step's refusal run in this process (``execute_in_process``) hides its own stack trace by setting
     ``sys.tracebacklimit``; no test inherits that from the one before."""
     yield
-    from recovery.defs.refusal import restore_tracebacks
+    from recovery.refusal import restore_tracebacks
 
     restore_tracebacks()
 

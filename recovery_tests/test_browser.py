@@ -415,7 +415,7 @@ def _wait_for_run_page(pg, webserver: Webserver, job: str, shot: str) -> dg.Dags
 
 
 def _contain_and_reconcile_shipments(webserver: Webserver, pg) -> None:
-    from recovery.defs.reconciliation.partitions import register_target_partitions
+    from recovery.defs.target_partitions import register_target_partitions
     from recovery.lib.spec import parse_spec
     from recovery_tests.foreign_warehouse import labels_vs_truth
 

@@ -185,7 +185,7 @@ def test_the_incident_is_chosen_once_and_every_later_phase_reads_it_from_the_run
     first step with the one-line refusal naming the tag and the fix, and writes nothing."""
     from recovery.definitions import defs
     from recovery.defs.containment import config as incident_config
-    from recovery.defs.reconciliation.partitions import reconciliation_tags
+    from recovery.defs.target_partitions import reconciliation_tags
     from recovery.launch import Launcher
     from recovery.lib.convergence.verify import history_table
     from recovery.lib.errors import RecoveryError

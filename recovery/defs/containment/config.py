@@ -21,7 +21,6 @@ import dagster as dg
 from pydantic import Field
 
 from recovery.config import PROJECT_ROOT
-from recovery.defs.refusal import refuse, restore_tracebacks
 from recovery.lib.errors import SpecError
 from recovery.lib.incident import Incident, check_incident, incident_from_mapping, parse_incident
 from recovery.lib.incident_state import read_state, refusal
@@ -38,6 +37,7 @@ from recovery.lib.phases import (
     incident_tags,
 )
 from recovery.lib.spec import DatasetSpec
+from recovery.refusal import refuse, restore_tracebacks
 
 
 class PartitionRangeConfig(dg.Config):
@@ -204,8 +204,7 @@ def next_launches(
     with the run tags its launch needs besides the incident: the whole target's partition range for a
     whole-target phase, the next wave's range for the canary and the waves (after a wave, the next wave
     while one is left). Publish is offered once a repair is planned, roll back while none is."""
-    from recovery.defs.reconciliation.partitions import reconciliation_tags
-    from recovery.defs.repair.partitions import wave_tags
+    from recovery.defs.target_partitions import reconciliation_tags, whole_range_tags
     from recovery.lib.engine import open_engine
     from recovery.lib.repair.plan import load_plan
 
@@ -221,7 +220,7 @@ def next_launches(
         if p in (CANARY, WAVE):
             if plan is None or wave is None or (wave == 0) != (p is CANARY):
                 continue
-            out.append((p, wave_tags(plan, wave)))
+            out.append((p, whole_range_tags(plan.waves[wave])))  # the wave's range (repair.partitions.wave_tags)
         elif (p is PUBLISH and plan is None) or (p is ROLLBACK and plan is not None):
             continue
         else:

@@ -16,7 +16,6 @@
 import dagster as dg
 
 from recovery.defs.recurrence.config import BackfillConfig, resolve_request
-from recovery.defs.refusal import refuse
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.errors import GateRefusedError, RecoveryError
 from recovery.lib.recurrence.launch import build_backfill, preflight, start_backfill
@@ -28,6 +27,7 @@ from recovery.lib.recurrence.rehearsal import rehearse, value_report_of
 from recovery.lib.recurrence.tables import GATES as GATE_TABLE
 from recovery.lib.recurrence.tables import tables_exist
 from recovery.lib.recurrence.value_preview import refusal_line, refusal_lines, write_preview
+from recovery.refusal import refuse
 
 BACKFILL_KEY = dg.AssetKey(["recurrence", "backfill"])
 PUBLICATION_KEY = dg.AssetKey(["recurrence", "publication"])

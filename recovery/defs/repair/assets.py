@@ -15,7 +15,6 @@ import dagster as dg
 from recovery.config import spec_path
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.containment.config import IncidentConfig, incident_for_step, log_next_phases
-from recovery.defs.refusal import refuse
 from recovery.defs.repair.checks import (
     CANDIDATE_KEY,
     GENERATION_KEY,
@@ -39,6 +38,7 @@ from recovery.lib.repair.publish import PublishNotice, finish_publish, gate_cand
 from recovery.lib.repair.waves import gate_wave
 from recovery.lib.spec import parse_spec
 from recovery.lib.writer import Writer
+from recovery.refusal import refuse
 
 PLAN_KEY = dg.AssetKey(["repair", "plan"])
 PUBLICATION_KEY = dg.AssetKey(["repair", "publication"])
