@@ -15,8 +15,9 @@ Screenshots go to ``test-artifacts/browser/``. A third test serves two datasets 
 code location (the worked example, and the small orders dataset named by ``RECOVERY_SPECS``):
 the lineage, the groups' catalogs and the jobs list show both; a guarded backfill launched
 from ``guarded_backfill``'s launchpad is refused by a gate, the alert carries the gate's
-sentence and the run's link, and the run page it opens shows the sentence (screenshots in the
-test's temporary folder).
+sentence and the run's link, and the run page it opens shows the sentence and no stack trace
+(screenshots in the test's temporary folder). The whole recovery launched from the UI is
+``test_browser_recovery``.
 
 Chromium is Debian's package (``apt-get install chromium``; ``.ci/run`` installs
 it): browsers cannot be downloaded here, so Playwright's Python client launches
