@@ -27,6 +27,7 @@ from dagster._core.workspace.load_target import WorkspaceFileTarget
 from recovery import dagster_sqlite
 from recovery.config import PROJECT_ROOT
 from recovery.lib.errors import GateRefusedError, OutOfOrderError, RecoveryError, RunCrashedError, environment_hint
+from recovery.refusal import restore_tracebacks
 
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"
 dagster_sqlite.install()  # every process that drives Dagster from here reuses its SQLite connections
@@ -180,9 +181,12 @@ def run_job(
     job = defs.resolve_job_def(job_name)
     # the run's own log (with any trace) is in the instance, shown by the UI; the terminal gets one line
     config = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}, **(run_config or {})}
-    result = job.execute_in_process(
-        instance=instance, partition_key=partition_key, run_config=config, tags=tags or {}, raise_on_error=False
-    )
+    try:
+        result = job.execute_in_process(
+            instance=instance, partition_key=partition_key, run_config=config, tags=tags or {}, raise_on_error=False
+        )
+    finally:
+        restore_tracebacks()  # a step's refusal hid its own stack trace, not this process's later ones
     if not result.success:
         raise run_failure(result, job_name)
     return result

@@ -27,6 +27,16 @@ def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def _tracebacks_restored():
+    """A step's refusal run in this process (``execute_in_process``) hides its own stack trace by setting
+    ``sys.tracebacklimit``; no test inherits that from the one before."""
+    yield
+    from recovery.refusal import restore_tracebacks
+
+    restore_tracebacks()
+
+
 @pytest.fixture(scope="session")
 def failed_example(shared_dir: Path) -> BuiltExample:
     """The worked example after its faulty backfill (200k events). Read-only: copy to change it."""
@@ -48,6 +58,7 @@ LONGEST_FIRST = (
     "test_team_project.py",  # a daemon backfill of a team's project, then its recovery (about 100 s on a quiet machine)
     "test_reconciliation.py",
     "test_recurrence_matrix.py",
+    "test_browser_recovery.py",  # every phase of a recovery launched from the UI (about 5 min on a loaded machine)
     "test_browser.py",
     "test_recurrence.py",
 )

@@ -15,8 +15,9 @@ Screenshots go to ``test-artifacts/browser/``. A third test serves two datasets 
 code location (the worked example, and the small orders dataset named by ``RECOVERY_SPECS``):
 the lineage, the groups' catalogs and the jobs list show both; a guarded backfill launched
 from ``guarded_backfill``'s launchpad is refused by a gate, the alert carries the gate's
-sentence and the run's link, and the run page it opens shows the sentence (screenshots in the
-test's temporary folder).
+sentence and the run's link, and the run page it opens shows the sentence and no stack trace
+(screenshots in the test's temporary folder). The whole recovery launched from the UI is
+``test_browser_recovery``.
 
 Chromium is Debian's package (``apt-get install chromium``; ``.ci/run`` installs
 it): browsers cannot be downloaded here, so Playwright's Python client launches
@@ -151,7 +152,8 @@ def _serve(home: Path, spec: Path, log: Path, specs: Path | None = None) -> Iter
     (home / "dagster.yaml").write_text(yaml.safe_dump(INSTANCE_YAML))
     port = _free_port()
     server = Webserver(f"http://127.0.0.1:{port}", home, spec, log, specs)
-    environ = {**os.environ, "DAGSTER_HOME": str(home), "RECOVERY_SPEC": str(spec)}
+    # RECOVERY_UI_URL: the launchpad links a phase's run logs lead back to this webserver
+    environ = {**os.environ, "DAGSTER_HOME": str(home), "RECOVERY_SPEC": str(spec), "RECOVERY_UI_URL": server.url}
     environ.pop("RECOVERY_SPECS", None)
     if specs is not None:
         environ["RECOVERY_SPECS"] = str(specs)
@@ -414,7 +416,7 @@ def _wait_for_run_page(pg, webserver: Webserver, job: str, shot: str) -> dg.Dags
 
 
 def _contain_and_reconcile_shipments(webserver: Webserver, pg) -> None:
-    from recovery.defs.reconciliation.partitions import register_target_partitions
+    from recovery.defs.target_partitions import register_target_partitions
     from recovery.lib.spec import parse_spec
     from recovery_tests.foreign_warehouse import labels_vs_truth
 
@@ -682,5 +684,7 @@ def _refused_backfill_from_the_launchpad_to_the_alert_and_back(
     pg.get_by_text("Failure", exact=True).first.wait_for(timeout=60_000)
     pg.get_by_text("Loading run logs").wait_for(state="hidden", timeout=60_000)
     pg.get_by_text(sentence, exact=False).first.wait_for()
-    assert "DagsterAssetCheckFailedError" not in pg.inner_text("body")  # a decision, not an exception class
+    text = pg.inner_text("body")
+    assert "DagsterAssetCheckFailedError" not in text  # a decision, not an exception class
+    assert "Traceback" not in text and 'File "' not in text and "Stack Trace" not in text, text[-3000:]
     _shot(pg, "06-refused-run", shots)

@@ -185,7 +185,7 @@ def test_the_incident_is_chosen_once_and_every_later_phase_reads_it_from_the_run
     first step with the one-line refusal naming the tag and the fix, and writes nothing."""
     from recovery.definitions import defs
     from recovery.defs.containment import config as incident_config
-    from recovery.defs.reconciliation.partitions import reconciliation_tags
+    from recovery.defs.target_partitions import reconciliation_tags
     from recovery.launch import Launcher
     from recovery.lib.convergence.verify import history_table
     from recovery.lib.errors import RecoveryError
@@ -246,6 +246,7 @@ def test_the_incident_is_chosen_once_and_every_later_phase_reads_it_from_the_run
         )
         assert "\n" not in refusal.description and refusal.metadata["field"].value == INCIDENT_TAG
         assert failure.step_failure_data.error.cls_name == "Failure"
+        assert failure.step_failure_data.error.stack == []  # a decision: the run page shows no stack trace
         assert not [e for e in bare.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
         read = run_failure(bare, TIMELINE.job)  # the CLI reads it as bad input: exit 2, not a gate's no
         assert type(read) is RecoveryError and read.exit_code == 2 and refusal.description in str(read)

@@ -373,7 +373,7 @@ def test_reconcile_cli_and_assess_job_run_through_dagster(example_copy, tmp_path
     assess_incident materializes reconciliation, impact and decision from the launchpad config."""
     import dagster as dg
 
-    from recovery.defs.reconciliation.partitions import reconciliation_tags
+    from recovery.defs.target_partitions import reconciliation_tags
     from recovery.orchestration import run_job
 
     incident_file = _reconcile_in_a_fresh_instance(example_copy, tmp_path, monkeypatch)
@@ -442,7 +442,7 @@ def test_a_partition_only_the_source_holds_is_registered_and_materialized_by_the
     registered, and materialized with its own damage."""
     import dagster as dg
 
-    from recovery.defs.reconciliation.partitions import TARGET_PARTITIONS_NAME
+    from recovery.defs.target_partitions import TARGET_PARTITIONS_NAME
 
     spec = load_spec(example_copy)
     con = duckdb.connect(str(spec.warehouse.path))

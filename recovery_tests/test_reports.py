@@ -105,7 +105,7 @@ def _assert_offline(name: str, html: str) -> None:
 def reported(example_copy: Path, failed_example, tmp_path: Path, monkeypatch):
     """The failed example, contained and assessed through Dagster, then reported by ``recovery report``."""
     from recovery.definitions import defs
-    from recovery.defs.reconciliation.partitions import reconciliation_tags
+    from recovery.defs.target_partitions import reconciliation_tags
     from recovery.lib.phases import CONTAIN
     from recovery.orchestration import run_job
 

@@ -92,7 +92,7 @@ class Launcher:
         **config,
     ) -> dg.ExecuteInProcessResult:
         """Run the phase's job; ``config`` goes to its first node's config next to the incident file."""
-        from recovery.defs.reconciliation.partitions import reconciliation_tags
+        from recovery.defs.target_partitions import reconciliation_tags
         from recovery.orchestration import run_job
 
         if check_order:  # before a run is created; the job's first step refuses a launch from the UI the same way

@@ -77,16 +77,19 @@ def partition_range(keys: tuple[str, ...] | list[str]) -> tuple[date, date] | No
     return (days[0], days[-1]) if days else None
 
 
-def launchpad_url(ui: str, location: str, incident_file: str | Path, job: str = CONTAIN.job) -> str:
+def launchpad_url(
+    ui: str, location: str, incident_file: str | Path, job: str = CONTAIN.job, tags: dict[str, str] | None = None
+) -> str:
     """A job's launchpad with the incident chosen: the run tag ``recovery/incident`` (``INCIDENT_TAG``)
     set to the incident file (Dagster's ``?tags[0][key]=...&tags[0][value]=...`` parameters), no config
     to type. ``job`` is ``contain_backfill`` (the draft incident's link), ``contain_backfill__<dataset>``
-    for a further dataset, or any later phase's job (the links a phase's run logs)."""
-    tags = "&".join(
+    for a further dataset, or any later phase's job (the links a phase's run logs); ``tags`` are further
+    run tags the launch needs (a partition range: the whole target, or a repair wave's)."""
+    query = "&".join(
         f"tags[{i}][key]={url_quote(k, safe='')}&tags[{i}][value]={url_quote(v, safe='')}"
-        for i, (k, v) in enumerate(incident_tags(str(incident_file)).items())
+        for i, (k, v) in enumerate({**incident_tags(str(incident_file)), **(tags or {})}.items())
     )
-    return f"{ui.rstrip('/')}/locations/__repository__@{location}/jobs/{job}/playground/setup?{tags}"
+    return f"{ui.rstrip('/')}/locations/__repository__@{location}/jobs/{job}/playground/setup?{query}"
 
 
 def incident_document(spec_path: Path, path: Path, failed: FailedBackfill, *, requested_by: str) -> dict:

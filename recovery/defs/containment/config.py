@@ -24,8 +24,20 @@ from recovery.config import PROJECT_ROOT
 from recovery.lib.errors import SpecError
 from recovery.lib.incident import Incident, check_incident, incident_from_mapping, parse_incident
 from recovery.lib.incident_state import read_state, refusal
-from recovery.lib.phases import BY_JOB, INCIDENT_TAG, RUNBOOK, incident_tags
+from recovery.lib.phases import (
+    BY_JOB,
+    CANARY,
+    INCIDENT_TAG,
+    PLAN,
+    PUBLISH,
+    ROLLBACK,
+    RUNBOOK,
+    WAVE,
+    Phase,
+    incident_tags,
+)
 from recovery.lib.spec import DatasetSpec
+from recovery.refusal import refuse, restore_tracebacks
 
 
 class PartitionRangeConfig(dg.Config):
@@ -151,6 +163,7 @@ def incident_for_step(
     tag, once per run; in the phase's first step, the runbook's order too: a phase launched before the
     phases it requires fails here (``refuse_out_of_order``). A missing or invalid incident fails the
     step with its one sentence (``dg.Failure``, the field and the fix as metadata)."""
+    restore_tracebacks()  # a refusal earlier in this process hid its own stack trace only
     tag = context.run.tags.get(INCIDENT_TAG)
     chosen = config.model_dump_json(include=set(IncidentConfig.model_fields))
     key = (context.run.run_id, str(served_spec), f"{chosen}|{tag}")
@@ -160,34 +173,81 @@ def incident_for_step(
         try:
             incident, spec = resolve_incident(config, served_spec, context.instance, tag)
         except SpecError as err:
-            raise dg.Failure(
-                description=str(err), metadata={"field": err.field, "fix": err.fix}, allow_retries=False
-            ) from None
+            refuse(str(err), {"field": err.field, "fix": err.fix})
         _RESOLVED[key] = (incident, spec)
         while len(_RESOLVED) > _KEEP:
             _RESOLVED.popitem(last=False)
-        _carry_tag(context, incident, tag)
+        _carry_tag(context, incident, spec, tag)
     refuse_out_of_order(context, incident, spec)
     return incident, spec
 
 
-def _carry_tag(context: dg.OpExecutionContext | dg.AssetExecutionContext, incident: Incident, tag: str | None) -> None:
+def _carry_tag(
+    context: dg.OpExecutionContext | dg.AssetExecutionContext, incident: Incident, spec: DatasetSpec, tag: str | None
+) -> None:
     """Record the incident on the run (a re-execution keeps it) and log the launchpad links that
-    launch the next phases for it with nothing to type."""
-    path = incident.incident_path
-    if path is None or BY_JOB.get(context.job_name) is None:
+    launch the next phases for it with nothing to type (the repair's phases log theirs once their
+    step did its work: the next wave is known then)."""
+    phase = BY_JOB.get(context.job_name)
+    if incident.incident_path is None or phase is None:
         return
     if tag is None:
-        context.instance.add_run_tags(context.run.run_id, incident_tags(str(path)))
+        context.instance.add_run_tags(context.run.run_id, incident_tags(str(incident.incident_path)))
+    if phase not in (PLAN, CANARY, WAVE):
+        log_next_phases(context, incident, spec)
+
+
+def next_launches(
+    phase: Phase, incident: Incident, spec: DatasetSpec, instance: dg.DagsterInstance
+) -> list[tuple[Phase, dict[str, str]]]:
+    """The (at most two) phases launched after ``phase`` for this incident, in the runbook's order, each
+    with the run tags its launch needs besides the incident: the whole target's partition range for a
+    whole-target phase, the next wave's range for the canary and the waves (after a wave, the next wave
+    while one is left). Publish is offered once a repair is planned, roll back while none is."""
+    from recovery.defs.target_partitions import reconciliation_tags, whole_range_tags
+    from recovery.lib.engine import open_engine
+    from recovery.lib.repair.plan import load_plan
+
+    order = [p for step in RUNBOOK for p in step.phases]
+    if phase not in order:
+        return []
+    later = [WAVE, *order[order.index(WAVE) + 1 :]] if phase in (CANARY, WAVE) else order[order.index(phase) + 1 :]
+    with open_engine(spec.warehouse).session(read_only=True) as s:
+        plan = load_plan(s, incident.incident_id)
+    wave = plan.next_wave() if plan is not None else None
+    out: list[tuple[Phase, dict[str, str]]] = []
+    for p in later:
+        if p in (CANARY, WAVE):
+            if plan is None or wave is None or (wave == 0) != (p is CANARY):
+                continue
+            out.append((p, whole_range_tags(plan.waves[wave])))  # the wave's range (repair.partitions.wave_tags)
+        elif (p is PUBLISH and plan is None) or (p is ROLLBACK and plan is not None):
+            continue
+        else:
+            out.append((p, reconciliation_tags(instance, spec) if p.whole_target else {}))
+        if len(out) == 2:
+            break
+    return out
+
+
+def log_next_phases(
+    context: dg.OpExecutionContext | dg.AssetExecutionContext, incident: Incident, spec: DatasetSpec
+) -> None:
+    """Log the launchpad links of the next phases (``next_launches``): the incident and any partition
+    range already chosen, so the person follows a link and types nothing."""
     from recovery.config import LOCATION_NAME
     from recovery.defs.alerts.check_alerts import ui_url
     from recovery.lib.draft_incident import launchpad_url
 
-    phase = BY_JOB[context.job_name]
-    order = [p for step in RUNBOOK for p in step.phases]
-    later = order[order.index(phase) + 1 :] if phase in order else []
-    if later:
-        links = "; ".join(f"{p.job}: {launchpad_url(ui_url(), LOCATION_NAME, path, p.job)}" for p in later[:2])
+    phase = BY_JOB.get(context.job_name)
+    if phase is None or incident.incident_path is None:
+        return
+    path = incident.incident_path
+    links = "; ".join(
+        f"{p.job}: {launchpad_url(ui_url(), LOCATION_NAME, path, p.job, tags)}"
+        for p, tags in next_launches(phase, incident, spec, context.instance)
+    )
+    if links:
         context.log.info(f"incident {incident.incident_id} chosen for this run ({INCIDENT_TAG}); next: {links}")
 
 
@@ -202,4 +262,4 @@ def refuse_out_of_order(
         return
     refused = refusal(phase, read_state(incident, spec), incident)
     if refused is not None:
-        raise dg.Failure(description=refused.sentence, metadata=refused.metadata(), allow_retries=False)
+        refuse(refused.sentence, refused.metadata())

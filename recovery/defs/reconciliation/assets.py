@@ -12,8 +12,8 @@ import dagster as dg
 from pydantic import Field
 
 from recovery.defs.containment.config import IncidentConfig, incident_for_step
-from recovery.defs.reconciliation.partitions import TARGET_PARTITIONS, register_found
 from recovery.defs.resources import WarehouseResource
+from recovery.defs.target_partitions import TARGET_PARTITIONS, register_found
 from recovery.lib.phases import RECONCILE
 from recovery.lib.reconcile.run import run_reconciliation
 

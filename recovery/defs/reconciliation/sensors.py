@@ -2,8 +2,8 @@
 
 import dagster as dg
 
-from recovery.defs.reconciliation.partitions import TARGET_PARTITIONS, TARGET_PARTITIONS_NAME, data_partitions
 from recovery.defs.resources import WarehouseResource
+from recovery.defs.target_partitions import TARGET_PARTITIONS, TARGET_PARTITIONS_NAME, data_partitions
 
 
 @dg.sensor(

@@ -27,6 +27,7 @@ from recovery.lib.recurrence.rehearsal import rehearse, value_report_of
 from recovery.lib.recurrence.tables import GATES as GATE_TABLE
 from recovery.lib.recurrence.tables import tables_exist
 from recovery.lib.recurrence.value_preview import refusal_line, refusal_lines, write_preview
+from recovery.refusal import refuse
 
 BACKFILL_KEY = dg.AssetKey(["recurrence", "backfill"])
 PUBLICATION_KEY = dg.AssetKey(["recurrence", "publication"])
@@ -286,7 +287,7 @@ def backfill_gates(context: dg.AssetCheckExecutionContext, warehouse: WarehouseR
             },
         )
     if failed:  # the run's failure message is the decision, not an exception class
-        raise dg.Failure(description=" | ".join(lines.values()), allow_retries=False)
+        refuse(" | ".join(lines.values()))
 
 
 @dg.asset(
@@ -304,7 +305,7 @@ def guarded_backfill_publication(
         raise dg.Failure(description="this run started no guarded backfill; nothing to publish", allow_retries=False)
     result = publish_backfill(warehouse.writer("guarded_backfill_publication"), backfill_id, run_id=context.run.run_id)
     if not result["published"]:
-        raise dg.Failure(description=f"publish refused: {result['reason']}", allow_retries=False)
+        refuse(f"publish refused: {result['reason']}")
     return dg.MaterializeResult(
         metadata={
             "backfill_id": backfill_id,

@@ -14,7 +14,7 @@ import dagster as dg
 
 from recovery.config import spec_path
 from recovery.defs.alerts.resources import NotifierResource
-from recovery.defs.containment.config import IncidentConfig, incident_for_step
+from recovery.defs.containment.config import IncidentConfig, incident_for_step, log_next_phases
 from recovery.defs.repair.checks import (
     CANDIDATE_KEY,
     GENERATION_KEY,
@@ -38,6 +38,7 @@ from recovery.lib.repair.publish import PublishNotice, finish_publish, gate_cand
 from recovery.lib.repair.waves import gate_wave
 from recovery.lib.spec import parse_spec
 from recovery.lib.writer import Writer
+from recovery.refusal import refuse
 
 PLAN_KEY = dg.AssetKey(["repair", "plan"])
 PUBLICATION_KEY = dg.AssetKey(["repair", "publication"])
@@ -79,6 +80,7 @@ def repair_plan(
         run_id=context.run.run_id,
     )
     register_repair_partitions(context.instance, plan)
+    log_next_phases(context, incident, spec)  # the canary's launchpad link, its range chosen
     qualified = "\n".join(f"- {p}: {why}" for p, why in plan.qualified.items()) or "none"
     return dg.MaterializeResult(
         metadata={
@@ -119,6 +121,7 @@ def repair_generation(
         )
     rows = build_wave(_writer(spec, "repair_generation"), plan, wave, run_id=context.run.run_id)
     context.log.info(f"{wave_name(wave)}: {len(context.partition_keys)} partitions, {rows:,} rows from the snapshot")
+    log_next_phases(context, incident, spec)  # the next wave's launchpad link (or publish's)
     return dg.MaterializeResult(
         metadata={
             "wave": wave_name(wave),
@@ -196,7 +199,7 @@ def repair_publication(
     try:
         result = publish(writer, incident.incident_id, run_id=context.run.run_id, notice=notice)
     except GateRefusedError as err:  # a gate said no at the pointer move: its sentence on the run page, no trace
-        raise dg.Failure(description=str(err), allow_retries=False) from None
+        refuse(str(err))
     onto_table = (  # the consumers' table itself: one commit, after the pointer move every gate allowed
         publish_onto_table(spec, incident.incident_id) if spec.target.lakehouse is not None else None
     )

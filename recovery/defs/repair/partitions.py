@@ -8,7 +8,7 @@ the UI's partition picker or from the CLI.
 
 import dagster as dg
 
-from recovery.defs.reconciliation.partitions import RANGE_END, RANGE_START
+from recovery.defs.target_partitions import RANGE_END, RANGE_START
 from recovery.lib.repair.plan import RepairPlan
 
 REPAIR_PARTITIONS_NAME = "repair_partitions"
