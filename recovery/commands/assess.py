@@ -25,7 +25,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     incident, spec = launcher.incident, launcher.spec
     launcher.definitions  # noqa: B018 - built first: the asset graph the downstream assets are found in
     resolve(None, spec, str(incident.spec))  # a downstream asset the spec names wrongly: refused before any write
-    result = launcher.run(ASSESS, **({"full": True} if args.full else {}))
+    result = launcher.run(ASSESS, full=True) if args.full else launcher.run(ASSESS)
     out = incident.reports_dir(spec)
     print_summary(
         console,

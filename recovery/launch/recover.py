@@ -111,7 +111,7 @@ def run_recovery(
         return [r.run_id], f"bundle {incident.evidence_dir(spec)} with sha256 manifest"
 
     def assess():
-        r = launcher.run(ASSESS, **({"full": True} if full else {}))
+        r = launcher.run(ASSESS, full=True) if full else launcher.run(ASSESS)
         recon = r.asset_materializations_for_node("incident__reconciliation")[0].metadata
         out.decision = decision(launcher)[1].choice  # the rule publish follows too
         return [r.run_id], (
