@@ -415,8 +415,12 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
             "SELECT incident_id, namespace, generation, status FROM _recovery.repair_plans"
         ).fetchall():
             published = status == "published"
-            pointed = bool(
+            pointed = bool(  # the pointer at it, or moved off it by a rollback since
                 con.execute("SELECT count(*) FROM _recovery.pointers WHERE namespace = ?", [ns]).fetchone()[0]
+                or con.execute(
+                    "SELECT count(*) FROM _recovery.pointer_history WHERE from_namespace = ? AND reason = ?",
+                    [ns, f"rollback for {incident}"],
+                ).fetchone()[0]
             )
             moved = con.execute(
                 "SELECT count(*) FROM _recovery.pointer_history WHERE to_namespace = ?", [ns]
