@@ -16,7 +16,8 @@ Kills at the commit (``run_commit_kills``): every named fault point (``faults.ch
 and right after the commits of ``contain`` (adoption of the plain target, then the fence),
 ``evidence`` (the bundle's record), ``assess`` (the reconciliation's results), ``plan`` (the
 repair generation's carried rows and plan), ``canary`` (its rows and record, then its gate),
-``wave`` (wave 1's rows and record), ``verify`` (a convergence check), ``publish``,
+``wave`` (wave 1's rows and record), ``candidate`` (the replay to now and the publish gates),
+``verify`` (a convergence check), ``publish``,
 ``rollback`` (the pointer moved back, then the read copy) and ``restate`` is killed once,
 injected there, not by timing. After each, no torn state (``torn_states``: a pointer without
 its history or view, a fence row without its generation's update or event, a plan published
@@ -105,6 +106,8 @@ def build_templates(base: Path) -> dict[str, Path]:
     for n in sorted(plan.waves)[1:]:
         build_wave(writer, current_plan(spec, INCIDENT), n)
         gate_wave(writer, INCIDENT, n)
+    shutil.copytree(base / "damaged", base / "candidate")  # every wave built and gated: the candidate next
+    out["candidate"] = base / "candidate"
     gate_candidate(writer, current_plan(spec, INCIDENT))
     # ingestion keeps writing after the candidate was gated: publish must replay these
     with writer.engine.transaction() as s:
@@ -183,6 +186,11 @@ def run_phase(phase: str, d: Path) -> None:
         with writer.engine.session(read_only=True) as s:
             decision = decide(s, spec, ["bf-7"])
         rollback(Writer(writer.engine, spec, actor="rollback"), "INC-small", decision)
+    elif phase == "candidate":  # the whole generation replayed to now and gated
+        from recovery.lib.repair.publish import gate_candidate
+        from recovery_tests.repair_support import current_plan
+
+        gate_candidate(writer, current_plan(spec, "INC-small"))
     elif phase == "verify":
         from recovery.lib.convergence.verify import verify_convergence
 
@@ -236,7 +244,7 @@ def observe(phase: str, d: Path) -> dict:
             if cp
             else set()
         )
-        if phase in ("wave", "publish", "canary") or (phase == "plan" and "repair_plans" in tables):
+        if phase in ("wave", "publish", "canary", "candidate") or (phase == "plan" and "repair_plans" in tables):
             state["plan"] = con.execute("SELECT status FROM _recovery.repair_plans").fetchall()
             ns = con.execute("SELECT namespace FROM _recovery.repair_plans").fetchone()
             state["repair_rows"] = digest(f"SELECT * EXCLUDE (landed_at) FROM {ns[0]}") if ns else None
@@ -249,6 +257,12 @@ def observe(phase: str, d: Path) -> dict:
             state["fingerprints"] = con.execute(
                 "SELECT partition, rows, stage FROM _recovery.repair_fingerprints ORDER BY ALL"
             ).fetchall()
+        if phase == "candidate":
+            state["high_seq"] = con.execute("SELECT high_seq FROM _recovery.repair_plans").fetchall()
+            state["gates"] = con.execute(
+                "SELECT DISTINCT stage, gate, passed FROM _recovery.gate_results ORDER BY ALL"
+            ).fetchall()
+            state["diffs"] = digest("SELECT * FROM _recovery.repair_diffs")
         if phase == "assess":
             recon = "recon__orders" in tables
             state["recon"] = digest("SELECT * FROM _recovery.recon__orders") if recon else None
@@ -266,6 +280,7 @@ def observe(phase: str, d: Path) -> dict:
             "plan",
             "canary",
             "wave",
+            "candidate",
             "verify",
             "rollback",
         ):
@@ -788,6 +803,10 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "wave:written": "old",
         "wave:recorded": "old",
         "wave:committed": "new",
+    },
+    "candidate": {  # the replay to now, the gates and the diffs, in one transaction
+        "candidate:recorded": "old",
+        "candidate:committed": "new",
     },
     "verify": {
         "verify:recorded": "old",

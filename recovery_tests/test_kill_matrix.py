@@ -51,6 +51,7 @@ def test_every_commit_point_of_every_phase_killed_leaves_no_torn_state_and_the_r
         "plan": ["new", "old"],
         "canary": ["between", "new", "old"],
         "wave": ["new", "old"],
+        "candidate": ["new", "old"],
         "verify": ["new", "old"],
         "publish": ["between", "new", "old"],
         "rollback": ["between", "new", "old"],

@@ -130,9 +130,12 @@ def gate_candidate(
                 + ("every gate passed" if not failed else "FAILED " + ", ".join(r.gate for r in failed)),
                 details=json.dumps([r.__dict__ for r in results]),
             )
+            faults.checkpoint("candidate:recorded")  # replayed, gated and recorded, not committed
             return replayed, results, diffs
 
-    return retrying(txn)
+    gated = retrying(txn)
+    faults.checkpoint("candidate:committed")
+    return gated
 
 
 def _carried(s, spec: DatasetSpec, plan: RepairPlan) -> list[str]:
