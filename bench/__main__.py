@@ -1,12 +1,14 @@
 """``python -m bench <name> ...``: run one benchmark: ``reconcile`` (the default, ``make bench``), ``recover``,
 ``fuzz`` (spec and incident files, ``make fuzz``), ``share`` (one DuckDB file, many users),
-``kill`` (the kill -9 matrix), ``fixed`` (a command's fixed cost), ``lakehouse`` (reconcile on Delta
+``kill`` (the kill -9 matrix), ``fixed`` (a command's fixed cost),
+``fence`` (a fence against a busy writer), ``lakehouse`` (reconcile on Delta
 vs DuckDB) or ``convergence`` (verify with late changes pending)."""
 
 import sys
 
 from bench import (
     convergence_bench,
+    fence_bench,
     fixed_cost_bench,
     fuzz_bench,
     kill_bench,
@@ -23,6 +25,7 @@ BENCHES = {
     "share": share_bench.main,
     "kill": kill_bench.main,
     "fixed": fixed_cost_bench.main,
+    "fence": fence_bench.main,
     "lakehouse": lakehouse_bench.main,
     "convergence": convergence_bench.main,
 }

@@ -1,8 +1,9 @@
 """``python -m bench kill [--points N] [--phase P ...] [--json FILE]``: the kill -9 matrix with N
 (default 20) random kill points per phase (``recovery_tests/kill_matrix.py``). Reports, per
 phase, the kills, what each left (old / new / between) and every problem; exit 1 on any.
-``--at-commit``: instead, one kill at every fault point of the commits of contain, publish and
-restate (``run_commit_kills``), one row per point."""
+``--at-commit``: instead, one kill at every fault point of the commits of every phase (contain,
+evidence, assess, plan, canary, wave, verify, publish, restate: ``COMMIT_POINTS``,
+``run_commit_kills``), one row per point."""
 
 from __future__ import annotations
 

@@ -14,12 +14,19 @@ converges to the uninterrupted run's result. The suite runs a few points per pha
 
 Kills at the commit (``run_commit_kills``): every named fault point (``faults.checkpoint``) in
 and right after the commits of ``contain`` (adoption of the plain target, then the fence),
-``publish`` and ``restate`` is killed once, injected there, not by timing. After each, no torn
-state (``torn_states``: a pointer without its history or view, a fence row without its
-generation's update or event, a plan published without its move, a ledger without its
-restatement or the reverse, a read copy that is not whole), the kill left the state expected
-of its point (rolled back whole, or committed with the rest left to the rerun), and the
-rerun converges; after a publish's rerun the BI read copy holds the published view.
+``evidence`` (the bundle's record), ``assess`` (the reconciliation's results), ``plan`` (the
+repair generation's carried rows and plan), ``canary`` (its rows and record, then its gate),
+``wave`` (wave 1's rows and record), ``candidate`` (the replay to now and the publish gates),
+``verify`` (a convergence check), ``publish``,
+``rollback`` (the pointer moved back, then the read copy) and ``restate`` is killed once,
+injected there, not by timing. After each, no torn state (``torn_states``: a pointer without
+its history or view, a fence row without its generation's update or event, a plan published
+without its move, a plan without its partitions or event, a partition recorded built without
+its write or a wave's write without its record, a gated wave without its fingerprints or the
+reverse, results without their timeline event, a ledger without its restatement or the
+reverse, a read copy that is not whole), the kill left the state expected of its point (rolled
+back whole, or committed with the rest left to the rerun), and the rerun converges; after a
+publish's or a rollback's rerun the BI read copy holds the published view.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ def build_templates(base: Path) -> dict[str, Path]:
     from recovery.lib.engine import open_engine
     from recovery.lib.incident import parse_incident
     from recovery.lib.ingest import apply_changes
+    from recovery.lib.reconcile.run import run_reconciliation
+    from recovery.lib.repair.build import start_repair
     from recovery.lib.repair.publish import gate_candidate
     from recovery.lib.snapshot import expected_rows_sql
     from recovery.lib.writer import Writer
@@ -76,7 +85,17 @@ def build_templates(base: Path) -> dict[str, Path]:
     out["fence"] = base / "fence"
     shutil.copytree(base / "damaged", base / "evidence")
     out["evidence"] = base / "evidence"
-    plan = repair_through_library(damaged.spec, parse_incident(damaged.incident_path), wave_size=4, waves=1)
+    out["assess"] = base / "evidence"  # not reconciled yet
+    # repair_through_library's steps (reconcile, plan, the canary built and gated), a template between each
+    incident = parse_incident(damaged.incident_path)
+    run_reconciliation(damaged.spec, incident.failed_generations, incident_id=incident.incident_id)
+    shutil.copytree(base / "damaged", base / "plan")  # reconciled: the repair can start
+    out["plan"] = base / "plan"
+    repair_writer = Writer(open_engine(damaged.spec.warehouse), damaged.spec)
+    start_repair(repair_writer, incident, wave_size=4)
+    shutil.copytree(base / "damaged", base / "canary")  # planned: the canary next
+    out["canary"] = base / "canary"
+    plan = repair_through_library(damaged.spec, incident, wave_size=4, waves=1, reconcile=False)
     shutil.copytree(base / "damaged", base / "wave")  # canary built, wave 1 next
     out["wave"] = base / "wave"
     spec = load_spec(damaged.spec_path)
@@ -87,6 +106,8 @@ def build_templates(base: Path) -> dict[str, Path]:
     for n in sorted(plan.waves)[1:]:
         build_wave(writer, current_plan(spec, INCIDENT), n)
         gate_wave(writer, INCIDENT, n)
+    shutil.copytree(base / "damaged", base / "candidate")  # every wave built and gated: the candidate next
+    out["candidate"] = base / "candidate"
     gate_candidate(writer, current_plan(spec, INCIDENT))
     # ingestion keeps writing after the candidate was gated: publish must replay these
     with writer.engine.transaction() as s:
@@ -103,6 +124,8 @@ def build_templates(base: Path) -> dict[str, Path]:
 
     publish(writer, INCIDENT)
     out["restate"] = base / "damaged"  # published: consumers next
+    out["verify"] = base / "damaged"  # published: convergence can be verified
+    out["rollback"] = base / "damaged"  # published: the decision allows rolling back to the prior namespace
     return out
 
 
@@ -140,6 +163,38 @@ def run_phase(phase: str, d: Path) -> None:
         from recovery_tests.repair_support import current_plan
 
         build_wave(writer, current_plan(spec, "INC-small"), 1)  # the template has the canary (wave 0) built
+    elif phase == "assess":  # the key-by-key reconciliation, recorded
+        from recovery.lib.reconcile.run import run_reconciliation
+
+        run_reconciliation(spec, ["bf-7"], incident_id="INC-small")
+    elif phase == "plan":  # the repair generation started: the carried rows and the plan
+        from recovery.lib.incident import parse_incident
+        from recovery.lib.repair.build import start_repair
+
+        start_repair(writer, parse_incident(d / "incident.yaml"), wave_size=4)
+    elif phase == "canary":  # the canary built, then gated
+        from recovery.lib.repair.build import build_wave
+        from recovery.lib.repair.waves import gate_wave
+        from recovery_tests.repair_support import current_plan
+
+        build_wave(writer, current_plan(spec, "INC-small"), 0)
+        gate_wave(writer, "INC-small", 0)
+    elif phase == "rollback":  # as the rollback job's step: decide, then roll back
+        from recovery.lib.decision import decide
+        from recovery.lib.repair.publish import rollback
+
+        with writer.engine.session(read_only=True) as s:
+            decision = decide(s, spec, ["bf-7"])
+        rollback(Writer(writer.engine, spec, actor="rollback"), "INC-small", decision)
+    elif phase == "candidate":  # the whole generation replayed to now and gated
+        from recovery.lib.repair.publish import gate_candidate
+        from recovery_tests.repair_support import current_plan
+
+        gate_candidate(writer, current_plan(spec, "INC-small"))
+    elif phase == "verify":
+        from recovery.lib.convergence.verify import verify_convergence
+
+        verify_convergence(writer.engine, spec, incident_id="INC-small", actor="kill-matrix")
     elif phase == "publish":
         from recovery.lib.repair.publish import publish
 
@@ -179,17 +234,62 @@ def observe(phase: str, d: Path) -> dict:
                 "SELECT generation, token FROM _recovery.generations WHERE fenced_at IS NOT NULL ORDER BY 1"
             ).fetchall()
             state["fences"] = con.execute("SELECT generation, token FROM _recovery.fences ORDER BY 1, 2").fetchall()
-        if phase == "wave" or phase == "publish":
+        tables = (
+            {
+                n
+                for (n,) in con.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = '_recovery'"
+                ).fetchall()
+            }
+            if cp
+            else set()
+        )
+        if phase in ("wave", "publish", "canary", "candidate") or (phase == "plan" and "repair_plans" in tables):
             state["plan"] = con.execute("SELECT status FROM _recovery.repair_plans").fetchall()
-            ns = con.execute("SELECT namespace FROM _recovery.repair_plans").fetchone()[0]
-            state["repair_rows"] = digest(f"SELECT * EXCLUDE (landed_at) FROM {ns}")
-        if cp and phase in ("contain", "fence", "publish", "restate"):
+            ns = con.execute("SELECT namespace FROM _recovery.repair_plans").fetchone()
+            state["repair_rows"] = digest(f"SELECT * EXCLUDE (landed_at) FROM {ns[0]}") if ns else None
+        if phase in ("wave", "plan", "canary") and "repair_partitions" in tables:
+            state["partitions"] = con.execute(
+                "SELECT partition, wave, status, rows_after, round(total_after, 6) FROM _recovery.repair_partitions "
+                "ORDER BY ALL"
+            ).fetchall()
+            # (the fingerprint itself hashes the plan's own stamp: another run's differs)
+            state["fingerprints"] = con.execute(
+                "SELECT partition, rows, stage FROM _recovery.repair_fingerprints ORDER BY ALL"
+            ).fetchall()
+        if phase == "candidate":
+            state["high_seq"] = con.execute("SELECT high_seq FROM _recovery.repair_plans").fetchall()
+            state["gates"] = con.execute(
+                "SELECT DISTINCT stage, gate, passed FROM _recovery.gate_results ORDER BY ALL"
+            ).fetchall()
+            state["diffs"] = digest("SELECT * FROM _recovery.repair_diffs")
+        if phase == "assess":
+            recon = "recon__orders" in tables
+            state["recon"] = digest("SELECT * FROM _recovery.recon__orders") if recon else None
+        if phase == "verify" and "convergence__orders" in tables:
+            state["last_check"] = digest(
+                "SELECT * EXCLUDE (check_id, checked_at, pending_oldest) FROM _recovery.convergence__orders "
+                "WHERE check_id = (SELECT max(check_id) FROM _recovery.convergence__orders)"
+            )
+        if cp and phase in (
+            "contain",
+            "fence",
+            "publish",
+            "restate",
+            "assess",
+            "plan",
+            "canary",
+            "wave",
+            "candidate",
+            "verify",
+            "rollback",
+        ):
             # what the phase put on the timeline: each (kind, subject) once, whatever the reruns
             state["timeline"] = con.execute(
                 "SELECT DISTINCT kind, coalesce(json_extract_string(details, '$.generation'), "
                 "json_extract_string(details, '$.consumer'), '') FROM _recovery.timeline ORDER BY ALL"
             ).fetchall()
-        if phase == "publish":
+        if phase in ("publish", "rollback"):
             state["read_copy"] = _read_copy_digest(d)
         if phase == "restate":
             tables = {
@@ -273,7 +373,7 @@ def consistency_problems(phase: str, d: Path) -> list[str]:
             problems += torn_states(con)
     finally:
         con.close()
-    if phase == "publish":
+    if phase in ("publish", "rollback"):
         problems += read_copy_problems(d)
     if phase == "evidence":
         bundle = d / "evidence" / "INC-small"
@@ -330,8 +430,12 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
             "SELECT incident_id, namespace, generation, status FROM _recovery.repair_plans"
         ).fetchall():
             published = status == "published"
-            pointed = bool(
+            pointed = bool(  # the pointer at it, or moved off it by a rollback since
                 con.execute("SELECT count(*) FROM _recovery.pointers WHERE namespace = ?", [ns]).fetchone()[0]
+                or con.execute(
+                    "SELECT count(*) FROM _recovery.pointer_history WHERE from_namespace = ? AND reason = ?",
+                    [ns, f"rollback for {incident}"],
+                ).fetchone()[0]
             )
             moved = con.execute(
                 "SELECT count(*) FROM _recovery.pointer_history WHERE to_namespace = ?", [ns]
@@ -349,6 +453,9 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
                     f"publish of {incident} half done: plan {status}, pointer at it {pointed}, moves {moved}, "
                     f"publish events {event}, generation {g_status}"
                 )
+    if "repair_plans" in tables:
+        problems += _repair_torn_states(con)
+    problems += _recorded_without_event(con, tables)
     for public, ns, reason in con.execute(
         "SELECT p.public_name, p.namespace, h.reason FROM _recovery.pointers p JOIN _recovery.pointer_history h "
         "ON h.public_name = p.public_name AND h.seq = p.seq WHERE h.reason LIKE 'restatement of incident %'"
@@ -401,6 +508,94 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
             ).fetchall():
                 if (incident, consumer) not in recorded:
                     problems.append(f"ledger rows of {consumer} without its restatement record")
+    return problems
+
+
+def _repair_torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """A repair's plan, its waves and their gates, each found whole: a plan without its partitions, its
+    timeline event or its generation (or the carried rows without the plan); a partition recorded
+    built without the write of its rows, or a wave's write without its partitions recorded built; a
+    gated wave without its fingerprints, or fingerprints without the wave's gate event."""
+    problems: list[str] = []
+    plans = con.execute("SELECT incident_id, generation, namespace FROM _recovery.repair_plans").fetchall()
+    planned = {gen for _, gen, _ in plans}
+    for (gen,) in con.execute(
+        "SELECT DISTINCT generation FROM _recovery.writes w JOIN _recovery.generations g USING (generation) "
+        "WHERE g.kind = 'repair'"
+    ).fetchall():
+        if gen not in planned:
+            problems.append(f"rows written by repair generation {gen} without its plan")
+    for incident, gen, ns in plans:
+        parts, started, registered = con.execute(
+            "SELECT (SELECT count(*) FROM _recovery.repair_partitions WHERE incident_id = $1), "
+            "(SELECT count(*) FROM _recovery.timeline WHERE kind = 'repair_started' AND incident_id = $1), "
+            "(SELECT count(*) FROM _recovery.generations WHERE generation = $2 AND namespace = $3)",
+            [incident, gen, ns],
+        ).fetchone()
+        if not (parts and started and registered):
+            problems.append(
+                f"plan of {incident} half recorded: {parts} partitions, {started} start events, generation {registered}"
+            )
+        # every partition recorded built names the write that rebuilt it; every wave's write is recorded
+        for part, built_seq in con.execute(
+            "SELECT partition, built_seq FROM _recovery.repair_partitions p WHERE incident_id = ? "
+            "AND status IN ('built', 'published') AND NOT EXISTS (SELECT 1 FROM _recovery.writes w "
+            "WHERE w.seq = p.built_seq AND w.generation = ? AND list_contains(w.partitions, p.partition))",
+            [incident, gen],
+        ).fetchall():
+            problems.append(f"partition {part} of {incident} recorded built (seq {built_seq}) without its rows' write")
+        for seq, part, note in con.execute(
+            "SELECT w.seq, p.partition, w.note FROM _recovery.writes w, unnest(w.partitions) AS p(partition) "
+            "WHERE w.generation = ? AND w.mode = 'replace_partitions' AND NOT EXISTS (SELECT 1 FROM "
+            "_recovery.repair_partitions r WHERE r.incident_id = ? AND r.partition = p.partition "
+            "AND r.status IN ('built', 'published') AND r.built_seq >= w.seq)",
+            [gen, incident],
+        ).fetchall():
+            problems.append(f"{note} (seq {seq}) wrote {part} without recording it built")
+        gated = {
+            stage
+            for (stage,) in con.execute(
+                "SELECT DISTINCT regexp_extract(summary, '^(canary|wave [0-9]+) of', 1) FROM _recovery.timeline "
+                "WHERE kind = 'repair_wave' AND incident_id = ? AND summary LIKE '%: passed'",
+                [incident],
+            ).fetchall()
+        }
+        fingerprinted = {
+            stage
+            for (stage,) in con.execute(
+                "SELECT DISTINCT stage FROM _recovery.repair_fingerprints WHERE incident_id = ?", [incident]
+            ).fetchall()
+        }
+        if gated - fingerprinted:
+            problems.append(f"{sorted(gated - fingerprinted)} of {incident} gated without their fingerprints")
+        if fingerprinted - gated:
+            problems.append(f"fingerprints of {sorted(fingerprinted - gated)} of {incident} without their gate event")
+    return problems
+
+
+def _recorded_without_event(con: duckdb.DuckDBPyConnection, tables: set[str]) -> list[str]:
+    """Results that commit with their timeline event, found without it (or the reverse): a
+    reconciliation's rows, a convergence check's rows."""
+    problems: list[str] = []
+    for table in sorted(n for n in tables if n.startswith("recon__")):
+        for (incident,) in con.execute(f'SELECT DISTINCT incident_id FROM _recovery."{table}"').fetchall():
+            if not con.execute(
+                "SELECT count(*) FROM _recovery.timeline WHERE kind = 'reconciliation' AND incident_id = ?", [incident]
+            ).fetchone()[0]:
+                problems.append(f"reconciliation rows of {incident} without their timeline event")
+    checks = {
+        int(c)
+        for (c,) in con.execute(
+            "SELECT json_extract_string(details, '$.check_id') FROM _recovery.timeline WHERE kind = 'convergence'"
+        ).fetchall()
+        if c is not None
+    }
+    for table in sorted(n for n in tables if n.startswith("convergence__")):
+        rows = {c for (c,) in con.execute(f'SELECT DISTINCT check_id FROM _recovery."{table}"').fetchall()}
+        if rows - checks:
+            problems.append(f"convergence checks {sorted(rows - checks)} without their timeline event")
+        if checks - rows:
+            problems.append(f"convergence events {sorted(checks - rows)} without their check's rows")
     return problems
 
 
@@ -586,6 +781,43 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "publish:exported": "between",  # the read copy's timeline entry follows
         "publish:read_copy_recorded": "new",
     },
+    "evidence": {  # the bundle is written to disk first, then its timeline event commits
+        "evidence:recorded": "between",  # the bundle whole on disk, its event rolled back
+        "evidence:committed": "new",
+    },
+    "assess": {"reconcile:recorded": "old", "reconcile:committed": "new"},
+    "plan": {  # the repair generation is registered first (its own transaction), then the plan's
+        "plan:carried": "old",  # the carried rows rolled back (the generation stays registered, unused)
+        "plan:recorded": "old",
+        "plan:committed": "new",
+    },
+    "canary": {  # the canary's rows and their record, then its gate: one transaction each (the
+        # wave's points inside its transaction are all killed in "wave"; the gate's cold start in a
+        # child process costs seconds, so one point inside its transaction and one after)
+        "wave:recorded": "old",
+        "wave:committed": "between",  # built, not gated
+        "gate:recorded": "between",  # the gate's results, fingerprints and event rolled back
+        "gate:committed": "new",
+    },
+    "wave": {  # wave 1 after the canary: rows and record in one transaction
+        "wave:written": "old",
+        "wave:recorded": "old",
+        "wave:committed": "new",
+    },
+    "candidate": {  # the replay to now, the gates and the diffs, in one transaction
+        "candidate:recorded": "old",
+        "candidate:committed": "new",
+    },
+    "verify": {
+        "verify:recorded": "old",
+        "verify:committed": "new",
+    },
+    "rollback": {  # the pointer moved back in one transaction, then the read copy refreshed
+        "rollback:view_moved": "old",
+        "rollback:recorded": "old",
+        "rollback:committed": "between",  # the read copy still holds the published view
+        "rollback:exported": "new",
+    },
     "restate": {  # per consumer, one transaction; the points fire in the first consumer's
         "restate:original_found": "old",
         "restate:output_published": "old",
@@ -654,7 +886,7 @@ def commit_kill(phase: str, point: str, template: Path, work: Path, before: dict
     again = observe(phase, d)
     if again != after:
         t.problems.append(f"rerun did not converge: {_diff(again, after)}")
-    if phase == "publish" and again.get("read_copy") != again["public"]:
+    if phase in ("publish", "rollback") and again.get("read_copy") != again["public"]:
         t.problems.append("after the rerun the read copy (current.duckdb) differs from the published view")
     shutil.rmtree(d, ignore_errors=True)
     return t

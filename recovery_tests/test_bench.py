@@ -57,3 +57,16 @@ def test_fixed_cost_bench_times_a_reconcile_to_its_first_classification_statemen
     # the mark lies inside the command: after its start, before its end, on both clocks
     assert 0 < run["fixed_s"] < run["total_s"] and 0 < run["fixed_s_kernel"] < run["total_s"]
     assert "fixed cost" in proc.stdout
+
+
+def test_fence_bench_fences_against_a_busy_writer_process_and_reports_its_figures(tmp_path):
+    """``python -m bench fence``: a writer process commits back to back while this one fences;
+    every fence lands and is timed (no timing asserted: the machine is shared)."""
+    figures = tmp_path / "fence.json"
+    proc = _bench("fence", "--fences", "4", "--json", str(figures))
+    result = json.loads(figures.read_text())
+    assert result["fences"] == result["fenced"] == 4
+    assert len(result["seconds"]) == 4 and all(s > 0 for s in result["seconds"])
+    assert result["median_s"] <= result["max_s"] == max(result["seconds"])
+    assert result["writes_during"] >= 4 and result["writer_exit"] == 0  # the writer was busy all along
+    assert "fences against a busy writer" in proc.stdout and "median" in proc.stdout

@@ -262,3 +262,84 @@ def test_the_sensor_stops_a_run_and_a_retry_launched_after_the_fence_once(env, t
     assert sorted(a["subject"] for a in delivered) == sorted(
         f"run {r.run_id} of fenced generation {GEN} stopped" for r in (relaunch, retry)
     )
+
+
+def test_containment_killed_after_stopping_dagster_work_is_recorded_once_by_the_rerun(env, tmp_path):
+    """The contain job's run-stopping step SIGKILLed at its commit (``contain:dagster_stopped``: the
+    backfill cancelled and its queued runs stopped in Dagster's storage, their timeline events not
+    yet committed to the warehouse): the backfill stays cancelled and the rerun records each stop
+    once, as an unkilled containment would; a third run records nothing."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
+    from dagster._core.storage.tags import BACKFILL_ID_TAG
+
+    backfill_id = "kill0042"
+    with dg.DagsterInstance.get() as instance:
+        instance.add_backfill(
+            PartitionBackfill(
+                backfill_id=backfill_id,
+                status=BulkActionStatus.REQUESTED,
+                from_failure=False,
+                tags={GENERATION_TAG: GEN},
+                backfill_timestamp=time.time(),
+            )
+        )
+        queued = [_queued_run({GENERATION_TAG: GEN, BACKFILL_ID_TAG: backfill_id}) for _ in range(2)]
+        for run in queued:
+            instance.add_run(run)
+    reached = tmp_path / "reached"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from recovery.cli import main; main(['contain', '--incident', {str(env.incident)!r}])",
+        ],
+        env={
+            **os.environ,
+            "PYTHONPATH": str(PROJECT_ROOT),
+            "RECOVERY_FAULT_AT": "contain:dagster_stopped",
+            "RECOVERY_FAULT_READY": str(reached),
+        },
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 300
+    while not reached.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert reached.exists(), proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+
+    def stops() -> list[tuple]:
+        return env.fetch(
+            f"SELECT kind, coalesce(json_extract_string(details, '$.backfill_id'), ''), coalesce(run_id, '') "
+            f"FROM {SCHEMA}.timeline WHERE incident_id = 'INC-2024-031' AND kind LIKE 'containment_%' ORDER BY ALL"
+        )
+
+    with dg.DagsterInstance.get() as instance:  # stopped in Dagster, not a word on the timeline
+        assert instance.get_backfill(backfill_id).status == BulkActionStatus.CANCELING
+        assert {instance.get_run_by_id(r.run_id).status for r in queued} == {dg.DagsterRunStatus.CANCELED}
+    assert stops() == []
+    assert [k for (k,) in env.fetch(f"SELECT kind FROM {SCHEMA}.timeline WHERE incident_id = 'INC-2024-031'")] == [
+        "fence"
+    ]
+
+    assert cli(["contain", "--incident", str(env.incident)]) == 0  # the rerun
+    expected = sorted(
+        [("containment_cancel_backfill", backfill_id, "")]
+        + [("containment_terminate_run", backfill_id, r.run_id) for r in queued]
+    )
+    assert stops() == expected
+    with dg.DagsterInstance.get() as instance:
+        assert instance.get_backfill(backfill_id).status in (BulkActionStatus.CANCELING, BulkActionStatus.CANCELED)
+        assert {instance.get_run_by_id(r.run_id).status for r in queued} == {dg.DagsterRunStatus.CANCELED}
+    assert cli(["contain", "--incident", str(env.incident)]) == 0  # nothing more to record
+    assert stops() == expected
+    assert len(env.fetch(f"SELECT * FROM {SCHEMA}.fences WHERE generation = ?", [GEN])) == 1

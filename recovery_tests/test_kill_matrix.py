@@ -1,7 +1,9 @@
 """The kill -9 matrix. At random moments (a few points per phase; ``python -m bench kill`` runs
 20+ per phase): adoption, fence, evidence build, a repair wave, publish with replay and
 restatement are each SIGKILLed during their work. At the commit: every named fault point in
-and right after the commit of containment's fence, publish and restatement is killed once,
+and right after the commits of every phase (containment's adoption and fence, the evidence
+bundle's record, the reconciliation, the repair's plan, canary and wave with their gate, publish,
+restatement, rollback and convergence verification) is killed once,
 injected there (``RECOVERY_FAULT_AT``), not by timing. After every kill the public view serves
 the old or the new result whole, the control plane agrees with the catalog and with itself (no
 torn state), and rerunning the step converges to what an uninterrupted run produced; after a
@@ -34,7 +36,7 @@ def test_every_phase_survives_kill_9_at_random_points_and_a_rerun_converges(tmp_
     }
 
 
-def test_every_commit_point_of_contain_publish_and_restate_killed_leaves_no_torn_state(tmp_path, templates):
+def test_every_commit_point_of_every_phase_killed_leaves_no_torn_state_and_the_rerun_converges(tmp_path, templates):
     results = run_commit_kills(tmp_path, templates)
     assert {ph: [k.point for k in kills] for ph, kills in results.items()} == {
         ph: list(points) for ph, points in COMMIT_POINTS.items()
@@ -44,6 +46,14 @@ def test_every_commit_point_of_contain_publish_and_restate_killed_leaves_no_torn
     # each window killed on both sides of its commit: rolled back whole, and committed with the rest left to the rerun
     assert {ph: sorted({k.left for k in kills}) for ph, kills in results.items()} == {
         "contain": ["between", "new", "old"],
+        "evidence": ["between", "new"],  # the bundle is on disk before its event commits
+        "assess": ["new", "old"],
+        "plan": ["new", "old"],
+        "canary": ["between", "new", "old"],
+        "wave": ["new", "old"],
+        "candidate": ["new", "old"],
+        "verify": ["new", "old"],
         "publish": ["between", "new", "old"],
+        "rollback": ["between", "new", "old"],
         "restate": ["between", "new", "old"],
     }

@@ -13,7 +13,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from recovery.lib.engine.duckdb_engine import DuckDBEngine, turnstile_path
+from recovery.lib.engine.base import urgent
+from recovery.lib.engine.duckdb_engine import DuckDBEngine, turnstile_path, urgent_path
 from recovery.lib.errors import RecoveryError, WarehouseBusyError
 
 
@@ -132,3 +133,33 @@ def test_a_writer_keeps_the_turnstile_until_closed_and_its_own_readers_never_wai
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # closed: the next writer goes in
     finally:
         os.close(other)
+
+
+def test_writers_give_way_to_an_urgent_writer_waiting_for_the_turnstile(db):
+    """A process writing back to back no longer starves a fence: while an urgent writer holds the
+    urgent lane (waiting for the turnstile), other writers do not take the turnstile; an urgent
+    writer goes in past a lane it does not hold only when the lane is free, and only it creates the lane."""
+    engine = DuckDBEngine(str(db), busy_timeout_s=0.3)
+    with engine.transaction() as s:
+        s.execute("INSERT INTO t VALUES (1)")
+    assert not Path(urgent_path(str(db))).exists()  # ordinary writers never create the lane
+    with urgent(), engine.transaction() as s:
+        s.execute("INSERT INTO t VALUES (2)")
+    assert Path(urgent_path(str(db))).exists()
+    lane = os.open(urgent_path(str(db)), os.O_RDWR)
+    try:
+        fcntl.flock(lane, fcntl.LOCK_EX)  # another process's fence, waiting for the turnstile
+        with pytest.raises(WarehouseBusyError, match="turnstile"):
+            with engine.transaction() as s:  # an ordinary writer waits behind it
+                s.execute("INSERT INTO t VALUES (3)")
+        with pytest.raises(WarehouseBusyError, match="turnstile"):
+            with urgent(), engine.transaction() as s:  # a second urgent writer queues behind the first
+                s.execute("INSERT INTO t VALUES (4)")
+        with engine.session(read_only=True) as s:  # readers are not held up by the lane
+            assert s.scalar("SELECT count(*) FROM t") == 2
+    finally:
+        os.close(lane)
+    with engine.transaction() as s:  # the fence went in: writers take turns again
+        s.execute("INSERT INTO t VALUES (5)")
+    with engine.session(read_only=True) as s:
+        assert sorted(r[0] for r in s.fetchall("SELECT i FROM t")) == [1, 2, 5]

@@ -33,7 +33,7 @@ from recovery.lib.control_plane import (
     record_event,
     utcnow,
 )
-from recovery.lib.engine.base import Engine, RetryableConflict, Session
+from recovery.lib.engine.base import Engine, RetryableConflict, Session, urgent
 from recovery.lib.errors import DuplicateKeyError, FencedGenerationError, RecoveryError, SchemaMismatchError
 from recovery.lib.identifiers import TableName, naive_utc, quote, quote_all
 from recovery.lib.namespaces import create_or_adopt, current_namespace, namespace_sql
@@ -613,7 +613,8 @@ class Writer:
                 faults.checkpoint("fence:event_recorded")  # everything written, not committed
                 return token
 
-        token = retrying(txn)
+        with urgent():  # ahead of the writers' next transactions: a busy backfill must not hold it off
+            token = retrying(txn)
         faults.checkpoint("fence:committed")  # committed, not yet acknowledged
         return token
 

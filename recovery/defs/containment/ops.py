@@ -3,18 +3,25 @@
 The fence comes before any cancellation because cancellation is advisory: from the
 fence's commit on, a run that escapes cancellation (or a retry) writes nothing.
 Every action that changed something is a timeline event with the real run ids; a
-re-run for the same incident finds everything done and records nothing.
+re-run for the same incident finds everything done and records nothing. Dagster's
+storage and the warehouse commit apart: an attempt killed after it stopped Dagster's
+work and before its events committed leaves the backfill cancelled and the runs stopped
+(tagged never to be retried) without a word on the timeline, so the re-run records
+those it finds so, once, as stopped by an interrupted attempt.
 """
 
 import dagster as dg
+from dagster._core.execution.backfill import BulkActionStatus
 
 from recovery.defs.containment import dagster_runs
 from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.containment.report import ContainmentReport, GenerationContainment
 from recovery.defs.containment.writers import refused_writers
 from recovery.defs.resources import WarehouseResource
+from recovery.lib import faults
 from recovery.lib.adoption import Adoption, adopt
 from recovery.lib.control_plane import SCHEMA
+from recovery.lib.engine.base import Engine
 from recovery.lib.fencing import FenceOutcome, TimelineEvent, event_recorded, fence_incident, record_events
 from recovery.lib.incident import Incident
 from recovery.lib.lakehouse.adoption import adopted_lakehouse
@@ -91,7 +98,7 @@ def stop_dagster_work(
     covered: dict[str, str] = {}  # backfill or run id -> the generation whose containment stopped it
     for outcome in fences:
         events: list[TimelineEvent] = []
-        result = _contain_generation(context, incident, outcome, events, covered)
+        result = _contain_generation(context, incident, outcome, events, covered, engine)
         if (
             not result.backfills
             and not result.runs_seen
@@ -108,7 +115,9 @@ def stop_dagster_work(
                     f"no Dagster backfill or run of {outcome.record.generation} in this instance: nothing to cancel",
                 )
             )
+        faults.checkpoint("contain:dagster_stopped")  # Dagster's work stopped, its events not yet committed
         record_events(engine, events)
+        faults.checkpoint("contain:stop_recorded")
         results.append(result)
     spec = warehouse.spec()
     table = spec.target.table_name
@@ -148,12 +157,34 @@ def stop_dagster_work(
     )
 
 
+def _recorded_stops(engine: Engine, incident_id: str) -> tuple[set[str], set[str]]:
+    """(backfill ids, run ids) whose cancellation or stop this incident's containment recorded."""
+    with engine.session(read_only=True) as s:
+        rows = s.fetchall(
+            f"SELECT kind, json_extract_string(details, '$.backfill_id'), run_id FROM {SCHEMA}.timeline "
+            "WHERE incident_id = ? AND kind IN ('containment_cancel_backfill', 'containment_terminate_run', "
+            "'containment_strip_retries')",
+            [incident_id],
+        )
+    return (
+        {b for kind, b, _ in rows if kind == "containment_cancel_backfill" and b},
+        {r for kind, _, r in rows if kind != "containment_cancel_backfill" and r},
+    )
+
+
 def _contain_generation(
-    context, incident: Incident, outcome: FenceOutcome, events: list[TimelineEvent], covered: dict[str, str]
+    context,
+    incident: Incident,
+    outcome: FenceOutcome,
+    events: list[TimelineEvent],
+    covered: dict[str, str],
+    engine: Engine,
 ) -> GenerationContainment:
     """Cancel the generation's backfills and stop its runs; those an earlier generation of the same
-    subject (another run id of one backfill) already covered are left to it (``covered``)."""
+    subject (another run id of one backfill) already covered are left to it (``covered``). What an
+    interrupted attempt stopped without recording it is recorded now (module docstring)."""
     instance, gen = context.instance, outcome.record.generation
+    recorded_backfills, recorded_runs = _recorded_stops(engine, incident.incident_id)
     all_backfills = dagster_runs.backfills_of(instance, gen, outcome.record.backfill_id)
     all_runs = dagster_runs.runs_of(instance, gen, all_backfills)
     backfills = [b for b in all_backfills if b not in covered]
@@ -179,6 +210,22 @@ def _contain_generation(
                     status_before=before,
                 )
             )
+        elif b not in recorded_backfills:
+            found = instance.get_backfill(b)
+            if found is not None and found.status in (BulkActionStatus.CANCELING, BulkActionStatus.CANCELED):
+                events.append(
+                    _event(
+                        context,
+                        incident,
+                        outcome,
+                        "containment_cancel_backfill",
+                        None,
+                        f"backfill {b} of {gen} found {found.status.value}: cancelled by an interrupted attempt of "
+                        "this containment (or from the UI), recorded now",
+                        backfill_id=b,
+                        status_before="unknown (an interrupted containment)",
+                    )
+                )
     runs = [r.dagster_run for r in all_runs if r.dagster_run.run_id not in covered]
     covered.update({r.run_id: gen for r in runs})
     stripped = dagster_runs.strip_retries(instance, runs)
@@ -198,6 +245,30 @@ def _contain_generation(
             )
         )
     stopped_ids = {s.run_id for s in stopped}
+    for r in runs:  # tagged by an attempt of containment killed before it recorded them
+        if (
+            r.run_id in stopped_ids
+            or r.run_id in stripped
+            or r.run_id in recorded_runs
+            or any(r.tags.get(k) != v for k, v in dagster_runs.NO_RETRY_TAGS.items())
+        ):
+            continue
+        halted = r.status in (dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.CANCELING)
+        events.append(
+            _event(
+                context,
+                incident,
+                outcome,
+                "containment_terminate_run" if halted else "containment_strip_retries",
+                r.run_id,
+                f"run {r.run_id} of {gen} ({r.status.value}): "
+                + ("stopped" if halted else "set never to be retried")
+                + " by an interrupted attempt of this containment, recorded now",
+                backfill_id=r.tags.get(dagster_runs.BACKFILL_ID_TAG),
+                status_before="unknown (an interrupted containment)",
+                action="stopped by an interrupted containment" if halted else "retries stripped",
+            )
+        )
     for run_id in stripped:
         if run_id not in stopped_ids:
             events.append(

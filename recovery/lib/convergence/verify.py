@@ -18,6 +18,7 @@ import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+from recovery.lib import faults
 from recovery.lib.control_plane import (
     dataset_table,
     ensure_control_plane,
@@ -95,9 +96,13 @@ def verify_convergence(
         with engine.transaction() as s:
             ensure_control_plane(s)
             given = Watermark(at=naive_utc(watermark), basis="given") if watermark is not None else None
-            return _check(s, spec, recent, given, lag, list(partitions), incident_id, actor, run_id)
+            checked = _check(s, spec, recent, given, lag, list(partitions), incident_id, actor, run_id)
+            faults.checkpoint("verify:recorded")  # the check's rows and its event written, not committed
+            return checked
 
-    return retrying(txn)
+    result = retrying(txn)
+    faults.checkpoint("verify:committed")
+    return result
 
 
 def _check(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from recovery.lib.errors import RecoveryError
@@ -13,6 +14,25 @@ from recovery.lib.identifiers import quote_all
 if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
+
+
+_URGENT: ContextVar[bool] = ContextVar("recovery_urgent_write", default=False)
+
+
+@contextmanager
+def urgent() -> Iterator[None]:
+    """Transactions opened inside go first: an engine that queues writers (DuckDB's turnstile) lets
+    them ahead of other processes' next writes. For the fence, which must land while a backfill
+    or ingestion keeps writing; anything else waits its turn."""
+    token = _URGENT.set(True)
+    try:
+        yield
+    finally:
+        _URGENT.reset(token)
+
+
+def is_urgent() -> bool:
+    return _URGENT.get()
 
 
 class Session(ABC):

@@ -32,6 +32,7 @@ from importlib import metadata
 from pathlib import Path
 
 import recovery
+from recovery.lib import faults
 from recovery.lib.control_plane import SCHEMA, control_plane_exists, record_event, utcnow
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError
@@ -463,8 +464,10 @@ def _record(
                 details=details,
                 summary=f"evidence bundle {bundle.name}: {len(manifest['files'])} files, manifest sha256 {sha[:12]}",
             )
+            faults.checkpoint("evidence:recorded")  # the bundle on disk, its timeline event not committed
 
     retrying(txn)
+    faults.checkpoint("evidence:committed")
 
 
 def recorded_manifest_sha256(engine: Engine, incident_id: str, bundle: Path) -> str | None:

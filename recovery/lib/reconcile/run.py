@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from recovery.lib import faults
 from recovery.lib.catalog_checks import remember_source_checks
 from recovery.lib.control_plane import ensure_control_plane, record_event
 from recovery.lib.engine import open_engine
@@ -65,9 +66,12 @@ def run_reconciliation(
                 f"({', '.join(f'{k} {v:,}' for k, v in summary.labels.items())})" + _scope_note(summary),
             )
             files = write_outputs(s, inputs, summary, out_dir) if out_dir else {}
+            faults.checkpoint("reconcile:recorded")  # the results and the event written, not committed
             return summary, files
 
-    return retrying(txn)
+    result = retrying(txn)
+    faults.checkpoint("reconcile:committed")
+    return result
 
 
 def _scope_note(summary: ReconciliationSummary) -> str:

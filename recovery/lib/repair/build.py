@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 
+from recovery.lib import faults
 from recovery.lib.control_plane import SCHEMA, record_event, utcnow
 from recovery.lib.errors import FencedGenerationError, RecoveryError
 from recovery.lib.expected_cache import expected_rows
@@ -130,6 +131,7 @@ def start_repair(
                 log_delta=False,
             )
             low_seq = carry.seq
+            faults.checkpoint("plan:carried")  # the repair generation holds the carried rows, no plan yet
             s.execute(
                 f"INSERT INTO {PLANS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 'building', ?, ?, ?, NULL)",
                 [
@@ -184,8 +186,10 @@ def start_repair(
                     {"low_seq": low_seq, "source_watermark": str(watermark), "waves": waves, "qualified": qualified}
                 ),
             )
+            faults.checkpoint("plan:recorded")  # everything written, not committed
 
     retrying(txn)
+    faults.checkpoint("plan:committed")
     with engine.session(read_only=True) as s:
         return require_plan(s, incident.incident_id)
 
@@ -221,6 +225,7 @@ def build_wave(writer: Writer, plan: RepairPlan, wave: int, *, run_id: str | Non
                 run_id=run_id,
                 note=f"{wave_name(wave)} of the repair of {plan.incident_id}",
             )
+            faults.checkpoint("wave:written")  # the wave's rows written, its partitions not yet recorded built
             s.execute(
                 f"""UPDATE {PARTITIONS} SET status = 'built', built_seq = ?, built_run_id = ?,
                         rows_after = coalesce(a.n, 0),
@@ -232,10 +237,13 @@ def build_wave(writer: Writer, plan: RepairPlan, wave: int, *, run_id: str | Non
                 WHERE incident_id = ? AND partition = w.p""",
                 [result.seq, run_id, partitions, plan.incident_id],
             )
+            faults.checkpoint("wave:recorded")  # everything written, not committed
             return result
 
     try:
-        return retrying(txn).rows_inserted
+        written = retrying(txn).rows_inserted
+        faults.checkpoint("wave:committed")
+        return written
     except FencedGenerationError as err:
         writer.record_fence_attempt(plan.generation, "write:replace_partitions", run_id=run_id, detail=str(err))
         raise

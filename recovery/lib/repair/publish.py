@@ -140,9 +140,12 @@ def gate_candidate(
                 + ("every gate passed" if not failed else "FAILED " + ", ".join(r.gate for r in failed)),
                 details=json.dumps([r.__dict__ for r in results]),
             )
+            faults.checkpoint("candidate:recorded")  # replayed, gated and recorded, not committed
             return replayed, results, diffs
 
-    return retrying(txn)
+    gated = retrying(txn)
+    faults.checkpoint("candidate:committed")
+    return gated
 
 
 def _carried(s, spec: DatasetSpec, plan: RepairPlan) -> list[str]:
@@ -364,9 +367,19 @@ def rollback(
             current = current_namespace(s, spec)
             if current == decision.rollback_to:
                 return {"already": True, "namespace": current}
+            # a rerun (its step retried, the job run again after a kill) decides again: the last move is
+            # then this rollback, which the decision would undo; the pointer stays where the rollback put it
+            last = s.fetchone(
+                f"SELECT to_namespace, reason FROM {SCHEMA}.pointer_history WHERE public_name = ? "
+                "ORDER BY seq DESC LIMIT 1",
+                [str(spec.target.table_name)],
+            )
+            if last is not None and last[0] == current and last[1] == f"rollback for {incident_id}":
+                return {"already": True, "namespace": current}
             if current != decision.current_namespace:
                 raise RecoveryError(f"{spec.target.table} moved since the decision was taken; decide again")
             seq = move_pointer(s, spec, rollback_to, actor=actor, reason=f"rollback for {incident_id}")
+            faults.checkpoint("rollback:view_moved")  # the pointer and view moved, the event not yet
             record_event(
                 s,
                 kind="rollback",
@@ -376,8 +389,11 @@ def rollback(
                 run_id=run_id,
                 summary=f"{spec.target.table} rolled back to {decision.rollback_to} (from {current}, kept)",
             )
+            faults.checkpoint("rollback:recorded")  # everything written, not committed
             return {"already": False, "namespace": decision.rollback_to, "seq": seq, "from_namespace": current}
 
     result = retrying(txn)
+    faults.checkpoint("rollback:committed")  # the read copy not yet refreshed
     refresh_published_export(writer.engine, spec)
+    faults.checkpoint("rollback:exported")
     return result

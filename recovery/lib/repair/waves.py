@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+from recovery.lib import faults
 from recovery.lib.control_plane import record_event
 from recovery.lib.engine.base import Session
 from recovery.lib.gates import GateResult
@@ -65,9 +66,11 @@ def gate_wave(writer: Writer, incident_id: str, wave: int, *, run_id: str | None
                 + ("passed" if not failed else "FAILED " + ", ".join(r.gate for r in failed)),
                 details=json.dumps([r.__dict__ for r in results]),
             )
+            faults.checkpoint("gate:recorded")  # everything written, not committed
             return plan, results
 
     plan, results = retrying(txn)
+    faults.checkpoint("gate:committed")
     failed = [r for r in results if not r.passed]
     if failed:
         stop_expansion(writer, plan, f"{wave_name(wave)}: " + "; ".join(r.details for r in failed), run_id=run_id)
