@@ -13,8 +13,8 @@ Hazards designed against (measured in docs/reliability.md):
   package's readers pass the turnstile before opening, so new readers queue behind a
   waiting writer (in this process and in others);
 - a busy writer starves a waiting one: it drops the turnstile and takes it again for its next
-  transaction before a poller notices (measured: a fence waited up to 1.3 s behind a process
-  writing back to back, 10.3 s in a harness reported in issue 39). An urgent writer (the fence,
+  transaction before a poller notices (figures: ``python -m bench fence``, bench/RESULTS.md).
+  An urgent writer (the fence,
   :func:`~recovery.lib.engine.base.urgent`) first takes the file's urgent lane
   (``<file>.turnstile.urgent``, an exclusive ``flock``) and holds it until it has the turnstile;
   every writer checks the lane before each try at the turnstile and waits while it is held, so
