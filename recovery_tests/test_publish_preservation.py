@@ -122,7 +122,7 @@ writes = st.builds(
     rev_step=st.sampled_from([-1, 0, 1, 1, 2]),
     move=st.booleans(),
     shard=st.integers(0, 10_000),
-    io_manager=st.booleans(),
+    io_manager=st.sampled_from([False, False, True]),  # a third: a run costs more than a write
 )
 
 
@@ -262,10 +262,13 @@ def _write(w: Write, writer: Writer, rows: list[Row], mode: str, shard: str | No
 
 def _apply(w: Write, writer: Writer, model: Model, p: Prepared, source: Source, new_keys: list[int]) -> None:
     spec = writer.spec
-    current = {r[:2]: r for r in _published(spec) if r[:2] not in model.rows}
+
+    @functools.cache
+    def current() -> dict[Key, Row]:  # the published rows of keys the model does not hold, read when first needed
+        return {r[:2]: r for r in _published(spec) if r[:2] not in model.rows}
 
     def base(key: Key) -> Row | None:
-        return model.rows.get(key) or current.get(key)
+        return model.rows[key] if key in model.rows else current().get(key)
 
     if w.mode == "append":
         shard = p.shards[w.shard % len(p.shards)]
@@ -355,7 +358,11 @@ def _apply(w: Write, writer: Writer, model: Model, p: Prepared, source: Source, 
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(between_waves=st.booleans(), before=st.lists(writes, max_size=3), after=st.lists(writes, max_size=3))
+@given(
+    between_waves=st.sampled_from([False, False, True]),
+    before=st.lists(writes, max_size=3),
+    after=st.lists(writes, max_size=3),
+)
 def test_the_published_table_is_the_repair_plus_every_concurrent_write_in_its_own_semantics(
     prepared: Prepared,
     tmp_path_factory: pytest.TempPathFactory,
