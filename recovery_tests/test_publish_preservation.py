@@ -3,9 +3,12 @@
 The small dataset is damaged by a backfill (tripled quantities, duplicated, deleted and
 misfiled orders), fenced, and its repair generation is built and gated wave by wave. Then,
 for each generated example, normal ingestion writes to the published table in every mode
-(``upsert_keys``, ``delete_keys``, ``replace_partitions``, ``append``) on keys of every
-damage label, with newer, equal and older source versions and orders that move shard, both
-before the candidate is gated and between the candidate and publish. After publish the
+(``upsert_keys``, ``delete_keys``, ``replace_partitions``, ``append``), through the writer or
+a team's asset stored by ``ManagedDuckDBIOManager`` (which has no ``delete_keys``), on keys of
+every damage label, with newer, equal and older source versions and orders that move shard,
+at every point of the repair: between two waves (the last wave built and gated after the
+writes) or after the last, before the candidate is gated, and between the candidate and
+publish. After publish the
 public table must equal an independent model: the repaired rows with each write applied in
 commit order by its own semantics, written here in Python, not by the package's SQL: for a
 key the repair rebuilt, an upsert applies when its version is newer than the row's, a
@@ -17,22 +20,29 @@ holds it.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import dagster as dg
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from recovery.defs.io import ManagedDuckDBIOManager
+from recovery.defs.io.manager import WRITE_MODE_KEY
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import DuplicateKeyError, GateRefusedError
 from recovery.lib.incident import parse_incident
+from recovery.lib.repair.build import build_wave
 from recovery.lib.repair.publish import gate_candidate, publish
 from recovery.lib.repair.tables import snapshot_table
+from recovery.lib.repair.waves import gate_wave
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.writer import Writer
 from recovery_tests.repair_support import current_plan, repair_through_library
@@ -47,7 +57,9 @@ INGEST = "ingest-2"
 
 @dataclass(frozen=True)
 class Prepared:
-    root: Path  # the dataset's folder: spec, incident, warehouse
+    root: Path  # the dataset's folder: spec, incident, warehouse; every wave built and gated
+    between_waves: Path  # the same folder with the last wave not built yet
+    last_wave: int
     repaired: dict[Key, Row]  # the repair generation before any concurrent write
     rebuilt: frozenset[Key]  # the keys the repair rebuilt from its snapshot
     keys: list[Key]  # keys of every label: held, damaged, deleted by the backfill, misfiled
@@ -60,7 +72,17 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> Prepared:
     root = tmp_path_factory.mktemp("preservation") / "ds"
     r = build_damaged(root, misfiled=True)
     spec, incident = r.spec, parse_incident(r.incident_path)
-    plan = repair_through_library(spec, incident, wave_size=6)
+    plan = repair_through_library(spec, incident, wave_size=6, waves=0)
+    *first, last = sorted(plan.waves)
+    assert first, "the repair runs in more than one wave"
+    writer = Writer(open_engine(spec.warehouse), spec)
+    for n in first:
+        build_wave(writer, current_plan(spec, INCIDENT), n)
+        gate_wave(writer, INCIDENT, n)
+    between_waves = root.parent / "between-waves"
+    shutil.copytree(root, between_waves)
+    _last_wave(writer, last)
+    plan = current_plan(spec, INCIDENT)
     db = spec.warehouse.path
     repaired = {(row[0], row[1]): tuple(row) for row in fetch(db, f"SELECT {', '.join(COLUMNS)} FROM {plan.namespace}")}
     published = fetch(db, f"SELECT DISTINCT region, order_no FROM {spec.target.table}")
@@ -75,7 +97,12 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> Prepared:
     shards = sorted({row[2] for row in repaired.values()})
     rebuilt = frozenset((r[0], r[1]) for r in fetch(db, f"SELECT region, order_no FROM {snapshot_table(spec)}"))
     assert any(k not in rebuilt for k in repaired), "some keys are carried, not rebuilt"
-    return Prepared(root, repaired, rebuilt, keys, misfiled, shards)
+    return Prepared(root, between_waves, last, repaired, rebuilt, keys, misfiled, shards)
+
+
+def _last_wave(writer: Writer, wave: int) -> None:
+    build_wave(writer, current_plan(writer.spec, INCIDENT), wave)
+    assert all(g.passed for g in gate_wave(writer, INCIDENT, wave))
 
 
 @dataclass(frozen=True)
@@ -85,6 +112,7 @@ class Write:
     rev_step: int  # added to the current version: -1 older, 0 equal, 1 or 2 newer
     move: bool  # an upsert that moves the order to another shard
     shard: int  # index into the shards (replace, append)
+    io_manager: bool  # written by a team's asset through ManagedDuckDBIOManager (not delete_keys: it has none)
 
 
 writes = st.builds(
@@ -94,6 +122,7 @@ writes = st.builds(
     rev_step=st.sampled_from([-1, 0, 1, 1, 2]),
     move=st.booleans(),
     shard=st.integers(0, 10_000),
+    io_manager=st.sampled_from([False, False, True]),  # a third: a run costs more than a write
 )
 
 
@@ -184,12 +213,62 @@ class Source:
             self.pending.clear()
 
 
+@functools.cache
+def _instance() -> dg.DagsterInstance:
+    return dg.DagsterInstance.ephemeral()  # one for the module: an instance per run costs more than the run
+
+
+def _write(w: Write, writer: Writer, rows: list[Row], mode: str, shard: str | None = None) -> bool:
+    """Write ``rows`` as ingestion does, through the writer or a team's asset; False when refused
+    (a replace whose rows hold a key that sits outside its partition), nothing written."""
+    if not w.io_manager:
+        try:
+            writer.write(INGEST, _values(rows), mode=mode, partitions=[shard] if shard else None)
+        except DuplicateKeyError:
+            if mode != "replace_partitions":
+                raise
+            return False
+        return True
+    spec = writer.spec
+    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    key = [spec.target.table_name.schema, spec.target.table_name.name]
+    if shard is not None:  # a partitioned asset: the IO manager replaces its partition
+
+        @dg.asset(key=key, partitions_def=dg.StaticPartitionsDefinition([shard]))
+        def orders() -> pd.DataFrame:
+            return frame
+
+    else:
+
+        @dg.asset(key=key, metadata={WRITE_MODE_KEY: mode})
+        def orders() -> pd.DataFrame:
+            return frame
+
+    io = ManagedDuckDBIOManager(database=str(spec.warehouse.path), specs=[str(spec.spec_path)])
+    result = dg.materialize(
+        [orders], partition_key=shard, instance=_instance(), resources={"io_manager": io}, raise_on_error=False
+    )
+    if result.success:
+        return True
+    failure = " ".join(
+        f"{e.step_failure_data.error.message if e.step_failure_data.error else ''} "
+        f"{e.step_failure_data.user_failure_data.description if e.step_failure_data.user_failure_data else ''}"
+        for e in result.all_events
+        if e.is_step_failure
+    )
+    assert mode == "replace_partitions" and "refused: key" in failure and "nothing was written" in failure, failure
+    return False
+
+
 def _apply(w: Write, writer: Writer, model: Model, p: Prepared, source: Source, new_keys: list[int]) -> None:
     spec = writer.spec
-    current = {r[:2]: r for r in _published(spec) if r[:2] not in model.rows}
+
+    @functools.cache
+    def current() -> dict[Key, Row]:  # the published rows of keys the model does not hold, read when first needed
+        return {r[:2]: r for r in _published(spec) if r[:2] not in model.rows}
 
     def base(key: Key) -> Row | None:
-        return model.rows.get(key) or current.get(key)
+        return model.rows[key] if key in model.rows else current().get(key)
 
     if w.mode == "append":
         shard = p.shards[w.shard % len(p.shards)]
@@ -202,7 +281,7 @@ def _apply(w: Write, writer: Writer, model: Model, p: Prepared, source: Source, 
         for r in rows:
             source.put(r)
         source.flush(writer)
-        writer.write(INGEST, _values(rows), mode="append")
+        _write(w, writer, rows, "append")
         for r in rows:
             model.upsert(r)
         return
@@ -220,12 +299,14 @@ def _apply(w: Write, writer: Writer, model: Model, p: Prepared, source: Source, 
                 continue
             r = source.row(b, w.rev_step if i % 2 == 0 else 0, move=False)
             rows.append(r if r is not None else b)
+        if (
+            w.io_manager
+        ):  # a partitioned asset writes its own partition's rows only (an older version may sit elsewhere)
+            rows = [r for r in rows if r[2] == shard]
         if not rows:
             return
         source.flush(writer)
-        try:
-            writer.write(INGEST, _values(rows), mode="replace_partitions", partitions=[shard])
-        except DuplicateKeyError:
+        if not _write(w, writer, rows, "replace_partitions", shard):
             return  # refused, nothing written
         incoming = {r[:2] for r in rows}
         removed: dict[Key, int] = {}
@@ -265,7 +346,7 @@ def _apply(w: Write, writer: Writer, model: Model, p: Prepared, source: Source, 
             rows.append(r)
     if rows:
         source.flush(writer)
-        writer.write(INGEST, _values(rows), mode="upsert_keys")
+        _write(w, writer, rows, "upsert_keys")
         for r in rows:
             model.upsert(r)
 
@@ -277,18 +358,28 @@ def _apply(w: Write, writer: Writer, model: Model, p: Prepared, source: Source, 
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(before=st.lists(writes, max_size=3), after=st.lists(writes, max_size=3))
+@given(
+    between_waves=st.sampled_from([False, False, True]),
+    before=st.lists(writes, max_size=3),
+    after=st.lists(writes, max_size=3),
+)
 def test_the_published_table_is_the_repair_plus_every_concurrent_write_in_its_own_semantics(
-    prepared: Prepared, tmp_path_factory: pytest.TempPathFactory, before: list[Write], after: list[Write]
+    prepared: Prepared,
+    tmp_path_factory: pytest.TempPathFactory,
+    between_waves: bool,
+    before: list[Write],
+    after: list[Write],
 ):
     root = tmp_path_factory.mktemp("example") / "ds"
-    shutil.copytree(prepared.root, root)
+    shutil.copytree(prepared.between_waves if between_waves else prepared.root, root)
     spec = load_spec(root / "spec.yaml")
     writer = Writer(open_engine(spec.warehouse), spec, actor="ingest")
     writer.register_generation(INGEST, "ingest")
     model, source, new_keys = Model(prepared.repaired), Source(spec), [0]
     for w in before:
         _apply(w, writer, model, prepared, source, new_keys)
+    if between_waves:  # the writes above landed between two waves: the last one is built and gated after them
+        _last_wave(Writer(open_engine(spec.warehouse), spec), prepared.last_wave)
     _, results, _ = gate_candidate(writer, current_plan(spec, INCIDENT), with_diffs=False)
     assert all(r.passed for r in results), [r for r in results if not r.passed]
     for w in after:

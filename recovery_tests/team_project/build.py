@@ -203,6 +203,8 @@ def _on_call(root: Path, home: Path, instance: dg.DagsterInstance, backfill_id: 
         },
     ) as context:
         tick = backfill_incident_sensor(context)
+    draft = root / "incidents" / f"INC-DRAFT-{backfill_id}.yaml"
+    drafted = draft.read_text() if draft.exists() else None  # as the sensor wrote it
     first = cli(
         home,
         "registry",
@@ -219,7 +221,7 @@ def _on_call(root: Path, home: Path, instance: dg.DagsterInstance, backfill_id: 
     spec.write_text(spec.read_text() + yaml.safe_dump(section, sort_keys=False))
     again = cli(home, "registry", "dagster", "--spec", str(spec), "--backfill", backfill_id)
     states_at_contain = _run_states(instance, backfill_id)
-    draft = root / "incidents" / f"INC-DRAFT-{backfill_id}.yaml"
+    taken = draft.read_text()  # what contain is given: the sensor's draft, no field edited
     contained = cli(home, "contain", "--incident", str(draft))
     return {
         "sensor": tick.skip_message,
@@ -230,6 +232,7 @@ def _on_call(root: Path, home: Path, instance: dg.DagsterInstance, backfill_id: 
         "contain_code": contained.code,
         "contain_out": contained.out,
         "draft": str(draft),
+        "draft_unchanged": drafted == taken,
     }
 
 
