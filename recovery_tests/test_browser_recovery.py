@@ -65,7 +65,7 @@ pytestmark = [
     ),
 ]
 
-WAVE_SIZE = 100  # typed once in plan_repair's launchpad (and given to `recovery recover`): a canary and two waves
+WAVE_SIZE = 1000  # typed once in plan_repair's launchpad (and given to `recovery recover`): a canary and one wave
 NEXT_LINK = re.compile(r"(\S+?): (http://\S+/playground/setup\?\S+?)(?=;|$|\s)")
 
 
@@ -214,7 +214,7 @@ def _recover_from_the_ui(webserver: Webserver, pg, shots: Path) -> None:
         links = launched(links[phase.job], phase.job)
     launched(links[REPORT.job], REPORT.job, last=True)
     waves = done.count(WAVE.job)
-    assert waves == 2, done
+    assert waves == 1, done  # each launch costs a run process; the waves are one loop (more in test_repair)
     assert done == [
         CONTAIN.job,
         EVIDENCE.job,

@@ -33,8 +33,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from recovery.defs.io import ManagedDuckDBIOManager
-from recovery.defs.io.manager import WRITE_MODE_KEY
+from recovery.io import ManagedDuckDBIOManager
+from recovery.io.manager import WRITE_MODE_KEY
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import DuplicateKeyError, GateRefusedError
@@ -372,32 +372,35 @@ def test_the_published_table_is_the_repair_plus_every_concurrent_write_in_its_ow
 ):
     root = tmp_path_factory.mktemp("example") / "ds"
     shutil.copytree(prepared.between_waves if between_waves else prepared.root, root)
-    spec = load_spec(root / "spec.yaml")
-    writer = Writer(open_engine(spec.warehouse), spec, actor="ingest")
-    writer.register_generation(INGEST, "ingest")
-    model, source, new_keys = Model(prepared.repaired), Source(spec), [0]
-    for w in before:
-        _apply(w, writer, model, prepared, source, new_keys)
-    if between_waves:  # the writes above landed between two waves: the last one is built and gated after them
-        _last_wave(Writer(open_engine(spec.warehouse), spec), prepared.last_wave)
-    _, results, _ = gate_candidate(writer, current_plan(spec, INCIDENT), with_diffs=False)
-    assert all(r.passed for r in results), [r for r in results if not r.passed]
-    for w in after:
-        _apply(w, writer, model, prepared, source, new_keys)
-    plan = current_plan(spec, INCIDENT)
-    publish(writer, INCIDENT)
-    carried_now = {}  # carried keys a write touched: as the published table held them, fenced rows left out
-    for r in fetch(
-        spec.warehouse.path,
-        f"SELECT {', '.join(COLUMNS)} FROM {plan.from_namespace} WHERE gen_id <> ?",
-        [FAILED],
-    ):
-        if (r[0], r[1]) in model.touched and (r[0], r[1]) not in prepared.rebuilt:
-            carried_now[(r[0], r[1])] = tuple(r)
-    expected = [row for key, row in model.rows.items() if key in prepared.rebuilt or key not in model.touched] + list(
-        carried_now.values()
-    )
-    assert sorted(_published(spec)) == sorted(expected)
+    try:  # 200 examples of a 12 MB warehouse: each copy goes when its example ends
+        spec = load_spec(root / "spec.yaml")
+        writer = Writer(open_engine(spec.warehouse), spec, actor="ingest")
+        writer.register_generation(INGEST, "ingest")
+        model, source, new_keys = Model(prepared.repaired), Source(spec), [0]
+        for w in before:
+            _apply(w, writer, model, prepared, source, new_keys)
+        if between_waves:  # the writes above landed between two waves: the last one is built and gated after them
+            _last_wave(Writer(open_engine(spec.warehouse), spec), prepared.last_wave)
+        _, results, _ = gate_candidate(writer, current_plan(spec, INCIDENT), with_diffs=False)
+        assert all(r.passed for r in results), [r for r in results if not r.passed]
+        for w in after:
+            _apply(w, writer, model, prepared, source, new_keys)
+        plan = current_plan(spec, INCIDENT)
+        publish(writer, INCIDENT)
+        carried_now = {}  # carried keys a write touched: as the published table held them, fenced rows left out
+        for r in fetch(
+            spec.warehouse.path,
+            f"SELECT {', '.join(COLUMNS)} FROM {plan.from_namespace} WHERE gen_id <> ?",
+            [FAILED],
+        ):
+            if (r[0], r[1]) in model.touched and (r[0], r[1]) not in prepared.rebuilt:
+                carried_now[(r[0], r[1])] = tuple(r)
+        expected = [
+            row for key, row in model.rows.items() if key in prepared.rebuilt or key not in model.touched
+        ] + list(carried_now.values())
+        assert sorted(_published(spec)) == sorted(expected)
+    finally:
+        shutil.rmtree(root.parent, ignore_errors=True)
 
 
 def test_a_row_lost_from_the_repair_generation_refuses_the_publish_and_the_pointer_stays(
