@@ -106,11 +106,12 @@ def test_every_damaged_key_of_the_worked_example_gets_its_true_label(example_cop
 
 @pytest.mark.slow
 def test_reconciliation_is_exact_at_a_second_size(shared_dir, tmp_path):
-    big = build_example(shared_dir, events=300_000)
-    spec_path = copy_dataset(big.root, tmp_path / "big")
+    # the Spark module's build (20k events, a tenth of the default example), built once per session
+    small = build_example(shared_dir, events=20_000)
+    spec_path = copy_dataset(small.root, tmp_path / "small")
     spec, incident, summary, _ = _reconcile_example(spec_path, tmp_path / "out")
     _assert_matches_truth(spec, incident)
-    assert summary.damaged_keys > 30_000  # 46k-52k at 300k events: the dead run's share varies with timing
+    assert summary.damaged_keys > 1_000
 
 
 def test_reconciliation_rerun_gives_identical_outputs(example_copy, tmp_path):
