@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from recovery.lib.errors import RecoveryError
-from recovery.lib.identifiers import quote_all
+from recovery.lib.identifiers import TableName, quote, quote_all
 
 if TYPE_CHECKING:
     import duckdb
@@ -91,6 +91,26 @@ class Session(ABC):
             self.execute(f"DELETE FROM {table_sql} WHERE {remove}")
         if insert is not None:
             self.execute(f"INSERT INTO {table_sql} ({quote_all(list(columns))}) {insert}", params)
+
+    def adopt_table(self, table: TableName, namespace: str, add_columns: Sequence[tuple[str, str]] = ()) -> None:
+        """Adoption's move, in the caller's transaction: the plain table ``table`` (another tool wrote
+        it) becomes the table ``namespace`` of the same schema, its data as it is, and gains each
+        (name, type) of ``add_columns``, NULL in every row. Nothing is left at ``table``: the caller
+        points the public name at the namespace (:meth:`swap_pointer`) in the same transaction.
+        Here: DuckDB's ``ALTER TABLE ... RENAME`` and ``ADD COLUMN``; Spark moves its catalog row."""
+        self.execute(f"ALTER TABLE {table.sql()} RENAME TO {quote(namespace)}")
+        for col, typ in add_columns:
+            self.execute(f"ALTER TABLE {table.with_name(namespace).sql()} ADD COLUMN {quote(col)} {typ}")
+
+    def release_table(self, public: TableName) -> None:
+        """``release``'s move, in the caller's transaction: the managed view ``public`` becomes a plain
+        table of the same name holding the rows the view shows now. Here: a staging table built from
+        the view, the view dropped, the staging table renamed."""
+        staging = public.with_name(f"{public.name}__released")
+        self.execute(f"DROP TABLE IF EXISTS {staging.sql()}")
+        self.execute(f"CREATE TABLE {staging.sql()} AS SELECT * FROM {public.sql()}")
+        self.execute(f"DROP VIEW {public.sql()}")
+        self.execute(f"ALTER TABLE {staging.sql()} RENAME TO {quote(public.name)}")
 
     def swap_pointer(self, view_sql: str, select_sql: str) -> None:
         """Point the public name ``view_sql`` at ``select_sql`` (a namespace's columns), in the caller's
