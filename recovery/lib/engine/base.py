@@ -112,6 +112,18 @@ class Session(ABC):
         self.execute(f"DROP VIEW {public.sql()}")
         self.execute(f"ALTER TABLE {staging.sql()} RENAME TO {quote(public.name)}")
 
+    def mean_text_bytes(self, table_sql: str, columns: Sequence[str], sample_rows: int = 10_000) -> float:
+        """Sum over ``columns`` (text) of their mean length in bytes, over a sample of about
+        ``sample_rows`` rows: a size estimate (the backfill preview's bytes per row), not an answer.
+        Here: DuckDB's reservoir sample; an engine without ``USING SAMPLE`` samples its own way."""
+        if not columns:
+            return 0.0
+        avg = self.scalar(
+            f"SELECT {' + '.join(f'coalesce(avg(strlen({quote(c)})), 0)' for c in columns)} "
+            f"FROM (SELECT * FROM {table_sql} USING SAMPLE {int(sample_rows)} ROWS)"
+        )
+        return float(avg or 0)
+
     def swap_pointer(self, view_sql: str, select_sql: str) -> None:
         """Point the public name ``view_sql`` at ``select_sql`` (a namespace's columns), in the caller's
         transaction: the one change that publishes a namespace or rolls back to one."""

@@ -406,6 +406,18 @@ class SparkWarehouseSession(Session):
         new = self._write_dir(df, public.schema, public.name)
         self._stage(full_name(public.schema, public.name), SparkObject("table", [new], df.schema.json()))
 
+    def mean_text_bytes(self, table_sql: str, columns: Sequence[str], sample_rows: int = 10_000) -> float:
+        """The first ``sample_rows`` rows Spark reads stand for the sample (Spark's ``TABLESAMPLE
+        (n ROWS)`` is the same limit); bytes are ``octet_length``, DuckDB's ``strlen``."""
+        query = parse(f"SELECT * FROM {table_sql}")
+        if not columns or not self._touches_spark(query):
+            return super().mean_text_bytes(table_sql, columns, sample_rows)
+        from pyspark.sql import functions as F
+
+        sample = self._df(query).limit(int(sample_rows))
+        means = sample.agg(*[F.coalesce(F.avg(F.octet_length(F.col(f"`{c}`"))), F.lit(0.0)) for c in columns])
+        return float(sum(means.collect()[0]))
+
     def swap_pointer(self, view_sql: str, select_sql: str) -> None:
         """A view over a Spark namespace is a catalog row (its SQL), resolved before it is staged."""
         t = exp.to_table(view_sql, dialect="duckdb")
