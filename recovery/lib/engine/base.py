@@ -112,6 +112,11 @@ class Session(ABC):
         self.execute(f"DROP VIEW {public.sql()}")
         self.execute(f"ALTER TABLE {staging.sql()} RENAME TO {quote(public.name)}")
 
+    def quantile_sql(self, value_sql: str, q: float) -> str:
+        """The SQL of the continuous (interpolated) ``q`` quantile of ``value_sql``, an aggregate over
+        data relations, for the statements this session runs. DuckDB: ``quantile_cont``."""
+        return f"quantile_cont({value_sql}, {float(q)!r})"
+
     def mean_text_bytes(self, table_sql: str, columns: Sequence[str], sample_rows: int = 10_000) -> float:
         """Sum over ``columns`` (text) of their mean length in bytes, over a sample of about
         ``sample_rows`` rows: a size estimate (the backfill preview's bytes per row), not an answer.

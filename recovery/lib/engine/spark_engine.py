@@ -406,6 +406,11 @@ class SparkWarehouseSession(Session):
         new = self._write_dir(df, public.schema, public.name)
         self._stage(full_name(public.schema, public.name), SparkObject("table", [new], df.schema.json()))
 
+    def quantile_sql(self, value_sql: str, q: float) -> str:
+        """Spark's exact interpolated quantile is ``percentile`` (its ``percentile_cont`` takes
+        ``WITHIN GROUP``, which the phases' dialect does not write)."""
+        return f"percentile({value_sql}, {float(q)!r})"
+
     def mean_text_bytes(self, table_sql: str, columns: Sequence[str], sample_rows: int = 10_000) -> float:
         """The first ``sample_rows`` rows Spark reads stand for the sample (Spark's ``TABLESAMPLE
         (n ROWS)`` is the same limit); bytes are ``octet_length``, DuckDB's ``strlen``."""
