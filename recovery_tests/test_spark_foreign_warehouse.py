@@ -74,10 +74,21 @@ def recovered(shared_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
         # one wave after the canary: the waves are the same code path, and each costs Spark seconds
         run["recover"] = cli(home, "recover", "--incident", str(root / "incident.yaml"), "--wave-size", "200")
         run["seconds"] = time.monotonic() - t0
+        run["published"] = _read(root, PUBLISHED)
+        run["ledger"] = _read(root, LEDGER, [INCIDENT])
+        if engine == "spark":  # then the verbs after the incident: the next backfill through its gates, hand-back
+            run["control"] = _control_file(root)
+            t1 = time.monotonic()
+            spec = ("--spec", str(root / "spec.yaml"))
+            window = (*spec, "--start", "2013-05", "--end", "2013-06", "--approved-by", "data-platform-lead")
+            run["backfill"] = cli(home, "backfill", "run", *window)
+            run["release"] = cli(home, "release", *spec)
+            run["after"] = time.monotonic() - t1
         out[engine] = run
     print(
         f"\nshipments recovered through the CLI: duckdb {out['duckdb']['seconds']:.0f} s, "
-        f"spark {out['spark']['seconds']:.0f} s (spark-import included)"
+        f"spark {out['spark']['seconds']:.0f} s (spark-import included); backfill run + release on spark "
+        f"{out['spark']['after']:.0f} s"
     )
     return out
 
@@ -85,6 +96,27 @@ def recovered(shared_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
 def _read(root: Path, sql: str, params: list | None = None) -> pa.Table:
     with open_engine(parse_spec(root / "spec.yaml").warehouse).session(read_only=True) as s:
         return s.arrow(sql, params)
+
+
+def _control_file(root: Path) -> tuple[dict[str, str], set[str], tuple]:
+    """What the control file holds after the recovery: the Spark catalog's kinds, the schemas of its
+    own relations, and the target's first namespace with its note."""
+    import duckdb
+
+    with duckdb.connect(str(parse_spec(root / "spec.yaml").warehouse.path), read_only=True) as conn:
+        catalog = dict(conn.execute(f"SELECT name, kind FROM {CATALOG}").fetchall())
+        in_control = {
+            r[0]
+            for r in conn.execute(
+                "SELECT schema_name FROM duckdb_tables() WHERE NOT internal "
+                "UNION SELECT schema_name FROM duckdb_views() WHERE NOT internal"
+            ).fetchall()
+        }
+        adopted = conn.execute(
+            "SELECT namespace, note FROM _recovery.namespaces WHERE public_name = 'mart.shipments' "
+            "ORDER BY created_seq LIMIT 1"
+        ).fetchone()
+    return catalog, in_control, adopted
 
 
 def _content_hash(table: pa.Table, order: list[str]) -> str:
@@ -117,35 +149,41 @@ def test_every_key_gets_the_duckdb_label_on_spark(recovered):
 
 
 def test_the_published_table_and_the_restatement_are_the_same_on_both_engines(recovered):
-    duck, spark = (_read(recovered[e]["root"], PUBLISHED) for e in ("duckdb", "spark"))
+    duck, spark = (recovered[e]["published"] for e in ("duckdb", "spark"))
     assert duck.num_rows > 1000 and spark.num_rows == duck.num_rows
     assert _content_hash(spark, KEY) == _content_hash(duck, KEY)
     assert "bf-0007" not in set(spark.column("load_id").to_pylist())  # the failed backfill's rows were repaired
     order = ["consumer", "consumer_key", "change"]
-    duck_l, spark_l = (_read(recovered[e]["root"], LEDGER, [INCIDENT]) for e in ("duckdb", "spark"))
+    duck_l, spark_l = (recovered[e]["ledger"] for e in ("duckdb", "spark"))
     assert duck_l.num_rows > 0
     assert _content_hash(spark_l, order) == _content_hash(duck_l, order)
 
 
 def test_the_adopted_target_lives_in_spark_as_generation_one_behind_a_managed_view(recovered):
-    root = recovered["spark"]["root"]
-    spec = parse_spec(root / "spec.yaml")
-    import duckdb
-
-    with duckdb.connect(str(spec.warehouse.path), read_only=True) as conn:
-        catalog = dict(conn.execute(f"SELECT name, kind FROM {CATALOG}").fetchall())
-        in_control = {
-            r[0]
-            for r in conn.execute(
-                "SELECT schema_name FROM duckdb_tables() WHERE NOT internal "
-                "UNION SELECT schema_name FROM duckdb_views() WHERE NOT internal"
-            ).fetchall()
-        }
-        adopted = conn.execute(
-            "SELECT namespace, note FROM _recovery.namespaces WHERE public_name = 'mart.shipments' "
-            "ORDER BY created_seq LIMIT 1"
-        ).fetchone()
+    catalog, in_control, adopted = recovered["spark"]["control"]
     assert in_control <= {"_recovery", "main"}, "a data relation stayed in the control file"
     assert catalog["mart.shipments"] == "view" and catalog["mart.shipments__g0001"] == "table"
     assert catalog["ops.load_runs"] == "table" and catalog["raw.shipment_events"] == "table"
     assert adopted[0] == "mart.shipments__g0001" and "adopted" in adopted[1]
+
+
+def test_the_next_backfill_publishes_through_its_gates_and_release_hands_back_a_plain_table_on_spark(recovered):
+    """The verbs after the incident, on Spark: the backfill's value gates profile with Spark's own
+    quantile and its preview samples text widths on Spark; ``release`` writes the published rows as
+    the table. What it hands back is the generator's expected content (its own truth)."""
+    run = recovered["spark"]
+    assert run["backfill"].code == 0, run["backfill"].out
+    assert "published: mart.shipments now points at mart.shipments__g0003" in run["backfill"].out, run["backfill"].out
+    assert run["release"].code == 0 and "plain table again" in run["release"].out, run["release"].out
+    root = run["root"]
+    expected = pd.read_parquet(root / "truth" / "expected.parquet")
+    cols = ", ".join("CAST(cost_usd AS DOUBLE) AS cost_usd" if c == "cost_usd" else c for c in expected.columns)
+    released = _read(root, f"SELECT {cols} FROM mart.shipments").to_pandas()
+    diff = released.merge(expected, how="outer", indicator=True)
+    assert len(released) == len(expected) and (diff["_merge"] == "both").all(), diff[diff["_merge"] != "both"]
+    spec = parse_spec(root / "spec.yaml")
+    import duckdb
+
+    with duckdb.connect(str(spec.warehouse.path), read_only=True) as conn:
+        kind = conn.execute(f"SELECT kind FROM {CATALOG} WHERE name = 'mart.shipments'").fetchone()
+    assert kind == ("table",)
