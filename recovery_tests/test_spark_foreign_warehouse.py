@@ -187,3 +187,41 @@ def test_the_next_backfill_publishes_through_its_gates_and_release_hands_back_a_
     with duckdb.connect(str(spec.warehouse.path), read_only=True) as conn:
         kind = conn.execute(f"SELECT kind FROM {CATALOG} WHERE name = 'mart.shipments'").fetchone()
     assert kind == ("table",)
+
+
+def test_adoption_and_release_are_catalog_moves_on_spark_with_missing_metadata_read_as_null(tmp_path: Path):
+    """``adopt_table`` copies no data (the namespace names the plain table's directories) and a metadata
+    column the team's table lacks reads as NULL; ``release_table`` writes the view's rows under the name."""
+    from recovery.lib.engine.spark_engine import SparkEngine
+    from recovery.lib.identifiers import TableName
+
+    engine = SparkEngine(str(tmp_path / "control.duckdb"), str(tmp_path / "data"))
+    public = TableName("mart", "t")
+    with engine.transaction() as s:
+        s.execute("CREATE TABLE mart.t (k INTEGER, v VARCHAR)")
+        s.execute("INSERT INTO mart.t VALUES (1, 'a'), (2, 'b')")
+    with engine.session(read_only=True) as s:
+        dirs = s.scalar(f"SELECT dirs FROM {CATALOG} WHERE name = 'mart.t'")
+    with engine.transaction() as s:
+        s.adopt_table(public, "t__g0001", [("gen", "VARCHAR"), ("written", "TIMESTAMP"), ("rev", "BIGINT")])
+        assert s.object_kind("mart", "t") is None  # nothing at the public name until the pointer moves
+        s.swap_pointer(public.sql(), "SELECT k, v, gen FROM mart.t__g0001")
+    with engine.session(read_only=True) as s:
+        assert s.columns("mart.t__g0001") == [
+            ("k", "INTEGER"),
+            ("v", "VARCHAR"),
+            ("gen", "VARCHAR"),
+            ("written", "TIMESTAMP"),
+            ("rev", "BIGINT"),
+        ]
+        assert s.fetchall("SELECT k, v, gen, written, rev FROM mart.t__g0001 ORDER BY k") == [
+            (1, "a", None, None, None),
+            (2, "b", None, None, None),
+        ]
+        assert s.scalar(f"SELECT dirs FROM {CATALOG} WHERE name = 'mart.t__g0001'") == dirs
+        assert s.object_kind("mart", "t") == "view"
+    with engine.transaction() as s:
+        s.release_table(public)
+    with engine.session(read_only=True) as s:
+        assert s.object_kind("mart", "t") == "table"
+        assert s.fetchall("SELECT k, v, gen FROM mart.t ORDER BY k") == [(1, "a", None), (2, "b", None)]
