@@ -54,6 +54,7 @@ def example_copy(failed_example: BuiltExample, tmp_path: Path) -> Path:
 # at the end while the other workers idle.
 LONGEST_FIRST = (
     "test_spark_engine.py",
+    "test_spark_foreign_warehouse.py",  # the shipments warehouse recovered on both engines through the CLI
     "test_fencing_race.py",
     "test_team_project.py",  # a daemon backfill of a team's project, then its recovery (about 100 s on a quiet machine)
     "test_reconciliation.py",

@@ -30,7 +30,6 @@ from recovery.lib.control_plane import (
 )
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError
-from recovery.lib.identifiers import TableName, quote
 from recovery.lib.namespaces import create_or_adopt, is_managed, namespace_sql, published_namespace
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.writer import retrying
@@ -141,12 +140,8 @@ def release(engine: Engine, spec: DatasetSpec, *, actor: str) -> tuple[str, int]
                 )
             ns = published_namespace(s, spec)
             seq = next_seq(s)
-            staging = TableName(public.schema, f"{public.name}__released")
-            s.execute(f"DROP TABLE IF EXISTS {staging.sql()}")
-            s.execute(f"CREATE TABLE {staging.sql()} AS SELECT * FROM {public.sql()}")
-            rows, checksum = content_checksum(s, staging.sql())
-            s.execute(f"DROP VIEW {public.sql()}")
-            s.execute(f"ALTER TABLE {staging.sql()} RENAME TO {quote(public.name)}")
+            s.release_table(public)
+            rows, checksum = content_checksum(s, public.sql())
             s.execute(f"DELETE FROM {SCHEMA}.pointers WHERE public_name = ?", [str(public)])
             s.execute(
                 f"INSERT INTO {SCHEMA}.pointer_history VALUES (?, ?, ?, NULL, ?, ?, ?, 'released')",

@@ -13,6 +13,7 @@ import re
 from datetime import date
 from pathlib import Path
 
+import duckdb
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from recovery.lib.catalog_checks import is_numeric_type, load_spec
@@ -263,7 +264,15 @@ def _value_format(s, part: str, table: str, col_type: str) -> tuple[str, str] | 
         f"length(strftime(try_strptime(v, '{fmt}'), '{fmt}')))"
         for fmt, _ in formats
     )
-    row = s.fetchone(f"SELECT {checks} FROM (SELECT DISTINCT {text} AS v FROM {table} WHERE {part} IS NOT NULL)")
+    # the distinct values (one per partition) come from the engine; the calendar check runs on them in
+    # process, in DuckDB's strptime, whatever the warehouse's engine (Spark has no try_strptime)
+    values = s.arrow(f"SELECT DISTINCT {text} AS v FROM {table} WHERE {part} IS NOT NULL")
+    local = duckdb.connect()
+    try:
+        local.register("partition_values", values)
+        row = local.execute(f"SELECT {checks} FROM partition_values").fetchone()
+    finally:
+        local.close()
     return next((f for f, ok in zip(formats, row or (), strict=False) if ok), None)
 
 

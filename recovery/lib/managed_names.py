@@ -119,7 +119,7 @@ def adopt_if_plain(s: Session, m: ManagedName, *, actor: str) -> str | None:
         return None
     seq = next_seq(s)
     ns = _next_name(s, m)
-    s.execute(f"ALTER TABLE {m.public.sql()} RENAME TO {quote(TableName.parse(ns).name)}")
+    s.adopt_table(m.public, TableName.parse(ns).name)
     register_namespace(s, m, ns, seq=seq, actor=actor, status="published", note=ADOPTED_NOTE)
     move(s, m, ns, actor=actor, reason="adopted", seq=seq)
     record_event(

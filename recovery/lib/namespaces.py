@@ -75,11 +75,9 @@ def create_or_adopt(s: Session, spec: DatasetSpec, *, actor: str) -> str:
     s.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(public.schema)}")
     ns = _namespace_name(spec, _next_number(s, spec))
     if kind == "table":
-        s.execute(f"ALTER TABLE {public.sql()} RENAME TO {quote(TableName.parse(ns).name)}")
-        have = {c for c, _ in s.columns(namespace_sql(ns))}
-        for col, typ in [(meta.generation, "VARCHAR"), (meta.source_version, "BIGINT"), (meta.written_at, "TIMESTAMP")]:
-            if col not in have:
-                s.execute(f"ALTER TABLE {namespace_sql(ns)} ADD COLUMN {quote(col)} {typ}")
+        have = {c for c, _ in s.columns(public.sql())}
+        wanted = [(meta.generation, "VARCHAR"), (meta.source_version, "BIGINT"), (meta.written_at, "TIMESTAMP")]
+        s.adopt_table(public, TableName.parse(ns).name, [(c, t) for c, t in wanted if c not in have])
         _infer_generations(s, spec, ns, seq)
         note, reason = "adopted from a plain table", "adopted"
     else:
@@ -109,20 +107,27 @@ def _infer_generations(s: Session, spec: DatasetSpec, ns: str, seq: int) -> None
     in the rows, its start inferred from its first write."""
     meta = spec.target.metadata
     reg = registry_sql(spec)
+    # the columns named, each value aliased: the rows are computed where the registry and the target
+    # live (Spark: on Spark, as a DataFrame whose columns need distinct names), then land in the control plane
+    cols = (
+        "generation, dataset, kind, status, started_at, ended_at, source_watermark, token, writes, "
+        "registered_seq, inferred, note"
+    )
     if reg:
         s.execute(
-            f"INSERT INTO {SCHEMA}.generations "
-            f"SELECT generation, ?, kind, 'complete', NULL, started_at, ended_at, "
-            f"source_watermark, NULL, NULL, NULL, 1, NULL, 0, NULL, ?, false, NULL, NULL, 'from ' || basis "
+            f"INSERT INTO {SCHEMA}.generations ({cols}) "
+            f"SELECT generation, ? AS dataset, kind, 'complete' AS status, started_at, ended_at, source_watermark, "
+            f"1 AS token, 0 AS writes, ? AS registered_seq, false AS inferred, 'from ' || basis AS note "
             f"FROM ({reg}) WHERE generation NOT IN (SELECT generation FROM {SCHEMA}.generations) "
             f"QUALIFY row_number() OVER (PARTITION BY generation ORDER BY started_at) = 1",
             [spec.dataset, seq],
         )
     s.execute(
-        f"INSERT INTO {SCHEMA}.generations "
-        "SELECT g, ?, 'unknown', 'complete', NULL, first_write, last_write, NULL, NULL, NULL, NULL, 1, NULL, 0, NULL, "
-        "?, true, NULL, NULL, "
-        f"'inferred from rows of an adopted table' FROM (SELECT {quote(meta.generation)} AS g, "
+        f"INSERT INTO {SCHEMA}.generations ({cols}) "
+        "SELECT g AS generation, ? AS dataset, 'unknown' AS kind, 'complete' AS status, first_write AS started_at, "
+        "last_write AS ended_at, CAST(NULL AS TIMESTAMP) AS source_watermark, 1 AS token, 0 AS writes, "
+        "? AS registered_seq, true AS inferred, 'inferred from rows of an adopted table' AS note "
+        f"FROM (SELECT {quote(meta.generation)} AS g, "
         f"min({quote(meta.written_at)}) AS first_write, "
         f"max({quote(meta.written_at)}) AS last_write FROM {namespace_sql(ns)} "
         f"WHERE {quote(meta.generation)} IS NOT NULL GROUP BY 1) "

@@ -367,7 +367,7 @@ class Writer:
                 )
             in_scope = f"{part} IN (SELECT p FROM __scope)"
         elif mode in ("upsert_keys", "delete_keys"):
-            in_scope = f"({key}) IN (SELECT ({key}) FROM __incoming)"
+            in_scope = f"({key}) IN (SELECT {key} FROM __incoming)"
         else:
             in_scope = "false"
         if existing_keys and mode in ("replace_partitions", "append"):
@@ -420,7 +420,7 @@ class Writer:
                 params=removal_params + [seq, ns],
                 insert=(
                     f"SELECT {removed('t')}, ?, 'delete', ? FROM {ns_sql} AS t WHERE {in_scope} "
-                    f"AND ({key}) NOT IN (SELECT ({key}) FROM __incoming)"
+                    f"AND ({key}) NOT IN (SELECT {key} FROM __incoming)"
                 ),
             )
         deleted = int(s.scalar(f"SELECT count(*) FROM {ns_sql} WHERE {in_scope}") or 0) if mode != "append" else 0

@@ -9,7 +9,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from recovery.lib.errors import RecoveryError
-from recovery.lib.identifiers import quote_all
+from recovery.lib.identifiers import TableName, quote, quote_all
 
 if TYPE_CHECKING:
     import duckdb
@@ -111,6 +111,43 @@ class Session(ABC):
             self.execute(f"DELETE FROM {table_sql} WHERE {remove}")
         if insert is not None:
             self.execute(f"INSERT INTO {table_sql} ({quote_all(list(columns))}) {insert}", params)
+
+    def adopt_table(self, table: TableName, namespace: str, add_columns: Sequence[tuple[str, str]] = ()) -> None:
+        """Adoption's move, in the caller's transaction: the plain table ``table`` (another tool wrote
+        it) becomes the table ``namespace`` of the same schema, its data as it is, and gains each
+        (name, type) of ``add_columns``, NULL in every row. Nothing is left at ``table``: the caller
+        points the public name at the namespace (:meth:`swap_pointer`) in the same transaction.
+        Here: DuckDB's ``ALTER TABLE ... RENAME`` and ``ADD COLUMN``; Spark moves its catalog row."""
+        self.execute(f"ALTER TABLE {table.sql()} RENAME TO {quote(namespace)}")
+        for col, typ in add_columns:
+            self.execute(f"ALTER TABLE {table.with_name(namespace).sql()} ADD COLUMN {quote(col)} {typ}")
+
+    def release_table(self, public: TableName) -> None:
+        """``release``'s move, in the caller's transaction: the managed view ``public`` becomes a plain
+        table of the same name holding the rows the view shows now. Here: a staging table built from
+        the view, the view dropped, the staging table renamed."""
+        staging = public.with_name(f"{public.name}__released")
+        self.execute(f"DROP TABLE IF EXISTS {staging.sql()}")
+        self.execute(f"CREATE TABLE {staging.sql()} AS SELECT * FROM {public.sql()}")
+        self.execute(f"DROP VIEW {public.sql()}")
+        self.execute(f"ALTER TABLE {staging.sql()} RENAME TO {quote(public.name)}")
+
+    def quantile_sql(self, value_sql: str, q: float) -> str:
+        """The SQL of the continuous (interpolated) ``q`` quantile of ``value_sql``, an aggregate over
+        data relations, for the statements this session runs. DuckDB: ``quantile_cont``."""
+        return f"quantile_cont({value_sql}, {float(q)!r})"
+
+    def mean_text_bytes(self, table_sql: str, columns: Sequence[str], sample_rows: int = 10_000) -> float:
+        """Sum over ``columns`` (text) of their mean length in bytes, over a sample of about
+        ``sample_rows`` rows: a size estimate (the backfill preview's bytes per row), not an answer.
+        Here: DuckDB's reservoir sample; an engine without ``USING SAMPLE`` samples its own way."""
+        if not columns:
+            return 0.0
+        avg = self.scalar(
+            f"SELECT {' + '.join(f'coalesce(avg(strlen({quote(c)})), 0)' for c in columns)} "
+            f"FROM (SELECT * FROM {table_sql} USING SAMPLE {int(sample_rows)} ROWS)"
+        )
+        return float(avg or 0)
 
     def swap_pointer(self, view_sql: str, select_sql: str) -> None:
         """Point the public name ``view_sql`` at ``select_sql`` (a namespace's columns), in the caller's

@@ -53,6 +53,7 @@ from recovery.lib.engine.spark_sql import (
     to_spark,
 )
 from recovery.lib.errors import RecoveryError
+from recovery.lib.identifiers import TableName
 
 CATALOG = f"{CONTROL_SCHEMA}.spark_objects"
 _CATALOG_DDL = [
@@ -377,6 +378,50 @@ class SparkWarehouseSession(Session):
             self._bind_variables(query)
             dirs.append(self._write_dir(self._aligned(self._df(query), obj, list(columns)), schema, name))
         self._stage(key, SparkObject("table", dirs, obj.schema_json))
+
+    def adopt_table(self, table: TableName, namespace: str, add_columns: Sequence[tuple[str, str]] = ()) -> None:
+        """The table's catalog row moves to the namespace's name, its directories untouched (no
+        data is copied); an added column is a field of its schema that no file holds, which Parquet
+        reads as NULL. Staged with the caller's control-store transaction."""
+        if not is_data_relation(table.schema, table.name):
+            super().adopt_table(table, namespace, add_columns)
+            return
+        from pyspark.sql.types import StructField, StructType
+
+        obj = self._relation(table.schema, table.name, full_name(table.schema, table.name))
+        schema = StructType.fromJson(json.loads(obj.schema))
+        for col, typ in add_columns:
+            spark_type = exp.DataType.build(typ, dialect="duckdb").sql("spark")
+            dtype = self.spark.sql(f"SELECT CAST(NULL AS {spark_type}) AS c").schema.fields[0].dataType
+            schema = StructType(list(schema.fields) + [StructField(col, dtype, True)])
+        self._stage(full_name(table.schema, table.name), None)
+        self._stage(full_name(table.schema, namespace), SparkObject("table", list(obj.dirs), schema.json()))
+
+    def release_table(self, public: TableName) -> None:
+        """The view's rows written as the table's one directory, staged under the public name."""
+        if not is_data_relation(public.schema, public.name):
+            super().release_table(public)
+            return
+        df = self._df(parse(f"SELECT * FROM {public.sql()}"))
+        new = self._write_dir(df, public.schema, public.name)
+        self._stage(full_name(public.schema, public.name), SparkObject("table", [new], df.schema.json()))
+
+    def quantile_sql(self, value_sql: str, q: float) -> str:
+        """Spark's exact interpolated quantile is ``percentile`` (its ``percentile_cont`` takes
+        ``WITHIN GROUP``, which the phases' dialect does not write)."""
+        return f"percentile({value_sql}, {float(q)!r})"
+
+    def mean_text_bytes(self, table_sql: str, columns: Sequence[str], sample_rows: int = 10_000) -> float:
+        """The first ``sample_rows`` rows Spark reads stand for the sample (Spark's ``TABLESAMPLE
+        (n ROWS)`` is the same limit); bytes are ``octet_length``, DuckDB's ``strlen``."""
+        query = parse(f"SELECT * FROM {table_sql}")
+        if not columns or not self._touches_spark(query):
+            return super().mean_text_bytes(table_sql, columns, sample_rows)
+        from pyspark.sql import functions as F
+
+        sample = self._df(query).limit(int(sample_rows))
+        means = sample.agg(*[F.coalesce(F.avg(F.octet_length(F.col(f"`{c}`"))), F.lit(0.0)) for c in columns])
+        return float(sum(means.collect()[0]))
 
     def swap_pointer(self, view_sql: str, select_sql: str) -> None:
         """A view over a Spark namespace is a catalog row (its SQL), resolved before it is staged."""

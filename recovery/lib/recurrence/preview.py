@@ -150,11 +150,8 @@ def row_bytes(s: Session, ns: str) -> float:
     text = [c for c, t in cols if t == "VARCHAR"]
     if not text:
         return float(fixed)
-    avg = s.scalar(
-        f"SELECT {' + '.join(f'coalesce(avg(strlen({quote(c)})), 0)' for c in text)} "
-        f"FROM (SELECT * FROM {namespace_sql(ns)} USING SAMPLE 10000 ROWS)"
-    )
-    return float(fixed + (avg or 0) + 4 * len(text))
+    avg = s.mean_text_bytes(namespace_sql(ns), text, 10_000)
+    return float(fixed + avg + 4 * len(text))
 
 
 def throughput(s: Session, spec: DatasetSpec) -> tuple[float, str]:

@@ -40,8 +40,8 @@ def _stats(s: Session, relation: str, name: str, kind: str) -> dict:
     c = quote(name)
     num = (
         (
-            f", avg(CAST({c} AS DOUBLE)), stddev_pop(CAST({c} AS DOUBLE)), quantile_cont(CAST({c} AS DOUBLE), 0.1), "
-            f"quantile_cont(CAST({c} AS DOUBLE), 0.5), quantile_cont(CAST({c} AS DOUBLE), 0.9)"
+            f", avg(CAST({c} AS DOUBLE)), stddev_pop(CAST({c} AS DOUBLE)), "
+            + ", ".join(s.quantile_sql(f"CAST({c} AS DOUBLE)", q) for q in (0.1, 0.5, 0.9))
         )
         if kind == "numeric"
         else ""

@@ -213,14 +213,17 @@ def _pairs_sql(
         FULL OUTER JOIN (SELECT *, true AS __b FROM {namespace_sql(published)} WHERE {inside} {one}) b USING ({key})"""
 
 
-def _profile_sql(relation: str, partition: str, columns: list[tuple[str, str]], label: str | None = None) -> str:
-    """One row per partition and column: rows, nulls, distinct values, mean, std dev, p10/p50/p90."""
+def _profile_sql(
+    s: Session, relation: str, partition: str, columns: list[tuple[str, str]], label: str | None = None
+) -> str:
+    """One row per partition and column: rows, nulls, distinct values, mean, std dev, p10/p50/p90
+    (each quantile in the session's engine's own spelling)."""
     group = f"'{label}'" if label else f"CAST({quote(partition)} AS VARCHAR)"
     parts = []
     for name, kind in columns:
         c, v = quote(name), _as_number(name, kind)
         num = (
-            f"avg({v}), stddev_pop({v}), quantile_cont({v}, 0.1), quantile_cont({v}, 0.5), quantile_cont({v}, 0.9)"
+            f"avg({v}), stddev_pop({v}), " + ", ".join(s.quantile_sql(v, q) for q in (0.1, 0.5, 0.9))
             if v
             else "NULL, NULL, NULL, NULL, NULL"
         )
@@ -377,8 +380,8 @@ def _profile_checks(
     checked = [(n, k) for n, k in columns if not declared.covers(n) and n != part]
     if not checked:
         return
-    cand = _profiles(s, _profile_sql(f"(SELECT * FROM {namespace_sql(candidate)} WHERE {inside})", part, checked))
-    pub = _profiles(s, _profile_sql(f"(SELECT * FROM {namespace_sql(published)} WHERE {inside})", part, checked))
+    cand = _profiles(s, _profile_sql(s, f"(SELECT * FROM {namespace_sql(candidate)} WHERE {inside})", part, checked))
+    pub = _profiles(s, _profile_sql(s, f"(SELECT * FROM {namespace_sql(published)} WHERE {inside})", part, checked))
     rows = {p: r["n"] for (p, c), r in pub.items() if c == checked[0][0]}
     thin = [p for p in partitions if rows.get(p, 0) < a.min_baseline_rows and any(k[0] == p for k in cand)]
     history = {}
@@ -386,7 +389,7 @@ def _profile_checks(
         history = _profiles(
             s,
             _profile_sql(
-                f"(SELECT * FROM {namespace_sql(published)} WHERE NOT ({inside}))", part, checked, label=HISTORY
+                s, f"(SELECT * FROM {namespace_sql(published)} WHERE NOT ({inside}))", part, checked, label=HISTORY
             ),
         )
         hist_rows = history.get((HISTORY, checked[0][0]), {}).get("n", 0)

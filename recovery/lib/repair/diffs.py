@@ -42,7 +42,7 @@ def record_diffs(s: Session, spec: DatasetSpec, plan: RepairPlan, writer: Writer
     recon = recon_table(spec)
     key = quote_all(spec.key)
     s.execute(
-        f"DELETE FROM {recon} WHERE incident_id = ? AND ({key}) IN (SELECT ({key}) FROM "
+        f"DELETE FROM {recon} WHERE incident_id = ? AND ({key}) IN (SELECT {key} FROM "
         f"({latest_delta_sql(writer, plan, plan.low_seq, plan.high_seq or plan.low_seq)}))",
         [after],
     )

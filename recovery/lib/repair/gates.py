@@ -118,7 +118,7 @@ def reference_sql(
     carried = (
         f"SELECT {cols_sql} FROM {namespace_sql(plan.from_namespace)} "
         f"WHERE NOT ({in_partitions(s, spec, rebuilt)}) AND NOT ({in_partitions(s, spec, list(plan.qualified))}) "
-        f"AND ({key}) NOT IN (SELECT ({key}) FROM {snap})"
+        f"AND ({key}) NOT IN (SELECT {key} FROM {snap})"
     )
     if not overlay:
         return f"SELECT {sel('x')} FROM {snap} x UNION ALL {carried}"
@@ -143,7 +143,7 @@ def reference_sql(
         SELECT * FROM ({carried}) ANTI JOIN __reference_fold USING ({key})
         UNION ALL
         SELECT {cols_sql} FROM {namespace_sql(plan.from_namespace)}
-        WHERE ({key}) IN (SELECT ({key}) FROM __reference_fold WHERE NOT __started)
+        WHERE ({key}) IN (SELECT {key} FROM __reference_fold WHERE NOT __started)
         AND {gen} NOT IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL)
     """
 
@@ -176,7 +176,7 @@ def row_frame_sql(s: Session, spec: DatasetSpec, plan: RepairPlan, scope: list[s
         der AS ({derived}),
         tomb AS (SELECT {key}, max({quote(src.version)}) AS __tomb_version FROM {src.table_name.sql()}
                  WHERE {quote(src.op)} IN ({str_list(src.delete_ops)}) AND {quote(src.ingested_at)} <= {wm}
-                 AND ({key}) IN (SELECT ({key}) FROM c) GROUP BY ALL)
+                 AND ({key}) IN (SELECT {key} FROM c) GROUP BY ALL)
         SELECT {"c.*" if payload else ", ".join(f"c.{quote(k)}" for k in spec.key)},
                CAST(c.{part} AS VARCHAR) AS __partition, der.__derived_partition,
                coalesce(copies.__key_copies, 1) AS __key_copies,
@@ -219,7 +219,7 @@ def reconciliation_gate(
     cols = [c for c in payload_columns(s, spec) if c not in spec.key]
     key = quote_all(spec.key)
     ns = namespace_sql(plan.namespace)
-    only = f" AND ({key}) IN (SELECT ({key}) FROM {keys})" if keys else ""
+    only = f" AND ({key}) IN (SELECT {key} FROM {keys})" if keys else ""
     same = " AND ".join(f"a.{quote(c)} IS NOT DISTINCT FROM r.{quote(c)}" for c in cols)
     # a key's copies counted by a grouping of the few duplicated keys joined back, not a window over every
     # row (which partitions and sorts every row)

@@ -198,7 +198,7 @@ def qualified_partitions(
             WITH t AS (SELECT CAST({part} AS VARCHAR) AS p, {key} FROM {namespace_sql(current_ns)}
                        WHERE {in_partitions(s, spec, rest)}),
                  k AS (SELECT DISTINCT {key}, true AS __known FROM {src.table_name.sql()}
-                       WHERE ({key}) IN (SELECT ({key}) FROM t))
+                       WHERE ({key}) IN (SELECT {key} FROM t))
             SELECT t.p, count(*), count(*) FILTER (WHERE k.__known IS NULL) FROM t LEFT JOIN k USING ({key})
             GROUP BY t.p HAVING count(*) FILTER (WHERE k.__known IS NULL) > 0
             ORDER BY t.p

@@ -152,7 +152,7 @@ def replay_in(
     total = fold_delta(
         s, writer, plan, after_seq=after_seq, through_seq=through_seq, start=ns, columns=cols, out="__replay"
     )
-    rebuilt = f"({key}) IN (SELECT ({key}) FROM {snapshot_table(spec)})"
+    rebuilt = f"({key}) IN (SELECT {key} FROM {snapshot_table(spec)})"
     upserts = f"SELECT {quote_all(cols)} FROM __replay WHERE __present AND __from_entry AND {rebuilt}"
     deletes = f"SELECT {key}, {sv} FROM __replay WHERE __started AND NOT __present AND {rebuilt}"
     n_up = int(s.scalar(f"SELECT count(*) FROM ({upserts})") or 0)
