@@ -687,18 +687,22 @@ def uninterrupted(phase: str, template: Path, work: Path) -> tuple[dict, dict, f
     return before, observe(phase, d), took
 
 
-def trial(phase: str, template: Path, work: Path, n: int, delay_s: float, before: dict, after: dict) -> Trial:
-    d = work / f"{phase}-{n}"
-    shutil.copytree(template, d)
-    ready = work / f"{phase}-{n}.ready"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
+def _child(phase: str, d: Path, ready: Path, **env: str) -> subprocess.Popen:
+    """The phase run on ``d`` in a child process (this module's ``__main__``), ``env`` added to its environment."""
+    return subprocess.Popen(
         [sys.executable, "-m", "recovery_tests.kill_matrix", phase, str(d), str(ready)],
-        env=env,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+
+
+def trial(phase: str, template: Path, work: Path, n: int, delay_s: float, before: dict, after: dict) -> Trial:
+    d = work / f"{phase}-{n}"
+    shutil.copytree(template, d)
+    ready = work / f"{phase}-{n}.ready"
+    proc = _child(phase, d, ready)
     while not ready.exists() and proc.poll() is None:
         time.sleep(0.005)
     time.sleep(delay_s)
@@ -846,19 +850,7 @@ def commit_kill(phase: str, point: str, template: Path, work: Path, before: dict
     d = work / name
     shutil.copytree(template, d)
     ready, reached = work / f"{name}.ready", work / f"{name}.reached"
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "RECOVERY_FAULT_AT": point,
-        "RECOVERY_FAULT_READY": str(reached),
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "recovery_tests.kill_matrix", phase, str(d), str(ready)],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    proc = _child(phase, d, ready, RECOVERY_FAULT_AT=point, RECOVERY_FAULT_READY=str(reached))
     t = CommitKill(phase, point)
     deadline = time.monotonic() + 120
     while not reached.exists() and proc.poll() is None and time.monotonic() < deadline:

@@ -51,10 +51,11 @@ from recovery_tests.test_browser import (
     Webserver,
     _clear_editor,
     _editor_value,
-    _serve,
     _shot,
     _wait_for_run,
 )
+from recovery_tests.test_browser import page as page  # the browser tests' fixtures
+from recovery_tests.test_browser import webserver as webserver
 
 pytestmark = [
     pytest.mark.browser,
@@ -67,29 +68,6 @@ pytestmark = [
 
 WAVE_SIZE = 1000  # typed once in plan_repair's launchpad (and given to `recovery recover`): a canary and one wave
 NEXT_LINK = re.compile(r"(\S+?): (http://\S+/playground/setup\?\S+?)(?=;|$|\s)")
-
-
-@pytest.fixture
-def webserver(failed_example, example_copy: Path, tmp_path: Path):
-    """The webserver serving a private copy of the failed example, with a copy of its instance."""
-    home = tmp_path / "dagster_home"
-    shutil.copytree(failed_example.dagster_home, home, ignore=shutil.ignore_patterns("*.log", "dagster.yaml"))
-    with _serve(home, example_copy, tmp_path / "webserver.log") as server:
-        yield server
-
-
-@pytest.fixture
-def page():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True)
-        try:
-            pg = browser.new_page(viewport={"width": 1400, "height": 900})
-            pg.set_default_timeout(30_000)
-            yield pg
-        finally:
-            browser.close()
 
 
 def test_the_worked_example_is_recovered_from_the_ui_alone(webserver: Webserver, page, failed_example, tmp_path: Path):
