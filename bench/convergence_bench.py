@@ -52,7 +52,7 @@ def recovered(events: int, console: Console, memory_limit: str) -> Path:
 
 def land_late_changes(spec, n: int) -> None:
     """``n`` live keys get a new version (same payload) that arrived ten minutes ago, in one statement."""
-    from recovery.lib.control_plane import utcnow
+    from recovery.lib.control.plane import utcnow
     from recovery.lib.engine import open_engine
     from recovery.lib.identifiers import quote, quote_all
     from recovery.lib.snapshot import latest_versions_sql

@@ -31,7 +31,7 @@ def busy_writer(spec_path: Path, counter: Path, stop: Path) -> None:
     from recovery.lib.catalog_checks import load_spec
     from recovery.lib.engine import open_engine
     from recovery.lib.snapshot import expected_rows_sql
-    from recovery.lib.writer import Writer
+    from recovery.lib.write.writer import Writer
 
     spec = load_spec(spec_path)
     writer = Writer(open_engine(spec.warehouse), spec, actor="busy-writer")
@@ -52,7 +52,7 @@ def busy_writer(spec_path: Path, counter: Path, stop: Path) -> None:
 def measure(base: Path, fences: int) -> dict:
     from recovery.lib.catalog_checks import load_spec
     from recovery.lib.engine import open_engine
-    from recovery.lib.writer import Writer
+    from recovery.lib.write.writer import Writer
     from recovery_tests.repaired_small import build_damaged
 
     build_damaged(base / "orders")

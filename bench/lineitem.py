@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 if TYPE_CHECKING:
-    from recovery.lib.writer import WriteMode
+    from recovery.lib.write.writer import WriteMode
 
 LINEITEM_SF1 = 6_001_215  # lineitem rows at scale factor 1
 DATASET = "lineitem"
@@ -187,8 +187,8 @@ def build(root: Path, rows: int, *, memory_limit: str | None = "3GB", cache: Pat
 
     from recovery.lib.catalog_checks import load_spec
     from recovery.lib.engine import open_engine
-    from recovery.lib.ingest import apply_changes
-    from recovery.lib.writer import Writer
+    from recovery.lib.write.ingest import apply_changes
+    from recovery.lib.write.writer import Writer
 
     spec_path = root / "spec.yaml"
     built = root / "built.json"

@@ -23,9 +23,9 @@ from rich.console import Console
 
 from recovery.lib.engine import open_engine
 from recovery.lib.engine.duckdb_engine import fetch_row
-from recovery.lib.namespaces import move_pointer
-from recovery.lib.published_export import export_dir, refresh_published_export
-from recovery.lib.spec import parse_spec
+from recovery.lib.pointers.namespaces import move_pointer
+from recovery.lib.pointers.published_export import export_dir, refresh_published_export
+from recovery.lib.spec.models import parse_spec
 
 
 def _poll(spec_path: str, stop: str, out: str) -> None:

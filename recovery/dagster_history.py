@@ -1,6 +1,6 @@
 """Read a generation's Dagster runs, backfills and event logs from the instance.
 
-The only module that turns Dagster's run storage into :mod:`recovery.lib.run_history`
+The only module that turns Dagster's run storage into :mod:`recovery.lib.control.run_history`
 records, so evidence and the timeline stay Dagster-free. A generation's runs are
 found three ways and united, because each alone can miss some: the backfill ids
 the control plane holds (``generations.backfill_id``, tag ``dagster/backfill``),
@@ -24,12 +24,19 @@ from typing import overload
 import dagster as dg
 from dagster._core.events import DagsterEventType
 
-from recovery.lib.draft_incident import partition_range
+from recovery.lib.control.run_history import (
+    BackfillInfo,
+    GenerationRefs,
+    RunEvent,
+    RunHistory,
+    RunInfo,
+    generation_refs,
+)
+from recovery.lib.control.write_registry import backfill_generations
 from recovery.lib.engine import open_engine
-from recovery.lib.fencing import GENERATION_TAG
-from recovery.lib.incident import Incident
-from recovery.lib.registry import backfill_generations
-from recovery.lib.run_history import BackfillInfo, GenerationRefs, RunEvent, RunHistory, RunInfo, generation_refs
+from recovery.lib.incident.draft import partition_range
+from recovery.lib.incident.model import Incident
+from recovery.lib.write.fencing import GENERATION_TAG
 
 BACKFILL_TAG = "dagster/backfill"
 BACKFILL_STAMP = "backfill-"  # the IO manager's generation for every run of a backfill

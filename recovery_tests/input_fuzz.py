@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.errors import SpecError
-from recovery.lib.incident import check_incident, parse_incident
+from recovery.lib.incident.model import check_incident, parse_incident
 from recovery_tests.small_dataset import build_small_dataset, spec_dict
 
 FAILED = "bf-7"

@@ -57,13 +57,13 @@ def build_templates(base: Path) -> dict[str, Path]:
     """One folder per phase, in the state just before the phase runs."""
     from recovery.lib.catalog_checks import load_spec
     from recovery.lib.engine import open_engine
-    from recovery.lib.incident import parse_incident
-    from recovery.lib.ingest import apply_changes
+    from recovery.lib.incident.model import parse_incident
     from recovery.lib.reconcile.run import run_reconciliation
     from recovery.lib.repair.build import start_repair
     from recovery.lib.repair.publish import gate_candidate
     from recovery.lib.snapshot import expected_rows_sql
-    from recovery.lib.writer import Writer
+    from recovery.lib.write.ingest import apply_changes
+    from recovery.lib.write.writer import Writer
     from recovery_tests.input_fuzz import build_fuzz_dataset, valid_incident
     from recovery_tests.repair_support import current_plan, repair_through_library
     from recovery_tests.repaired_small import INCIDENT, build_damaged, now
@@ -135,16 +135,16 @@ def build_templates(base: Path) -> dict[str, Path]:
 def run_phase(phase: str, d: Path) -> None:
     from recovery.lib.catalog_checks import load_spec
     from recovery.lib.engine import open_engine
-    from recovery.lib.writer import Writer
+    from recovery.lib.write.writer import Writer
 
     spec = load_spec(d / "spec.yaml")
     writer = Writer(open_engine(spec.warehouse), spec, actor="kill-matrix")
     if phase == "adopt":
         writer.ensure()
     elif phase == "contain":  # the library's part of `recovery contain`: adopt the plain target, then fence
-        from recovery.lib.adoption import adopt
-        from recovery.lib.fencing import fence_incident
-        from recovery.lib.incident import parse_incident
+        from recovery.lib.incident.model import parse_incident
+        from recovery.lib.pointers.adoption import adopt
+        from recovery.lib.write.fencing import fence_incident
 
         incident = parse_incident(d / "incident.yaml")
         adopt(writer.engine, spec, actor=incident.requested_by, incident_id=incident.incident_id)
@@ -152,9 +152,9 @@ def run_phase(phase: str, d: Path) -> None:
     elif phase == "fence":
         writer.fence("bf-8", incident_id="INC-small", fenced_by="kill-matrix")
     elif phase == "evidence":
+        from recovery.lib.control.run_history import RunHistory
         from recovery.lib.evidence import build_evidence
-        from recovery.lib.incident import check_incident, parse_incident
-        from recovery.lib.run_history import RunHistory
+        from recovery.lib.incident.model import check_incident, parse_incident
 
         incident = parse_incident(d / "incident.yaml")
         build_evidence(incident, check_incident(incident), writer.engine, RunHistory("none"), actor="kill-matrix")
@@ -168,7 +168,7 @@ def run_phase(phase: str, d: Path) -> None:
 
         run_reconciliation(spec, ["bf-7"], incident_id="INC-small")
     elif phase == "plan":  # the repair generation started: the carried rows and the plan
-        from recovery.lib.incident import parse_incident
+        from recovery.lib.incident.model import parse_incident
         from recovery.lib.repair.build import start_repair
 
         start_repair(writer, parse_incident(d / "incident.yaml"), wave_size=4)

@@ -15,16 +15,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from recovery.lib.engine import open_engine
-from recovery.lib.incident import Incident
-from recovery.lib.ingest import apply_changes
+from recovery.lib.incident.model import Incident
 from recovery.lib.notify import FileChannel, Notifier
 from recovery.lib.reconcile.run import run_reconciliation
 from recovery.lib.repair.build import build_wave, start_repair
 from recovery.lib.repair.plan import RepairPlan, load_plan
 from recovery.lib.repair.publish import PublishNotice, gate_candidate, publish
 from recovery.lib.repair.waves import gate_wave
-from recovery.lib.spec import DatasetSpec, parse_spec
-from recovery.lib.writer import Writer
+from recovery.lib.spec.models import DatasetSpec, parse_spec
+from recovery.lib.write.ingest import apply_changes
+from recovery.lib.write.writer import Writer
 
 LIVE_START = datetime(2024, 7, 5, 6, 0, 0)  # the worked example's source ends just before this
 STEP = timedelta(minutes=1)

@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from recovery.config import PROJECT_ROOT
-from recovery.lib.phases import (
+from recovery.lib.incident.phases import (
     ASSESS,
     CANARY,
     CONTAIN,
@@ -106,7 +106,7 @@ def _recover_with_the_cli(failed_example, root: Path) -> subprocess.Popen:
 
 def _published_rows(spec_path: Path) -> list[tuple]:
     """The published table's rows, sorted, without the columns a run stamps (generation, written at)."""
-    from recovery.lib.spec import parse_spec
+    from recovery.lib.spec.models import parse_spec
 
     spec = parse_spec(spec_path)
     meta = spec.target.metadata
@@ -154,7 +154,7 @@ def _next_links(pg) -> dict[str, str]:
 
 
 def _recover_from_the_ui(webserver: Webserver, pg, shots: Path) -> None:
-    from recovery.lib.draft_incident import launchpad_url
+    from recovery.lib.incident.draft import launchpad_url
 
     incident_file = webserver.spec.with_name("incident.yaml")
     done: list[str] = []

@@ -33,8 +33,8 @@ from recovery.defs.convergence.assets import (
 from recovery.defs.resources import warehouse_resource
 from recovery.lib.convergence import drift_history, verify_convergence
 from recovery.lib.errors import SpecError
-from recovery.lib.ingest import apply_changes, ingestion_watermark
-from recovery.lib.phases import VERIFY
+from recovery.lib.incident.phases import VERIFY
+from recovery.lib.write.ingest import apply_changes, ingestion_watermark
 from recovery_tests.repaired_small import Receiver, build_repaired, now
 
 
@@ -215,7 +215,7 @@ def test_bad_input_is_a_clear_error(tmp_path):
 def test_a_check_where_no_generation_recorded_a_watermark_names_the_source_time_it_compared_with(tmp_path):
     from recovery.lib.catalog_checks import load_spec
     from recovery.lib.engine import open_engine
-    from recovery.lib.writer import Writer
+    from recovery.lib.write.writer import Writer
     from recovery_tests.small_dataset import build_small_dataset
 
     spec = load_spec(build_small_dataset(tmp_path / "orders", n_orders=40))

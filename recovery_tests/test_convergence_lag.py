@@ -30,13 +30,13 @@ from recovery.defs.convergence.assets import LAG_CHECK, REPAIRED_CHECK, VERIFY_J
 from recovery.defs.resources import warehouse_resource
 from recovery.io import ManagedDuckDBIOManager
 from recovery.lib.catalog_checks import load_spec
-from recovery.lib.control_plane import utcnow
+from recovery.lib.control.plane import utcnow
 from recovery.lib.convergence import ConvergenceResult, verify_convergence
 from recovery.lib.engine import open_engine
-from recovery.lib.ingest import apply_changes
-from recovery.lib.managed_output import SOURCE_WATERMARK_KEY
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.writer import Writer
+from recovery.lib.write.ingest import apply_changes
+from recovery.lib.write.managed_output import SOURCE_WATERMARK_KEY
+from recovery.lib.write.writer import Writer
 from recovery_tests.foreign_warehouse import build_shipments, cli, fresh_copy
 from recovery_tests.repaired_small import Receiver
 

@@ -19,11 +19,11 @@ from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.resources import warehouse_resource
 from recovery.example.defs import TARGET_KEY
 from recovery.lib.catalog_checks import load_spec
-from recovery.lib.control_plane import SCHEMA
+from recovery.lib.control.plane import SCHEMA
 from recovery.lib.engine import open_engine
-from recovery.lib.fencing import fence_incident
-from recovery.lib.incident import parse_incident
-from recovery.lib.writer import Writer
+from recovery.lib.incident.model import parse_incident
+from recovery.lib.write.fencing import fence_incident
+from recovery.lib.write.writer import Writer
 from recovery.orchestration import run_job
 from recovery_tests.small_dataset import build_small_dataset, latest_live, order_events
 
@@ -127,7 +127,7 @@ def test_the_orders_containment_job_fences_only_the_orders_backfill(two_datasets
     import yaml
 
     from recovery.lib.errors import RecoveryError
-    from recovery.lib.phases import CONTAIN
+    from recovery.lib.incident.phases import CONTAIN
     from recovery.lib.snapshot import expected_rows_sql
 
     example, orders_path, defs = two_datasets

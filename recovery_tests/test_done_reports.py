@@ -16,8 +16,8 @@ from rich.console import Console
 
 from recovery.config import PROJECT_ROOT
 from recovery.launch.recover import run_recovery
-from recovery.lib.control_plane import SCHEMA
-from recovery.lib.incident import check_incident, parse_incident
+from recovery.lib.control.plane import SCHEMA
+from recovery.lib.incident.model import check_incident, parse_incident
 from recovery.lib.restatement.ledger import ledger_table
 from recovery_tests.repaired_small import build_damaged
 from recovery_tests.report_checks import check_done_reports

@@ -22,8 +22,8 @@ import pytest
 import yaml
 from filelock import FileLock
 
-from recovery.lib.asset_consumers import CAPTURED_AT_IMPACT
-from recovery.lib.control_plane import SCHEMA
+from recovery.lib.consumers.assets import CAPTURED_AT_IMPACT
+from recovery.lib.control.plane import SCHEMA
 from recovery_tests.foreign_warehouse import cli
 from recovery_tests.sensor_readings import BACKFILL_DAYS, INCIDENT, MART, Built, build, change_log, mart_truth
 
@@ -192,7 +192,7 @@ def test_a_downstream_asset_the_spec_names_in_a_location_that_lacks_it_is_refuse
 
 def test_the_spec_refuses_a_malformed_downstream_asset_naming_the_field(tmp_path: Path):
     from recovery.lib.errors import SpecError
-    from recovery.lib.spec import parse_spec
+    from recovery.lib.spec.models import parse_spec
     from recovery_tests.sensor_readings import SPEC, TRANSFORM
 
     (tmp_path / "readings.sql").write_text(TRANSFORM)
@@ -239,9 +239,9 @@ def test_assets_in_the_same_code_location_are_found_through_its_asset_graph_and_
     own runs (one per day: no single-run policy), after the mart they read."""
     from recovery.definitions import definitions_for
     from recovery.launch import Launcher
-    from recovery.lib.asset_consumers import CAPTURED_AT_RESTATEMENT
-    from recovery.lib.incident import check_incident, parse_incident
-    from recovery.lib.phases import RESTATE
+    from recovery.lib.consumers.assets import CAPTURED_AT_RESTATEMENT
+    from recovery.lib.incident.model import check_incident, parse_incident
+    from recovery.lib.incident.phases import RESTATE
     from recovery_tests.example_build import env
     from recovery_tests.sensor_readings import team_definitions
 
@@ -310,7 +310,7 @@ def test_an_asset_downstream_of_the_target_that_declares_no_key_is_named_with_th
     from recovery.definitions import definitions_for
     from recovery.defs.asset_consumers import resolve
     from recovery.defs.location import remember
-    from recovery.lib.spec import parse_spec
+    from recovery.lib.spec.models import parse_spec
     from recovery_tests.sensor_readings import team_definitions
 
     b = published[0].copy(tmp_path)

@@ -29,7 +29,7 @@ from recovery.defs.evidence.assets import evidence_bundle
 from recovery.defs.resources import warehouse_resource
 from recovery.lib.engine import open_engine
 from recovery.lib.evidence import KEY_ENV, build_evidence, load_evidence_key, verify_bundle
-from recovery.lib.incident import check_incident, parse_incident
+from recovery.lib.incident.model import check_incident, parse_incident
 from recovery_tests.example_build import copy_dataset, env
 
 MARKER = 7_777_777_777_771  # stands in for one customer's id everywhere before the bundle is built

@@ -16,15 +16,15 @@ import pytest
 import yaml
 
 from recovery.lib.catalog_checks import load_spec
-from recovery.lib.consumers import materialize_consumer
+from recovery.lib.consumers.sql import materialize_consumer
+from recovery.lib.control.run_history import RunHistory
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.evidence import build_evidence, load_evidence_key
-from recovery.lib.incident import check_incident, parse_incident
-from recovery.lib.ingest import apply_changes
-from recovery.lib.run_history import RunHistory
+from recovery.lib.incident.model import check_incident, parse_incident
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.writer import Writer
+from recovery.lib.write.ingest import apply_changes
+from recovery.lib.write.writer import Writer
 from recovery_tests.small_dataset import build_small_dataset, fetch, spec_dict, write_spec
 
 CONSUMERS = {

@@ -24,15 +24,15 @@ from dagster._core.storage.dagster_run import FINISHED_STATUSES
 
 from recovery.defs.resources import WarehouseResource, warehouse_resource
 from recovery.example.defs import PAUSE_TAG, TARGET_KEY, transactions_history
-from recovery.lib.control_plane import SCHEMA, delta_table
+from recovery.lib.control.plane import SCHEMA, delta_table
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import FencedGenerationError
-from recovery.lib.fencing import GENERATION_TAG, fence_incident
 from recovery.lib.identifiers import naive_utc
-from recovery.lib.incident import Incident
-from recovery.lib.phases import CONTAIN
-from recovery.lib.spec import parse_spec
-from recovery.lib.writer import Writer
+from recovery.lib.incident.model import Incident
+from recovery.lib.incident.phases import CONTAIN
+from recovery.lib.spec.models import parse_spec
+from recovery.lib.write.fencing import GENERATION_TAG, fence_incident
+from recovery.lib.write.writer import Writer
 from recovery.orchestration import Daemon, backfill_finished, launch_asset_backfill, run_job, workspace_context
 from recovery_tests.test_containment import Env, env  # noqa: F401  (the fixture: a private copy, a fresh instance)
 

@@ -202,7 +202,7 @@ needs_tpchgen = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def lineitem_spec(tmp_path_factory):
     from bench import lineitem
-    from recovery.lib.writer import Writer
+    from recovery.lib.write.writer import Writer
 
     root = tmp_path_factory.mktemp("li")
     spec = load_spec(lineitem.build(root / "li", 20_000, memory_limit="1GB", cache=root))
@@ -264,7 +264,7 @@ def test_footprint_scans_push_the_partition_predicate_in_the_columns_own_type(li
 def test_footprint_labels_equal_the_full_run_on_a_foreign_target_before_containment(tmp_path):
     """Read-only, before containment (results in temp tables): the registry-inferred labels
     (deleted/missing, overwritten/stale) and out_of_order from the metadata columns are the same."""
-    from recovery.lib.incident import check_incident, parse_incident
+    from recovery.lib.incident.model import check_incident, parse_incident
     from recovery.lib.reconcile.classify import ReconcileInputs, reconcile
     from recovery.lib.reconcile.summary import summarize
     from recovery_tests.foreign_warehouse import generator
@@ -309,7 +309,7 @@ def test_reconcile_takes_full_or_footprint_and_the_job_accepts_it():
 
     from recovery.cli import build_parser
     from recovery.definitions import defs
-    from recovery.lib.phases import RECONCILE
+    from recovery.lib.incident.phases import RECONCILE
 
     parser = build_parser()
     assert parser.parse_args(["reconcile", "--incident", "i.yaml", "--footprint"]).footprint is True

@@ -17,11 +17,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from recovery.lib.control_plane import SCHEMA, dataset_table
-from recovery.lib.impact import impact_table
-from recovery.lib.incident import parse_incident
+from recovery.lib.consumers.impact import impact_table
+from recovery.lib.control.plane import SCHEMA, dataset_table
+from recovery.lib.incident.model import parse_incident
 from recovery.lib.reconcile.inputs import recon_table
-from recovery.lib.spec import DatasetSpec, parse_spec
+from recovery.lib.spec.models import DatasetSpec, parse_spec
 from recovery_tests.example_build import copy_dataset
 from recovery_tests.foreign_warehouse import build_shipments, cli, fresh_copy
 

@@ -17,12 +17,12 @@ from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.intake.sensors import backfill_incident_sensor, failed_backfills
 from recovery.defs.resources import warehouse_resource
 from recovery.example.defs import TARGET_KEY
-from recovery.lib.control_plane import SCHEMA
-from recovery.lib.draft_incident import FailedBackfill, draft_incident_id, partition_range
+from recovery.lib.control.plane import SCHEMA
 from recovery.lib.engine import open_engine
-from recovery.lib.incident import check_incident, parse_incident
-from recovery.lib.phases import INCIDENT_TAG
-from recovery.lib.spec import parse_spec
+from recovery.lib.incident.draft import FailedBackfill, draft_incident_id, partition_range
+from recovery.lib.incident.model import check_incident, parse_incident
+from recovery.lib.incident.phases import INCIDENT_TAG
+from recovery.lib.spec.models import parse_spec
 
 
 def test_partition_range_is_the_first_and_last_day_or_nothing():
@@ -182,7 +182,7 @@ def test_the_sensor_opens_the_draft_of_a_failed_backfill_nobody_drafted(incident
 def test_the_launchpad_link_opens_the_named_containment_job_with_the_draft_chosen(tmp_path):
     """The incident is chosen by the run tag recovery/incident (Dagster's launchpad reads ``tags[i][key]``
     and ``tags[i][value]``), with no config to type: every later phase's run carries the same tag."""
-    from recovery.lib.draft_incident import launchpad_url
+    from recovery.lib.incident.draft import launchpad_url
 
     draft = tmp_path / "incidents" / "INC-DRAFT-x.yaml"
     for job in ("contain_backfill", "contain_backfill__orders"):

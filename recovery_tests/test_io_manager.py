@@ -15,13 +15,13 @@ import pytest
 
 from recovery.io import ManagedDuckDBIOManager
 from recovery.lib.catalog_checks import load_spec
-from recovery.lib.control_plane import SCHEMA, delta_table
+from recovery.lib.control.plane import SCHEMA, delta_table
 from recovery.lib.engine import open_engine
-from recovery.lib.fencing import GENERATION_TAG
-from recovery.lib.ingest import apply_changes
-from recovery.lib.managed_output import generation_for_run
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.writer import Writer
+from recovery.lib.write.fencing import GENERATION_TAG
+from recovery.lib.write.ingest import apply_changes
+from recovery.lib.write.managed_output import generation_for_run
+from recovery.lib.write.writer import Writer
 from recovery.orchestration import failure_reason
 from recovery_tests.repaired_small import now
 from recovery_tests.small_dataset import build_small_dataset, fetch
@@ -281,8 +281,8 @@ def test_under_the_incident_the_fenced_backfills_write_is_refused_and_a_valid_ru
     incident fences ``backfill-0042``, a run of that backfill lands nothing; a valid run made while
     the repair is in flight lands on the published table, and the repair's publish carries it over."""
     from recovery.example.defs import DAILY, TARGET_KEY
-    from recovery.lib.fencing import fence_incident
-    from recovery.lib.incident import parse_incident
+    from recovery.lib.incident.model import parse_incident
+    from recovery.lib.write.fencing import fence_incident
     from recovery_tests.repair_support import current_plan, gate_and_publish, repair_through_library
 
     spec = load_spec(example_copy)

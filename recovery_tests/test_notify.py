@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from recovery.defs.alerts.resources import ALERTS_FILE, NotifierResource, notifier_resource
-from recovery.lib.control_plane import SCHEMA, ensure_control_plane
+from recovery.lib.control.plane import SCHEMA, ensure_control_plane
 from recovery.lib.engine import DuckDBEngine
 from recovery.lib.errors import RecoveryError
 from recovery.lib.notify import FileChannel, LogChannel, NotificationError, Notifier, WebhookChannel

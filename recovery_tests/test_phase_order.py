@@ -18,9 +18,9 @@ from rich.console import Console
 from recovery.config import PROJECT_ROOT
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import OutOfOrderError
-from recovery.lib.incident import check_incident, parse_incident
-from recovery.lib.namespaces import current_namespace
-from recovery.lib.phases import ASSESS, CONTAIN, PLAN, PUBLISH
+from recovery.lib.incident.model import check_incident, parse_incident
+from recovery.lib.incident.phases import ASSESS, CONTAIN, PLAN, PUBLISH
+from recovery.lib.pointers.namespaces import current_namespace
 from recovery.lib.repair.plan import load_plan
 
 
@@ -189,7 +189,7 @@ def test_the_incident_is_chosen_once_and_every_later_phase_reads_it_from_the_run
     from recovery.launch import Launcher
     from recovery.lib.convergence.verify import history_table
     from recovery.lib.errors import RecoveryError
-    from recovery.lib.phases import INCIDENT_TAG, TIMELINE, VERIFY, incident_tags
+    from recovery.lib.incident.phases import INCIDENT_TAG, TIMELINE, VERIFY, incident_tags
     from recovery.orchestration import run_failure
     from recovery_tests.repaired_small import build_damaged
 

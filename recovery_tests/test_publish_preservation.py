@@ -38,13 +38,13 @@ from recovery.io.manager import WRITE_MODE_KEY
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import DuplicateKeyError, GateRefusedError
-from recovery.lib.incident import parse_incident
+from recovery.lib.incident.model import parse_incident
 from recovery.lib.repair.build import build_wave
 from recovery.lib.repair.publish import gate_candidate, publish
 from recovery.lib.repair.tables import snapshot_table
 from recovery.lib.repair.waves import gate_wave
-from recovery.lib.spec import DatasetSpec
-from recovery.lib.writer import Writer
+from recovery.lib.spec.models import DatasetSpec
+from recovery.lib.write.writer import Writer
 from recovery_tests.repair_support import current_plan, repair_through_library
 from recovery_tests.repaired_small import FAILED, INCIDENT, build_damaged
 from recovery_tests.small_dataset import fetch

@@ -18,10 +18,10 @@ import duckdb
 
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.engine import open_engine
-from recovery.lib.namespaces import move_pointer
-from recovery.lib.published_export import export_dir, read_marker, refresh_published_export
+from recovery.lib.pointers.namespaces import move_pointer
+from recovery.lib.pointers.published_export import export_dir, read_marker, refresh_published_export
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.writer import Writer
+from recovery.lib.write.writer import Writer
 from recovery_tests.small_dataset import build_small_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,7 +115,7 @@ def _sorted_rows(path: Path, sql: str) -> list[tuple]:
 def test_a_publish_killed_after_its_commit_is_finished_by_the_rerun_at_every_step(tmp_path):
     """The read copy, its timeline entry and the notice follow the commit; a publisher killed
     before any of them leaves them to the rerun, which does each exactly once."""
-    from recovery.lib.incident import parse_incident
+    from recovery.lib.incident.model import parse_incident
     from recovery.lib.notify import FileChannel, Notifier
     from recovery.lib.repair.publish import PublishNotice, gate_candidate, publish, publish_steps_left
     from recovery_tests.repair_support import current_plan, repair_through_library

@@ -15,20 +15,20 @@ import duckdb
 import pytest
 
 from recovery.lib.catalog_checks import load_spec
-from recovery.lib.consumers import consumer_sql, consumer_table, materialize_consumer
+from recovery.lib.consumers.impact import assess_impact, impact_table
+from recovery.lib.consumers.sql import consumer_sql, consumer_table, materialize_consumer
 from recovery.lib.decision import decide
 from recovery.lib.engine import open_engine
-from recovery.lib.expected_cache import kept_watermark
-from recovery.lib.impact import assess_impact, impact_table
-from recovery.lib.incident import check_incident, parse_incident
-from recovery.lib.ingest import apply_changes
-from recovery.lib.namespaces import move_pointer
+from recovery.lib.incident.model import check_incident, parse_incident
+from recovery.lib.pointers.namespaces import move_pointer
 from recovery.lib.reconcile.classify import partition_table, recon_table, reconcile
+from recovery.lib.reconcile.expected_cache import kept_watermark
 from recovery.lib.reconcile.inputs import ReconcileInputs
 from recovery.lib.reconcile.labels import DAMAGE_LABELS
 from recovery.lib.reconcile.run import run_reconciliation
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.writer import Writer
+from recovery.lib.write.ingest import apply_changes
+from recovery.lib.write.writer import Writer
 from recovery_tests.example_build import build_example, copy_dataset
 from recovery_tests.small_dataset import build_small_dataset
 

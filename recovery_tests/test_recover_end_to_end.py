@@ -18,9 +18,9 @@ from rich.console import Console
 from recovery.example.demo import ingest_during_repair
 from recovery.example.scenario import SCENARIO
 from recovery.launch.recover import run_recovery
-from recovery.lib.control_plane import SCHEMA, delta_table
+from recovery.lib.control.plane import SCHEMA, delta_table
 from recovery.lib.engine import open_engine
-from recovery.lib.incident import check_incident, parse_incident
+from recovery.lib.incident.model import check_incident, parse_incident
 from recovery.lib.repair.plan import load_plan
 from recovery.lib.snapshot import expected_rows_sql
 from recovery_tests.report_checks import check_done_reports

@@ -12,7 +12,7 @@ import dagster as dg
 import pytest
 
 from recovery.defs.alerts.check_alerts import failed_checks
-from recovery.lib.recurrence.value_preview import headline
+from recovery.lib.recurrence.gates.value_preview import headline
 from recovery_tests.example_build import env
 from recovery_tests.test_recurrence_matrix import orders_dataset
 

@@ -21,15 +21,15 @@ import pytest
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import RecoveryError
-from recovery.lib.incident import parse_incident
-from recovery.lib.namespaces import current_namespace
+from recovery.lib.incident.model import parse_incident
+from recovery.lib.pointers.namespaces import current_namespace
 from recovery.lib.repair.build import build_wave, start_repair
 from recovery.lib.repair.gates import latest_gates
 from recovery.lib.repair.plan import load_plan
 from recovery.lib.repair.publish import gate_candidate, publish
 from recovery.lib.repair.waves import gate_wave
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.writer import Writer
+from recovery.lib.write.writer import Writer
 from recovery_tests.example_build import copy_dataset, env
 from recovery_tests.repair_support import (
     current_plan,
@@ -83,8 +83,8 @@ def repaired_live(failed_example, tmp_path_factory):
     staged = stage_live_events(spec, steps=400)
     stop, stop_readers = tmp / "stop-ingest", tmp / "stop-readers"
     ingest_log, reads = tmp / "ingest.json", tmp / "reads.json"
-    from recovery.lib.fencing import fence_incident
     from recovery.lib.reconcile.run import run_reconciliation
+    from recovery.lib.write.fencing import fence_incident
 
     fence_incident(Writer(open_engine(spec.warehouse), spec), incident)  # contained first, as the runbook says
     run_reconciliation(spec, incident.failed_generations, incident_id=INCIDENT)
@@ -364,7 +364,7 @@ def test_a_bad_row_in_the_repair_generation_fails_a_blocking_check_and_publish_d
     spec = load_spec(example_copy)
     incident = parse_incident(example_copy.with_name("incident.yaml"))
     plan = repair_through_library(spec, incident, wave_size=200)
-    from recovery.lib.fencing import fence_incident
+    from recovery.lib.write.fencing import fence_incident
 
     fence_incident(Writer(open_engine(spec.warehouse), spec), incident)
     with open_engine(spec.warehouse).transaction() as s:  # a row of the fenced generation slips in
@@ -599,6 +599,6 @@ def test_a_table_another_tool_wrote_is_adopted_and_repaired_from_its_own_spec(tm
 
 
 def check_incident_spec(incident):
-    from recovery.lib.incident import check_incident
+    from recovery.lib.incident.model import check_incident
 
     return check_incident(incident)

@@ -23,10 +23,10 @@ import yaml
 
 from recovery.cli import main
 from recovery.lib.catalog_checks import load_spec
-from recovery.lib.control_plane import ensure_control_plane
+from recovery.lib.consumers.impact import impact_table
+from recovery.lib.control.plane import ensure_control_plane
 from recovery.lib.engine import open_engine
-from recovery.lib.impact import impact_table
-from recovery.lib.incident import Incident, parse_incident
+from recovery.lib.incident.model import Incident, parse_incident
 from recovery.lib.reconcile.classify import partition_table, recon_table
 from recovery.lib.reports import REPORT_NAMES, build_reports, write_reports
 from recovery.lib.reports.recovery import SECTIONS
@@ -106,7 +106,7 @@ def reported(example_copy: Path, failed_example, tmp_path: Path, monkeypatch):
     """The failed example, contained and assessed through Dagster, then reported by ``recovery report``."""
     from recovery.definitions import defs
     from recovery.defs.target_partitions import reconciliation_tags
-    from recovery.lib.phases import CONTAIN
+    from recovery.lib.incident.phases import CONTAIN
     from recovery.orchestration import run_job
 
     home = tmp_path / "dagster_home"

@@ -24,9 +24,9 @@ from recovery.launch.recover import run_recovery
 from recovery.lib.engine import open_engine
 from recovery.lib.engine.spark_engine import CATALOG, SparkEngine, SparkWarehouseSession
 from recovery.lib.errors import FencedGenerationError
-from recovery.lib.incident import check_incident, parse_incident
-from recovery.lib.spec import parse_spec
-from recovery.lib.writer import Writer
+from recovery.lib.incident.model import check_incident, parse_incident
+from recovery.lib.spec.models import parse_spec
+from recovery.lib.write.writer import Writer
 from recovery_tests.example_build import build_example, copy_dataset, env
 
 SMALL_EVENTS = 20_000

@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from recovery.lib.incident import parse_incident
+from recovery.lib.incident.model import parse_incident
 from recovery_tests.example_build import env
 from recovery_tests.foreign_warehouse import cli
 from recovery_tests.team_project import definitions as team
@@ -149,7 +149,7 @@ def test_the_sensor_and_the_registry_draft_one_incident_that_contain_takes_uncha
 
 def test_any_name_of_the_backfill_resolves_to_the_same_generations(built: Built):
     from recovery.dagster_history import resolve_backfill
-    from recovery.lib.incident import Incident
+    from recovery.lib.incident.model import Incident
 
     dying_run = next(r for r in built.info["run_ids"] if r in built.info["contain_out"])
     names = [built.backfill_id, f"backfill-{built.backfill_id}", dying_run, f"run-{dying_run}"]

@@ -21,10 +21,10 @@ from recovery.defs.resources import warehouse_resource
 from recovery.defs.timeline.assets import incident_timeline
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import FencedGenerationError
-from recovery.lib.spec import parse_spec
+from recovery.lib.spec.models import parse_spec
 from recovery.lib.timeline import RUNBOOK_KINDS
 from recovery.lib.timeline.events import CommitClock, TimelineEvent, order_events
-from recovery.lib.writer import Writer
+from recovery.lib.write.writer import Writer
 from recovery_tests.example_build import copy_dataset, env
 
 GEN = "backfill-0042"

@@ -14,16 +14,16 @@ import pandas as pd
 import pytest
 
 from recovery.lib.catalog_checks import load_spec
-from recovery.lib.control_plane import SCHEMA
+from recovery.lib.control.plane import SCHEMA
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import DuplicateKeyError, SchemaMismatchError
-from recovery.lib.incident import parse_incident
-from recovery.lib.ingest import apply_changes
+from recovery.lib.incident.model import parse_incident
 from recovery.lib.repair.build import build_wave
 from recovery.lib.repair.replay import committed_seq, replay_in
 from recovery.lib.repair.tables import snapshot_table
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.writer import Writer
+from recovery.lib.write.ingest import apply_changes
+from recovery.lib.write.writer import Writer
 from recovery_tests.repair_support import current_plan, repair_through_library
 from recovery_tests.repaired_small import INCIDENT, build_damaged
 from recovery_tests.small_dataset import TRANSFORM_SQL, build_small_dataset, fetch, rows_digest

@@ -16,13 +16,13 @@ import duckdb
 import pytest
 
 from recovery.lib.catalog_checks import load_spec
-from recovery.lib.control_plane import SCHEMA
+from recovery.lib.control.plane import SCHEMA
 from recovery.lib.engine import open_engine
 from recovery.lib.engine.base import RetryableConflict
 from recovery.lib.errors import FencedGenerationError, RecoveryError, SchemaMismatchError
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec import DatasetSpec, parse_spec
-from recovery.lib.writer import Writer
+from recovery.lib.spec.models import DatasetSpec, parse_spec
+from recovery.lib.write.writer import Writer
 from recovery_tests.small_dataset import (
     PAYLOAD,
     build_small_dataset,
@@ -485,7 +485,7 @@ def test_ensure_adopts_a_plain_table_and_infers_its_generations(tmp_path):
 
 
 def test_adoption_that_fails_after_the_rename_leaves_the_plain_table_untouched(tmp_path, monkeypatch):
-    import recovery.lib.managed_names as managed_names
+    import recovery.lib.pointers.managed_views as managed_names
 
     spec, w, db = _setup(tmp_path)
     _plain_table(spec, db)

@@ -24,8 +24,8 @@ def _spec(path: str, verb: str):
 
 
 def adopt(args: argparse.Namespace, console: Console) -> int:
-    from recovery.lib.adoption import adopt as adopt_target
     from recovery.lib.engine import open_engine
+    from recovery.lib.pointers.adoption import adopt as adopt_target
 
     spec = _spec(args.spec, "adopt")
     adoption = adopt_target(open_engine(spec.warehouse), spec, actor=args.actor or getpass.getuser())
@@ -41,8 +41,8 @@ def adopt(args: argparse.Namespace, console: Console) -> int:
 
 
 def release(args: argparse.Namespace, console: Console) -> int:
-    from recovery.lib.adoption import release as release_target
     from recovery.lib.engine import open_engine
+    from recovery.lib.pointers.adoption import release as release_target
 
     spec = _spec(args.spec, "release")
     ns, rows = release_target(open_engine(spec.warehouse), spec, actor=args.actor or getpass.getuser())

@@ -19,7 +19,7 @@ from recovery.commands.reconcile import print_summary
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.defs.asset_consumers import resolve
     from recovery.launch import Launcher
-    from recovery.lib.phases import ASSESS
+    from recovery.lib.incident.phases import ASSESS
 
     launcher = Launcher.for_file(args.incident)
     incident, spec = launcher.incident, launcher.spec

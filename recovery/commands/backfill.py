@@ -89,7 +89,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.lib.engine import open_engine
     from recovery.lib.errors import RecoveryError
     from recovery.lib.recurrence.launch import preflight
-    from recovery.lib.writer import Writer
+    from recovery.lib.write.writer import Writer
     from recovery.orchestration import project_instance, run_job
 
     preflight(Writer(open_engine(spec.warehouse), spec, actor="cli"), request)  # bad input: exit 2 before any run
@@ -153,8 +153,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         )
     except RecoveryError as err:
         failure = str(err)
+    from recovery.lib.recurrence.gates.value_preview import preview_path, refusal_line
     from recovery.lib.recurrence.record import latest_gates, load_backfill
-    from recovery.lib.recurrence.value_preview import preview_path, refusal_line
 
     with open_engine(spec.warehouse).session(read_only=True) as s:
         rec = load_backfill(s, request.id)

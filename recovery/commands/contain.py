@@ -4,7 +4,7 @@ The incident is validated here first (the same checks the job runs), so a bad fi
 gets its one clear message before any Dagster run is created; then the job runs in
 this process against the project's Dagster instance, so it shows in the UI like a
 launchpad run. On a target another tool wrote, containment first takes it under
-management (``recovery.lib.adoption``).
+management (``recovery.lib.pointers.adoption``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from recovery.commands import incident_verb
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
-    from recovery.lib.phases import CONTAIN
+    from recovery.lib.incident.phases import CONTAIN
 
     launcher = Launcher.for_file(args.incident)
     result = launcher.run(CONTAIN)

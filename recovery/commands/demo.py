@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from recovery.config import EXAMPLE_SPEC
-from recovery.lib.phases import CONTAIN
+from recovery.lib.incident.phases import CONTAIN
 
 
 def run(args: argparse.Namespace, console: Console) -> int:

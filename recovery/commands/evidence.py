@@ -19,7 +19,7 @@ from recovery.lib.errors import RecoveryError
 def build(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
     from recovery.lib.evidence import read_manifest
-    from recovery.lib.phases import EVIDENCE
+    from recovery.lib.incident.phases import EVIDENCE
 
     launcher = Launcher.for_file(args.incident)  # validates before launching anything
     incident, spec = launcher.incident, launcher.spec
@@ -44,7 +44,7 @@ def build(args: argparse.Namespace, console: Console) -> int:
 def verify(args: argparse.Namespace, console: Console) -> int:
     from recovery.lib.engine import open_engine
     from recovery.lib.evidence import recorded_manifest_sha256, verify_bundle
-    from recovery.lib.incident import parse_incident
+    from recovery.lib.incident.model import parse_incident
 
     incident = parse_incident(args.incident)
     spec = incident.load_spec(check_warehouse=False)  # verifying must not depend on the warehouse's state

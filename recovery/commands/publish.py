@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from recovery.commands import incident_verb
-from recovery.lib.phases import PUBLISH
+from recovery.lib.incident.phases import PUBLISH
 
 
 def run(args: argparse.Namespace, console: Console) -> int:

@@ -19,7 +19,7 @@ from recovery.commands import incident_verb
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
     from recovery.launch.repair import run_repair
-    from recovery.lib.phases import PLAN
+    from recovery.lib.incident.phases import PLAN
     from recovery.lib.repair.plan import wave_name
 
     launcher = Launcher.for_file(args.incident)
@@ -72,7 +72,7 @@ def _resume(spec, incident, note: str, console: Console) -> None:
     from recovery.lib.engine import open_engine
     from recovery.lib.repair.build import resume
     from recovery.lib.repair.plan import load_plan
-    from recovery.lib.writer import Writer
+    from recovery.lib.write.writer import Writer
 
     engine = open_engine(spec.warehouse)
     with engine.session(read_only=True) as s:

@@ -12,7 +12,7 @@ from recovery.commands import incident_verb
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
-    from recovery.lib.phases import REPORT
+    from recovery.lib.incident.phases import REPORT
 
     launcher = Launcher.for_file(args.incident)  # validates before launching anything
     incident, spec = launcher.incident, launcher.spec

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.defs.asset_consumers import resolve
     from recovery.launch import Launcher
     from recovery.lib.engine import open_engine
-    from recovery.lib.phases import RESTATE
+    from recovery.lib.incident.phases import RESTATE
     from recovery.lib.restatement.restate import check_request
     from recovery.lib.restatement.summary import restatement_summary
 

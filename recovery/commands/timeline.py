@@ -11,7 +11,7 @@ from recovery.commands import incident_verb
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from recovery.launch import Launcher
-    from recovery.lib.phases import TIMELINE
+    from recovery.lib.incident.phases import TIMELINE
 
     launcher = Launcher.for_file(args.incident)
     incident, spec = launcher.incident, launcher.spec

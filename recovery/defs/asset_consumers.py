@@ -31,11 +31,11 @@ from dagster._core.workspace.autodiscovery import loadable_targets_from_loaded_m
 from pydantic import ValidationError
 
 from recovery.defs.location import own_asset_keys, repository
-from recovery.lib.asset_consumers import PartitionScope
+from recovery.lib.consumers.assets import PartitionScope
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import naive_utc
 from recovery.lib.restatement.checks import MaterializationRun
-from recovery.lib.spec import AssetConsumerSpec, DatasetSpec, validation_error
+from recovery.lib.spec.models import AssetConsumerSpec, DatasetSpec, validation_error
 from recovery.orchestration import failure_reason, forget_dead_defs_state_storage
 
 KEY_METADATA = "recovery/key"

@@ -7,8 +7,8 @@ from pydantic import Field, PrivateAttr
 
 from recovery.config import spec_path
 from recovery.lib.engine import DuckDBEngine, Engine, open_engine
-from recovery.lib.spec import DatasetSpec, parse_spec
-from recovery.lib.writer import Writer
+from recovery.lib.spec.models import DatasetSpec, parse_spec
+from recovery.lib.write.writer import Writer
 
 
 class WarehouseResource(dg.ConfigurableResource):

@@ -22,10 +22,10 @@ from recovery.config import spec_path
 from recovery.defs.resources import WarehouseResource, warehouse_resource
 from recovery.example.faulty_backfill import CatalogTimeout, WorkerLost, recompute_partition, stage_sql, stage_table
 from recovery.example.scenario import SCENARIO
-from recovery.lib.control_plane import SCHEMA, utcnow
+from recovery.lib.control.plane import SCHEMA, utcnow
 from recovery.lib.errors import FencedGenerationError
-from recovery.lib.fencing import GENERATION_TAG
-from recovery.lib.ingest import apply_changes
+from recovery.lib.write.fencing import GENERATION_TAG
+from recovery.lib.write.ingest import apply_changes
 
 TARGET_KEY = dg.AssetKey(["analytics", "transactions"])
 DAILY = dg.DailyPartitionsDefinition(

@@ -23,11 +23,12 @@ from recovery.example.generator import generate, release_live_events
 from recovery.example.scenario import SCENARIO
 from recovery.example.truth import build_truth
 from recovery.lib.catalog_checks import load_spec
-from recovery.lib.control_plane import SCHEMA
+from recovery.lib.control.plane import SCHEMA
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import RecoveryError
-from recovery.lib.spec import parse_spec
-from recovery.lib.writer import Writer, retrying
+from recovery.lib.retry import retrying
+from recovery.lib.spec.models import parse_spec
+from recovery.lib.write.writer import Writer
 from recovery.orchestration import Daemon, backfill_finished, launch_asset_backfill, run_job
 
 

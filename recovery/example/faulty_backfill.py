@@ -25,7 +25,7 @@ from typing import Any
 
 from recovery.example.scenario import SCENARIO, Scenario
 from recovery.lib.snapshot import ts_literal
-from recovery.lib.writer import Writer
+from recovery.lib.write.writer import Writer
 
 
 class CatalogTimeout(Exception):

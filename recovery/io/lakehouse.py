@@ -10,7 +10,7 @@ fence, the history sync applies exactly these commits (the concurrent ingestion 
 repair replays). Every other asset is stored as the library stores it.
 
 The generation is the run's (``recovery/generation`` tag, else ``backfill-<id>``, else
-``run-<run id>``: ``recovery.lib.managed_output.generation_for_run``). On Delta the library's
+``run-<run id>``: ``recovery.lib.write.managed_output.generation_for_run``). On Delta the library's
 own write runs with those commit properties; on Iceberg (whose library sets its own
 snapshot properties only) the managed write goes through ``recovery.lib.lakehouse.writer``.
 """
@@ -30,13 +30,13 @@ from dagster_deltalake.handler import DeltaLakePyArrowTypeHandler
 from dagster_iceberg.io_manager.arrow import PyArrowIcebergIOManager, _PyArrowIcebergTypeHandler
 from pydantic import Field
 
-from recovery.lib.control_plane import utcnow
+from recovery.lib.control.plane import utcnow
 from recovery.lib.errors import FencedGenerationError
 from recovery.lib.lakehouse.fence import fenced_generations
 from recovery.lib.lakehouse.formats import open_log
 from recovery.lib.lakehouse.writer import LakehouseMode, commit_properties, stamp, write
-from recovery.lib.managed_output import generation_for_run
-from recovery.lib.spec import DatasetSpec, parse_spec
+from recovery.lib.spec.models import DatasetSpec, parse_spec
+from recovery.lib.write.managed_output import generation_for_run
 
 WRITER = "io_manager"
 

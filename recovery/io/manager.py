@@ -3,12 +3,12 @@
 An asset whose table (``schema.table`` from its key prefix or ``schema`` metadata, as
 dagster-duckdb resolves it) is the target of one of the configured dataset specs is a
 *managed* output: its frame is staged in the warehouse by the type handler, then written
-by :func:`recovery.lib.managed_output.write_output`, stamped with the run's generation
+by :func:`recovery.lib.write.managed_output.write_output`, stamped with the run's generation
 (``recovery/generation`` tag, else ``backfill-<id>`` in a Dagster backfill, else
 ``run-<run id>``), the fence checked in the write's own transaction, a partitioned asset
 replacing its partitions only, and the source watermark the output applied recorded with
 the write (what the asset reported as ``recovery/source_watermark`` output metadata, else
-the source as the run started: see :func:`~recovery.lib.managed_output.output_watermark`).
+the source as the run started: see :func:`~recovery.lib.write.managed_output.output_watermark`).
 A fenced generation's write fails the step with one sentence and is not retried. Every other
 asset is stored exactly as ``DuckDBIOManager`` stores it; reading a managed asset reads its
 public name (the managed view).
@@ -29,9 +29,10 @@ from pydantic import Field
 
 from recovery.defs.resources import warehouse_resource
 from recovery.io.handlers import ArrowTypeHandler, PandasTypeHandler, RelationTypeHandler
-from recovery.lib.control_plane import utcnow
+from recovery.lib.control.plane import utcnow
 from recovery.lib.errors import FencedGenerationError, RecoveryError
-from recovery.lib.managed_output import (
+from recovery.lib.spec.models import parse_spec
+from recovery.lib.write.managed_output import (
     SOURCE_WATERMARK_KEY,
     STAGE_SCHEMA,
     drop_stage,
@@ -40,7 +41,6 @@ from recovery.lib.managed_output import (
     stage_table,
     write_output,
 )
-from recovery.lib.spec import parse_spec
 
 WRITE_MODE_KEY = "recovery/write_mode"
 """Asset metadata choosing how an output is written: replace_partitions (default for a
@@ -78,7 +78,7 @@ class ManagedDbIOManager(DbIOManager):
         elif engine_kind != "duckdb":
             problem = (
                 f"is a {engine_kind} dataset and ManagedDuckDBIOManager writes DuckDB warehouses only; "
-                f"write it with recovery.lib.writer.Writer (see README, Running on Spark)"
+                f"write it with recovery.lib.write.writer.Writer (see README, Running on Spark)"
             )
         if problem:
             raise dg.Failure(

@@ -9,6 +9,6 @@ the project's instance, with the definitions built for the incident's own spec.
 
 from recovery.launch.runner import Launcher
 from recovery.launch.state import IncidentState, read_state
-from recovery.lib.phases import PHASES, Phase
+from recovery.lib.incident.phases import PHASES, Phase
 
 __all__ = ["PHASES", "Phase", "Launcher", "IncidentState", "read_state"]

@@ -22,9 +22,9 @@ from recovery.dagster_history import backfill_incident
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import RecoveryError
 from recovery.lib.identifiers import TableName, quote
+from recovery.lib.retry import retrying
 from recovery.lib.snapshot import str_list
-from recovery.lib.spec import DatasetSpec
-from recovery.lib.writer import retrying
+from recovery.lib.spec.models import DatasetSpec
 
 BACKFILL_TAG = "dagster/backfill"
 WATERMARK_BASIS = "run start (Dagster does not record what a run read)"

@@ -22,10 +22,10 @@ from recovery.launch import Launcher
 from recovery.launch.repair import decision, publish_or_roll_back, run_repair
 from recovery.lib.engine import duckdb_engine
 from recovery.lib.errors import RecoveryError
-from recovery.lib.incident import Incident
-from recovery.lib.phases import ASSESS, CONTAIN, EVIDENCE, REPORT, RESTATE, RUNBOOK, TIMELINE, VERIFY
+from recovery.lib.incident.model import Incident
+from recovery.lib.incident.phases import ASSESS, CONTAIN, EVIDENCE, REPORT, RESTATE, RUNBOOK, TIMELINE, VERIFY
 from recovery.lib.repair.plan import wave_name
-from recovery.lib.spec import DatasetSpec
+from recovery.lib.spec.models import DatasetSpec
 from recovery.lib.trace import mark, peak_rss_mb
 
 
@@ -184,7 +184,7 @@ def run_recovery(
         "verify": verify,
     }
     assert set(steps) == {s.name for s in RUNBOOK}, "a step of the runbook without its launcher here"
-    for step in RUNBOOK:  # the runbook's order, declared once in recovery.lib.phases
+    for step in RUNBOOK:  # the runbook's order, declared once in recovery.lib.incident.phases
         if step.name == "repair" and decision(launcher)[1].is_rollback:
             continue
         phase(step.name, steps[step.name])

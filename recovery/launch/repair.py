@@ -17,10 +17,10 @@ import dagster as dg
 from recovery.defs.repair.partitions import wave_tags
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import RecoveryError
-from recovery.lib.phases import CANARY, PLAN, PUBLISH, WAVE
+from recovery.lib.incident.phases import CANARY, PLAN, PUBLISH, WAVE
 from recovery.lib.repair.gates import latest_gates
 from recovery.lib.repair.plan import RepairPlan, load_plan, require_plan, wave_name
-from recovery.lib.spec import DatasetSpec
+from recovery.lib.spec.models import DatasetSpec
 
 if TYPE_CHECKING:
     from recovery.launch.runner import Launcher
@@ -116,7 +116,7 @@ def publish_or_roll_back(
     Returns what was done ('published', 'rolled_back', 'already_published', or 'finished' when an
     earlier publish committed but was stopped before what follows its commit), the run, the plan,
     and the steps after the commit that were finished now."""
-    from recovery.lib.phases import ROLLBACK
+    from recovery.lib.incident.phases import ROLLBACK
     from recovery.lib.repair.publish import finish_publish, publish_steps_left
 
     plan, chosen = decision(launcher)

@@ -8,9 +8,9 @@ a phase's job refuses with when launched too early from the UI.
 from __future__ import annotations
 
 from recovery.lib.errors import OutOfOrderError
-from recovery.lib.incident import Incident
+from recovery.lib.incident.model import Incident
+from recovery.lib.incident.phases import Phase
 from recovery.lib.incident_state import IncidentState, read_state, refusal
-from recovery.lib.phases import Phase
 
 __all__ = ["IncidentState", "read_state", "require"]
 

@@ -21,8 +21,8 @@ from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import is_plain_identifier, quote, quote_all
 from recovery.lib.lakehouse.history import has_lakehouse, sync
 from recovery.lib.snapshot import expected_rows_sql, source_snapshot_sql, str_list, transform_sql
-from recovery.lib.spec import DatasetSpec, parse_spec
-from recovery.lib.sql_files import render
+from recovery.lib.spec.models import DatasetSpec, parse_spec
+from recovery.lib.spec.sql_files import render
 
 _SCANNED_SOURCES: set[tuple] = set()
 """Change logs whose (key, version) uniqueness and ops this process has verified, by size."""
@@ -67,7 +67,7 @@ def _check_row(scanned: tuple) -> list:
 
 
 def _checked_before(s, scanned: tuple) -> bool:
-    from recovery.lib.control_plane import SCHEMA
+    from recovery.lib.control.plane import SCHEMA
 
     if s.object_kind(SCHEMA, _CHECKED) is None:
         return False
@@ -83,7 +83,7 @@ def _checked_before(s, scanned: tuple) -> bool:
 def remember_source_checks(s, spec: DatasetSpec) -> None:
     """Record, in a writing transaction, the change-log checks this process passed for ``spec``'s
     warehouse (the log is append-only: the same row count means the same rows)."""
-    from recovery.lib.control_plane import SCHEMA
+    from recovery.lib.control.plane import SCHEMA
 
     mine = [c for c in _SCANNED_SOURCES if c[0] == str(spec.warehouse.path)]
     if not mine:
@@ -253,7 +253,7 @@ def _check_shapes(spec: DatasetSpec, s, cols: dict, fail) -> None:
     if spec.source.sensitive or spec.target.sensitive:
         # evidence hashes what lineage derives from a sensitive column; refuse what no hash can
         # cover (before the name checks below, whose messages would quote a pivoted value)
-        from recovery.lib.sensitive_lineage import follow_sensitive
+        from recovery.lib.spec.sensitive_lineage import follow_sensitive
 
         target_cols = {**out, **{m: "VARCHAR" for m in spec.target.metadata.columns}}
         for x in follow_sensitive(spec, cols, target_cols).exposures:

@@ -2,22 +2,22 @@
 
 The CLI asks before it creates a run; a phase's job asks again in its first step (a
 launch from the UI), and both refuse with the phase's one sentence
-(``recovery.lib.phases.Phase.refusal``); nothing is written.
+(``recovery.lib.incident.phases.Phase.refusal``); nothing is written.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recovery.lib.control_plane import SCHEMA, control_plane_exists, has_dataset_table
+from recovery.lib.control.plane import SCHEMA, control_plane_exists, has_dataset_table
 from recovery.lib.engine import open_engine
-from recovery.lib.incident import Incident
-from recovery.lib.namespaces import is_managed
-from recovery.lib.phases import Phase, Refusal
+from recovery.lib.incident.model import Incident
+from recovery.lib.incident.phases import Phase, Refusal
+from recovery.lib.pointers.namespaces import is_managed
 from recovery.lib.reconcile.classify import partition_table
 from recovery.lib.repair.plan import load_plan
 from recovery.lib.snapshot import str_list
-from recovery.lib.spec import DatasetSpec
+from recovery.lib.spec.models import DatasetSpec
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,10 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from recovery.lib.control_plane import SCHEMA, control_plane_exists, ensure_control_plane, record_event, utcnow
+from recovery.lib.control.plane import SCHEMA, control_plane_exists, ensure_control_plane, record_event, utcnow
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError
-from recovery.lib.writer import retrying
+from recovery.lib.retry import retrying
 
 Severity = Literal["info", "warning", "critical"]
 NOTIFICATIONS = f"{SCHEMA}.notifications"

@@ -12,8 +12,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from recovery.lib.identifiers import quote, quote_all, str_list, ts_literal
-from recovery.lib.spec import DatasetSpec
-from recovery.lib.sql_files import render
+from recovery.lib.spec.models import DatasetSpec
+from recovery.lib.spec.sql_files import render
 
 
 def latest_versions_sql(

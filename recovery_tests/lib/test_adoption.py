@@ -1,4 +1,4 @@
-"""``recovery.lib.adoption`` and the registry-based inference, on a tiny warehouse written by plain SQL.
+"""``recovery.lib.pointers.adoption`` and the registry-based inference, on a tiny warehouse written by plain SQL.
 
 No Dagster here: these are the fast tier's checks of what containment and the
 reconciliation promise for a target the package never wrote.
@@ -12,11 +12,11 @@ import duckdb
 import pytest
 import yaml
 
-from recovery.lib.adoption import adopt, release
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
-from recovery.lib.incident import check_incident, parse_incident
+from recovery.lib.incident.model import check_incident, parse_incident
+from recovery.lib.pointers.adoption import adopt, release
 from recovery.lib.reconcile.classify import reconcile
 from recovery.lib.reconcile.inputs import ReconcileInputs
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from recovery.config import PROJECT_ROOT
-from recovery.lib.control_plane import PER_DATASET_TABLES, dataset_table, dataset_table_name, is_dataset_table_name
+from recovery.lib.control.plane import PER_DATASET_TABLES, dataset_table, dataset_table_name, is_dataset_table_name
 
 KINDS = "|".join(PER_DATASET_TABLES)
 BUILT_BY_HAND = re.compile(rf"[\"'.](?:{KINDS})__\{{")  # "delta__{ds}" or _recovery.recon__{ds}

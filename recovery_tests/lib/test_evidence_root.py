@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from recovery.lib.errors import SpecError
-from recovery.lib.evidence_root import check_evidence_root
+from recovery.lib.incident.evidence_root import check_evidence_root
 
 
 @pytest.mark.parametrize("root", ["/", "/tmp", "/dev/shm", "/dev", "/dev/mqueue/x", "/proc/self", "/usr/share/ev"])

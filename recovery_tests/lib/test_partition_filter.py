@@ -7,8 +7,8 @@ import duckdb
 import pytest
 
 from recovery.lib.engine.duckdb_engine import DuckDBSession
-from recovery.lib.partition_filter import in_partitions
-from recovery.lib.spec import parse_spec
+from recovery.lib.spec.models import parse_spec
+from recovery.lib.spec.partition_filter import in_partitions
 from recovery_tests.small_dataset import build_small_dataset
 
 VALUES = {

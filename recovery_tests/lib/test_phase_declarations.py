@@ -1,4 +1,4 @@
-"""Each runbook phase is declared once (``recovery.lib.phases``): no job name and no phase order is
+"""Each runbook phase is declared once (``recovery.lib.incident.phases``): no job name and no phase order is
 written a second time in the package, and the order the runbook declares is one a phase's needs allow.
 
 The source is read with ``ast``: every string a module holds (f-strings' literal parts included,
@@ -13,11 +13,11 @@ from dataclasses import fields
 from pathlib import Path
 
 from recovery.config import PROJECT_ROOT
+from recovery.lib.incident.phases import BY_JOB, NEEDS, PHASES, PUBLISH, RUNBOOK
 from recovery.lib.incident_state import IncidentState
-from recovery.lib.phases import BY_JOB, NEEDS, PHASES, PUBLISH, RUNBOOK
 
 PACKAGE = PROJECT_ROOT / "recovery"
-DECLARATIONS = PACKAGE / "lib" / "phases.py"
+DECLARATIONS = PACKAGE / "lib" / "incident" / "phases.py"
 JOBS = sorted(p.job for p in PHASES.values())
 STEP_NAMES = {s.name for s in RUNBOOK} | set(PHASES)
 
@@ -71,7 +71,7 @@ def test_no_job_name_is_written_outside_the_phase_declarations():
         for line, text in _strings(path)
         if pattern.search(text)
     ]
-    assert written == [], "name the job from recovery.lib.phases instead:\n" + "\n".join(written)
+    assert written == [], "name the job from recovery.lib.incident.phases instead:\n" + "\n".join(written)
 
 
 def test_no_phase_order_is_written_outside_the_phase_declarations():

@@ -6,7 +6,7 @@ import dagster as dg
 import pytest
 
 from recovery.definitions import defs
-from recovery.lib.phases import PHASES
+from recovery.lib.incident.phases import PHASES
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def test_each_phase_launches_a_job_of_the_code_location_with_config_it_accepts(c
 
 def test_without_an_incident_file_the_config_holds_only_the_first_nodes_extra(code_location):
     """The CLI names the incident by the run tag (``incident_tags``): the config holds only what it adds."""
-    from recovery.lib.phases import INCIDENT_TAG, REPORT, incident_tags
+    from recovery.lib.incident.phases import INCIDENT_TAG, REPORT, incident_tags
 
     assert incident_tags("i.yaml") == {INCIDENT_TAG: "i.yaml"}
     assert REPORT.run_config() == {}

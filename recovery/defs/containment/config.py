@@ -22,9 +22,8 @@ from pydantic import Field
 
 from recovery.config import PROJECT_ROOT
 from recovery.lib.errors import SpecError
-from recovery.lib.incident import Incident, check_incident, incident_from_mapping, parse_incident
-from recovery.lib.incident_state import read_state, refusal
-from recovery.lib.phases import (
+from recovery.lib.incident.model import Incident, check_incident, incident_from_mapping, parse_incident
+from recovery.lib.incident.phases import (
     BY_JOB,
     CANARY,
     INCIDENT_TAG,
@@ -36,7 +35,8 @@ from recovery.lib.phases import (
     Phase,
     incident_tags,
 )
-from recovery.lib.spec import DatasetSpec
+from recovery.lib.incident_state import read_state, refusal
+from recovery.lib.spec.models import DatasetSpec
 from recovery.refusal import refuse, restore_tracebacks
 
 
@@ -132,7 +132,7 @@ def resolve_incident(
     spec = check_incident(incident)
     served = Path(served_spec).resolve()
     if incident.spec != served:
-        from recovery.lib.spec import parse_spec
+        from recovery.lib.spec.models import parse_spec
 
         other = parse_spec(served)
         if (other.dataset, other.warehouse.path) != (spec.dataset, spec.warehouse.path):
@@ -237,7 +237,7 @@ def log_next_phases(
     range already chosen, so the person follows a link and types nothing."""
     from recovery.config import LOCATION_NAME
     from recovery.defs.alerts.check_alerts import ui_url
-    from recovery.lib.draft_incident import launchpad_url
+    from recovery.lib.incident.draft import launchpad_url
 
     phase = BY_JOB.get(context.job_name)
     if phase is None or incident.incident_path is None:

@@ -29,7 +29,7 @@ from dagster._core.storage.tags import (
 )
 
 from recovery.dagster_history import RUN_STAMP, backfill_named
-from recovery.lib.fencing import GENERATION_TAG
+from recovery.lib.write.fencing import GENERATION_TAG
 
 STOPPABLE = [
     dg.DagsterRunStatus.QUEUED,

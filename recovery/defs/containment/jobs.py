@@ -9,7 +9,7 @@ from __future__ import annotations
 import dagster as dg
 
 from recovery.defs.containment.ops import adopt_target, fence_generations, stop_dagster_work, validate_incident
-from recovery.lib.phases import CONTAIN
+from recovery.lib.incident.phases import CONTAIN
 
 
 @dg.job(

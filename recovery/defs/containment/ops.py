@@ -19,14 +19,14 @@ from recovery.defs.containment.report import ContainmentReport, GenerationContai
 from recovery.defs.containment.writers import refused_writers
 from recovery.defs.resources import WarehouseResource
 from recovery.lib import faults
-from recovery.lib.adoption import Adoption, adopt
-from recovery.lib.control_plane import SCHEMA
+from recovery.lib.control.plane import SCHEMA
 from recovery.lib.engine.base import Engine
-from recovery.lib.fencing import FenceOutcome, TimelineEvent, event_recorded, fence_incident, record_events
-from recovery.lib.incident import Incident
+from recovery.lib.incident.model import Incident
+from recovery.lib.incident.phases import CONTAIN
 from recovery.lib.lakehouse.adoption import adopted_lakehouse
 from recovery.lib.lakehouse.fence import fence_table
-from recovery.lib.phases import CONTAIN
+from recovery.lib.pointers.adoption import Adoption, adopt
+from recovery.lib.write.fencing import FenceOutcome, TimelineEvent, event_recorded, fence_incident, record_events
 
 ACTOR = CONTAIN.job
 

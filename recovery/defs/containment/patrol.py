@@ -20,9 +20,12 @@ import dagster as dg
 
 from recovery.defs.containment import dagster_runs
 from recovery.defs.containment.writers import REFUSED_TAG, refusal_sentence, refused_runs
-from recovery.lib.control_plane import SCHEMA, control_plane_exists
+from recovery.lib.control.plane import SCHEMA, control_plane_exists
 from recovery.lib.engine.base import Engine
-from recovery.lib.fencing import (
+from recovery.lib.identifiers import naive_utc
+from recovery.lib.notify import NotificationError, Notifier
+from recovery.lib.spec.models import DatasetSpec
+from recovery.lib.write.fencing import (
     FenceRecord,
     TimelineEvent,
     count_run_attempt,
@@ -30,9 +33,6 @@ from recovery.lib.fencing import (
     record_events,
     unalerted_attempts,
 )
-from recovery.lib.identifiers import naive_utc
-from recovery.lib.notify import NotificationError, Notifier
-from recovery.lib.spec import DatasetSpec
 
 DEFAULT_OWNER = "data-platform-oncall"
 

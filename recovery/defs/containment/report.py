@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from recovery.defs.containment.dagster_runs import StoppedRun
-from recovery.lib.fencing import FenceOutcome
+from recovery.lib.write.fencing import FenceOutcome
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,11 @@ import dagster as dg
 
 from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.resources import WarehouseResource
-from recovery.lib.control_plane import record_event
+from recovery.lib.control.plane import record_event
 from recovery.lib.decision import decide
 from recovery.lib.engine import open_engine
-from recovery.lib.phases import ASSESS
-from recovery.lib.writer import retrying
+from recovery.lib.incident.phases import ASSESS
+from recovery.lib.retry import retrying
 
 
 @dg.asset(

@@ -13,7 +13,7 @@ from recovery.dagster_history import run_history_for
 from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.evidence import build_evidence
-from recovery.lib.phases import EVIDENCE
+from recovery.lib.incident.phases import EVIDENCE
 
 EVIDENCE_KEY = dg.AssetKey(["incident", "evidence_bundle"])
 

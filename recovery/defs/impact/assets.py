@@ -4,7 +4,7 @@ Consumers come from the spec and, through lineage, from the Dagster asset graph.
 asset downstream of the target (in this code location, or named in the spec with its own)
 cannot be computed here: its impact is the partitions that read damaged target partitions
 and its rows in them, which are kept now, while the damage is published, as the original
-the restatement compares its corrected rows with (``recovery/lib/asset_consumers.py``).
+the restatement compares its corrected rows with (``recovery/lib/consumers/assets.py``).
 """
 
 from dataclasses import asdict
@@ -15,11 +15,11 @@ from recovery.defs.asset_consumers import affected_partitions, resolve
 from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.location import asset_graph
 from recovery.defs.resources import WarehouseResource
-from recovery.lib.asset_consumers import AssetImpact, damaged_target_partitions, trace_asset
-from recovery.lib.control_plane import record_event
+from recovery.lib.consumers.assets import AssetImpact, damaged_target_partitions, trace_asset
+from recovery.lib.consumers.impact import assess_impact
+from recovery.lib.control.plane import record_event
 from recovery.lib.engine import open_engine
-from recovery.lib.impact import assess_impact
-from recovery.lib.writer import retrying
+from recovery.lib.retry import retrying
 
 
 def downstream_of_target(context: dg.AssetExecutionContext, target_table: str, spec_path: str) -> list[str]:

@@ -20,10 +20,10 @@ from recovery.dagster_history import backfill_incident
 from recovery.defs.alerts.check_alerts import DEFAULT_OWNER, ui_url
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.resources import WarehouseResource
-from recovery.lib.draft_incident import Draft, FailedBackfill, draft_incident_id, launchpad_url, open_draft
 from recovery.lib.errors import WarehouseBusyError
+from recovery.lib.incident.draft import Draft, FailedBackfill, draft_incident_id, launchpad_url, open_draft
+from recovery.lib.incident.phases import CONTAIN
 from recovery.lib.notify import NotificationError
-from recovery.lib.phases import CONTAIN
 
 BUSY_TIMEOUT_S = 20.0
 RECENT_BACKFILLS = 50

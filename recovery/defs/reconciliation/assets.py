@@ -14,7 +14,7 @@ from pydantic import Field
 from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.resources import WarehouseResource
 from recovery.defs.target_partitions import TARGET_PARTITIONS, register_found
-from recovery.lib.phases import RECONCILE
+from recovery.lib.incident.phases import RECONCILE
 from recovery.lib.reconcile.run import run_reconciliation
 
 # a partition's own figures on its materialization, beside the run's (which every partition carries)

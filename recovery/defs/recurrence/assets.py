@@ -18,6 +18,7 @@ import dagster as dg
 from recovery.defs.recurrence.config import BackfillConfig, resolve_request
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.errors import GateRefusedError, RecoveryError
+from recovery.lib.recurrence.gates.value_preview import refusal_line, refusal_lines, write_preview
 from recovery.lib.recurrence.launch import build_backfill, preflight, start_backfill
 from recovery.lib.recurrence.policy import GATES
 from recovery.lib.recurrence.publish import gate_backfill, publish_backfill, stop_backfill
@@ -26,7 +27,6 @@ from recovery.lib.recurrence.record import latest_gates
 from recovery.lib.recurrence.rehearsal import rehearse, value_report_of
 from recovery.lib.recurrence.tables import GATES as GATE_TABLE
 from recovery.lib.recurrence.tables import tables_exist
-from recovery.lib.recurrence.value_preview import refusal_line, refusal_lines, write_preview
 from recovery.refusal import refuse
 
 BACKFILL_KEY = dg.AssetKey(["recurrence", "backfill"])

@@ -30,14 +30,14 @@ from recovery.defs.repair.rollback import rollback_incident
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import GateRefusedError
-from recovery.lib.phases import CANARY, PLAN, PUBLISH, WAVE
+from recovery.lib.incident.phases import CANARY, PLAN, PUBLISH, WAVE
 from recovery.lib.repair.build import build_wave, start_repair
 from recovery.lib.repair.diffs import label_diffs
 from recovery.lib.repair.plan import load_plan, require_plan, wave_name
 from recovery.lib.repair.publish import PublishNotice, finish_publish, gate_candidate, publish, replay_to_now
 from recovery.lib.repair.waves import gate_wave
-from recovery.lib.spec import parse_spec
-from recovery.lib.writer import Writer
+from recovery.lib.spec.models import parse_spec
+from recovery.lib.write.writer import Writer
 from recovery.refusal import refuse
 
 PLAN_KEY = dg.AssetKey(["repair", "plan"])

@@ -12,7 +12,7 @@ from recovery.defs.resources import WarehouseResource
 from recovery.lib.gates import GateResult
 from recovery.lib.repair.gates import BUILTIN, DESCRIPTIONS
 from recovery.lib.repair.tables import PARTITIONS, REPLAYS
-from recovery.lib.spec import DatasetSpec
+from recovery.lib.spec.models import DatasetSpec
 
 GENERATION_KEY = dg.AssetKey(["repair", "generation"])
 CANDIDATE_KEY = dg.AssetKey(["repair", "candidate"])

@@ -6,9 +6,9 @@ from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.decision import decide
 from recovery.lib.engine import open_engine
-from recovery.lib.phases import ROLLBACK
+from recovery.lib.incident.phases import ROLLBACK
 from recovery.lib.repair.publish import rollback
-from recovery.lib.writer import Writer
+from recovery.lib.write.writer import Writer
 
 
 @dg.op(description="Move the public view back to the complete prior namespace, if the decision allows it.")

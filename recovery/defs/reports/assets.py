@@ -17,7 +17,7 @@ from recovery.dagster_history import run_history_for
 from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.resources import WarehouseResource
 from recovery.defs.timeline.assets import TIMELINE_KEY
-from recovery.lib.phases import REPORT
+from recovery.lib.incident.phases import REPORT
 from recovery.lib.reports import build_reports, write_reports
 from recovery.lib.timeline import build_timeline
 

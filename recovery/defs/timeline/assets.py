@@ -13,7 +13,7 @@ from recovery.dagster_history import run_history_for
 from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.evidence.assets import EVIDENCE_KEY
 from recovery.defs.resources import WarehouseResource
-from recovery.lib.phases import TIMELINE
+from recovery.lib.incident.phases import TIMELINE
 from recovery.lib.timeline import build_timeline, render_markdown, write_timeline
 
 TIMELINE_KEY = dg.AssetKey(["incident", "timeline"])

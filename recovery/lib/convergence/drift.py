@@ -26,9 +26,9 @@ from datetime import datetime
 from recovery.lib.convergence.pending import same_row_sql
 from recovery.lib.engine.base import Session
 from recovery.lib.engine.duckdb_engine import DuckDBSession
-from recovery.lib.expected_cache import drop_staged, expected_rows
 from recovery.lib.identifiers import quote, quote_all
-from recovery.lib.spec import DatasetSpec
+from recovery.lib.reconcile.expected_cache import drop_staged, expected_rows
+from recovery.lib.spec.models import DatasetSpec
 
 SAMPLE_KEYS = 5
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from recovery.lib.control_plane import SCHEMA, delta_table, has_dataset_table
+from recovery.lib.control.plane import SCHEMA, delta_table, has_dataset_table
 from recovery.lib.convergence.watermark import dataset_watermark
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote
-from recovery.lib.spec import DatasetSpec
+from recovery.lib.spec.models import DatasetSpec
 
 
 def applied_watermark(s: Session, spec: DatasetSpec) -> datetime | None:

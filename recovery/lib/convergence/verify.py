@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from recovery.lib import faults
-from recovery.lib.control_plane import (
+from recovery.lib.control.plane import (
     dataset_table,
     ensure_control_plane,
     has_dataset_table,
@@ -40,10 +40,10 @@ from recovery.lib.convergence.watermark import (
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.errors import RecoveryError, SpecError
-from recovery.lib.expected_cache import drop_staged
 from recovery.lib.identifiers import naive_utc
-from recovery.lib.spec import DatasetSpec
-from recovery.lib.writer import retrying
+from recovery.lib.reconcile.expected_cache import drop_staged
+from recovery.lib.retry import retrying
+from recovery.lib.spec.models import DatasetSpec
 
 
 def history_table(spec: DatasetSpec) -> str:

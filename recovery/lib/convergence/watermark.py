@@ -27,11 +27,11 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from recovery.lib.control_plane import SCHEMA, SOURCE_WATERMARKS
+from recovery.lib.control.plane import SCHEMA, SOURCE_WATERMARKS
+from recovery.lib.control.write_registry import generations_sql
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, string_literal, ts_literal
-from recovery.lib.registry import generations_sql
-from recovery.lib.spec import DatasetSpec
+from recovery.lib.spec.models import DatasetSpec
 
 PARTITION_WATERMARKS = "__cv_wm"
 """Temp table: (p, watermark, basis) for the partitions a later write rebuilt past the dataset's watermark."""

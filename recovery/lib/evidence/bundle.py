@@ -33,7 +33,8 @@ from pathlib import Path
 
 import recovery
 from recovery.lib import faults
-from recovery.lib.control_plane import SCHEMA, control_plane_exists, record_event, utcnow
+from recovery.lib.control.plane import SCHEMA, control_plane_exists, record_event, utcnow
+from recovery.lib.control.run_history import RunHistory
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError
 from recovery.lib.evidence.keys import EvidenceKey, load_evidence_key
@@ -48,14 +49,13 @@ from recovery.lib.evidence.manifest import (
     write_manifest,
 )
 from recovery.lib.evidence.tables import TableCopy, planned_copies, safe_name
-from recovery.lib.failed_generations import generation_facts
 from recovery.lib.identifiers import quote
-from recovery.lib.incident import Incident
+from recovery.lib.incident.failed_generations import generation_facts
+from recovery.lib.incident.model import Incident
 from recovery.lib.lakehouse.evidence import commit_log_files, pinned_versions
-from recovery.lib.run_history import RunHistory
-from recovery.lib.sensitive_lineage import follow_sensitive
-from recovery.lib.spec import DatasetSpec
-from recovery.lib.writer import retrying
+from recovery.lib.retry import retrying
+from recovery.lib.spec.models import DatasetSpec
+from recovery.lib.spec.sensitive_lineage import follow_sensitive
 
 KEY_VARIABLE = "recovery_evidence_key"
 _INNER, _OUTER = f"{KEY_VARIABLE}_inner", f"{KEY_VARIABLE}_outer"

@@ -1,7 +1,7 @@
 """Containment's adoption of a lakehouse target's copy in the warehouse file.
 
 The history sync keeps the table's rows at the public name until containment; adoption
-(``recovery.lib.adoption``) then moves them into the first namespace, pinned at the
+(``recovery.lib.pointers.adoption``) then moves them into the first namespace, pinned at the
 fence's version. The write log's rows written before that say where they now live.
 """
 
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from recovery.lib.adoption import Adoption
 from recovery.lib.engine.base import Engine
 from recovery.lib.lakehouse.fence import TableFence
 from recovery.lib.lakehouse.history import fix_adopted_namespace
-from recovery.lib.spec import DatasetSpec
-from recovery.lib.writer import retrying
+from recovery.lib.pointers.adoption import Adoption
+from recovery.lib.retry import retrying
+from recovery.lib.spec.models import DatasetSpec
 
 
 def adopted_lakehouse(engine: Engine, spec: DatasetSpec, adoption: Adoption, fence: TableFence) -> Adoption:

@@ -26,16 +26,16 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from recovery.lib.control_plane import SCHEMA, delta_table, ensure_control_plane, record_event, utcnow
+from recovery.lib.control.plane import SCHEMA, delta_table, ensure_control_plane, record_event, utcnow
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError, SpecError
 from recovery.lib.identifiers import TableName, quote, quote_all
 from recovery.lib.lakehouse.formats import Commit, TableLog, UnsupportedTable, open_log
 from recovery.lib.lakehouse.relations import duckdb_columns, files_sql
-from recovery.lib.lakehouse_spec import LakehouseTable
-from recovery.lib.namespaces import current_namespace, namespace_sql
-from recovery.lib.spec import DatasetSpec
-from recovery.lib.writer import retrying
+from recovery.lib.pointers.namespaces import current_namespace, namespace_sql
+from recovery.lib.retry import retrying
+from recovery.lib.spec.lakehouse import LakehouseTable
+from recovery.lib.spec.models import DatasetSpec
 
 COMMITS = f"{SCHEMA}.lakehouse_commits"
 TABLES = f"{SCHEMA}.lakehouse_tables"

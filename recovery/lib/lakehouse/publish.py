@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from recovery.lib.control_plane import record_event
+from recovery.lib.control.plane import record_event
 from recovery.lib.engine.base import Engine
 from recovery.lib.errors import GateRefusedError, RecoveryError
 from recovery.lib.identifiers import quote, str_list
@@ -34,9 +34,9 @@ from recovery.lib.lakehouse.history import (
     sync,
 )
 from recovery.lib.lakehouse.relations import duckdb_columns, files_sql
-from recovery.lib.namespaces import namespace_sql
-from recovery.lib.spec import DatasetSpec
-from recovery.lib.writer import retrying
+from recovery.lib.pointers.namespaces import namespace_sql
+from recovery.lib.retry import retrying
+from recovery.lib.spec.models import DatasetSpec
 
 ATTEMPTS = 5
 

@@ -16,13 +16,13 @@ from typing import Literal
 
 import pyarrow as pa
 
-from recovery.lib.control_plane import utcnow
+from recovery.lib.control.plane import utcnow
 from recovery.lib.errors import FencedGenerationError, RecoveryError
 from recovery.lib.lakehouse.fence import FENCE_PROPERTY, fenced_generations
 from recovery.lib.lakehouse.formats import DeltaLog, IcebergLog, open_log
 from recovery.lib.lakehouse.history import GENERATION_PROPERTY, WRITER_PROPERTY
-from recovery.lib.lakehouse_spec import LakehouseTable
-from recovery.lib.spec import DatasetSpec
+from recovery.lib.spec.lakehouse import LakehouseTable
+from recovery.lib.spec.models import DatasetSpec
 
 LakehouseMode = Literal["append", "upsert", "replace_partitions"]
 
@@ -62,7 +62,9 @@ def write(
     ``replace_partitions`` overwrites the partitions the rows fall in."""
     table = spec.target.lakehouse
     if table is None:
-        raise RecoveryError(f"dataset {spec.dataset!r} has no lakehouse target: write through recovery.lib.writer")
+        raise RecoveryError(
+            f"dataset {spec.dataset!r} has no lakehouse target: write through recovery.lib.write.writer"
+        )
     log = open_log(table)
     if generation in fenced_generations(log.properties()):
         raise FencedGenerationError(generation, f"fenced on {table.location} (table property {FENCE_PROPERTY})")

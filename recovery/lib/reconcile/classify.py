@@ -17,20 +17,26 @@ from __future__ import annotations
 from contextlib import nullcontext
 from datetime import datetime
 
-from recovery.lib.control_plane import SCHEMA, dataset_table_name, delta_table, has_dataset_table
+from recovery.lib.control.plane import SCHEMA, dataset_table_name, delta_table, has_dataset_table
+from recovery.lib.control.write_registry import generations_sql
 from recovery.lib.engine.base import Session
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.errors import SpecError
-from recovery.lib.expected_cache import drop_staged, keep_expected, keepable, stage_kept
 from recovery.lib.identifiers import quote, quote_all, string_literal
 from recovery.lib.lakehouse.history import history_facts
+from recovery.lib.reconcile.expected_cache import drop_staged, keep_expected, keepable, stage_kept
 from recovery.lib.reconcile.footprint import drift_outside_sql, resolve_footprint, stage_candidates, stage_footprint
 from recovery.lib.reconcile.inputs import ReconcileInputs, partition_table, recon_table, side
 from recovery.lib.reconcile.partitions import expected_partition_rows_sql, partition_findings_sql
-from recovery.lib.registry import generations_sql
-from recovery.lib.snapshot import expected_from_index_sql, latest_index_sql, latest_versions_sql, str_list, ts_literal
-from recovery.lib.spec import DatasetSpec
-from recovery.lib.sql_files import joins_nothing
+from recovery.lib.snapshot import (
+    expected_from_index_sql,
+    latest_index_sql,
+    latest_versions_sql,
+    str_list,
+    ts_literal,
+)
+from recovery.lib.spec.models import DatasetSpec
+from recovery.lib.spec.sql_files import joins_nothing
 from recovery.lib.trace import mark
 
 

@@ -28,11 +28,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from recovery.lib.control_plane import SCHEMA, delta_table, has_dataset_table
+from recovery.lib.control.plane import SCHEMA, delta_table, has_dataset_table
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, quote_all, sql_literal, str_list, ts_literal
 from recovery.lib.reconcile.inputs import ReconcileInputs
-from recovery.lib.sql_files import render
+from recovery.lib.spec.sql_files import render
 
 
 @dataclass(frozen=True)

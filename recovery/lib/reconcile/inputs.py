@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from recovery.lib.control_plane import dataset_table, dataset_table_name
-from recovery.lib.spec import DatasetSpec
+from recovery.lib.control.plane import dataset_table, dataset_table_name
+from recovery.lib.spec.models import DatasetSpec
 
 
 @dataclass(frozen=True)

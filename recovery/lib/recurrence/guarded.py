@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 
 from recovery.lib.errors import RecoveryError
 from recovery.lib.gates import GateResult
-from recovery.lib.recurrence.invariants import InvariantResult
+from recovery.lib.recurrence.gates.invariants import InvariantResult
 from recovery.lib.recurrence.launch import Preflight, build_backfill, preflight, start_backfill
 from recovery.lib.recurrence.publish import gate_backfill, publish_backfill
 from recovery.lib.recurrence.recompute import Recompute, resolve_recompute
 from recovery.lib.recurrence.record import latest_gates
 from recovery.lib.recurrence.request import BackfillRequest
-from recovery.lib.writer import Writer
+from recovery.lib.write.writer import Writer
 
 
 @dataclass

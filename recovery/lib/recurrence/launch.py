@@ -21,21 +21,22 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 
-from recovery.lib.control_plane import record_event, utcnow
+from recovery.lib.control.plane import record_event, utcnow
 from recovery.lib.errors import DuplicateKeyError, RecoveryError, SpecError
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
-from recovery.lib.managed_names import pointer_seq
-from recovery.lib.namespaces import current_namespace, namespace_sql
-from recovery.lib.partition_filter import in_partitions
+from recovery.lib.pointers.managed_views import pointer_seq
+from recovery.lib.pointers.namespaces import current_namespace, namespace_sql
+from recovery.lib.recurrence.gates.values import compared_columns
 from recovery.lib.recurrence.policy import pre_write_gates
 from recovery.lib.recurrence.preview import ScopePreview, preview_scope
 from recovery.lib.recurrence.recompute import Recompute, RecomputeContext, code_version, resolve_recompute
 from recovery.lib.recurrence.record import BackfillRecord, load_backfill, record_gates, require_backfill, set_status
 from recovery.lib.recurrence.request import BackfillRequest
 from recovery.lib.recurrence.tables import BACKFILLS, ensure_backfill_tables
-from recovery.lib.recurrence.values import compared_columns
-from recovery.lib.writer import Writer, retrying
+from recovery.lib.retry import retrying
+from recovery.lib.spec.partition_filter import in_partitions
+from recovery.lib.write.writer import Writer
 
 
 @dataclass(frozen=True)

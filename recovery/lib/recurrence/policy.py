@@ -10,7 +10,7 @@ from __future__ import annotations
 from recovery.lib.gates import GateResult
 from recovery.lib.recurrence.preview import ScopePreview
 from recovery.lib.recurrence.request import BackfillRequest
-from recovery.lib.spec import DatasetSpec
+from recovery.lib.spec.models import DatasetSpec
 
 PRE_WRITE = ("approval", "scope", "capacity")
 GATES = (
@@ -142,7 +142,7 @@ def active_gates(spec: DatasetSpec) -> list[dict]:
         for r in p.approval.rules
     )
     cap = p.capacity
-    from recovery.lib.recurrence.invariants import builtin_invariants
+    from recovery.lib.recurrence.gates.invariants import builtin_invariants
 
     invariants = [i.name for i in builtin_invariants()] + [i.name for i in p.invariants] + [s.name for s in spec.suites]
     return [

@@ -17,23 +17,24 @@ from __future__ import annotations
 
 import json
 
-from recovery.lib.control_plane import SCHEMA, delta_table, next_seq, record_event, utcnow
+from recovery.lib.control.plane import SCHEMA, delta_table, next_seq, record_event, utcnow
 from recovery.lib.convergence.verify import verify_convergence
 from recovery.lib.engine.base import Session
 from recovery.lib.errors import RecoveryError
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
-from recovery.lib.namespaces import current_namespace, move_pointer, namespace_sql
-from recovery.lib.partition_filter import in_partitions
-from recovery.lib.recurrence.anomaly import evaluate_anomaly
-from recovery.lib.recurrence.invariants import InvariantResult, evaluate_invariants
+from recovery.lib.pointers.namespaces import current_namespace, move_pointer, namespace_sql
+from recovery.lib.recurrence.gates.anomaly import evaluate_anomaly
+from recovery.lib.recurrence.gates.invariants import InvariantResult, evaluate_invariants
+from recovery.lib.recurrence.gates.profile import evaluate_profile
+from recovery.lib.recurrence.gates.values import Declared, evaluate_values
 from recovery.lib.recurrence.policy import GATES
-from recovery.lib.recurrence.profile import evaluate_profile
 from recovery.lib.recurrence.record import BackfillRecord, latest_gates, load_backfill, record_gates, set_status
 from recovery.lib.recurrence.tables import BACKFILLS
-from recovery.lib.recurrence.values import Declared, evaluate_values
-from recovery.lib.spec import DatasetSpec
-from recovery.lib.writer import Writer, retrying
+from recovery.lib.retry import retrying
+from recovery.lib.spec.models import DatasetSpec
+from recovery.lib.spec.partition_filter import in_partitions
+from recovery.lib.write.writer import Writer
 
 
 def _since_seed(s: Session, spec: DatasetSpec, rec: BackfillRecord) -> tuple[list[str], list[str]]:

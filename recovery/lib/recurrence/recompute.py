@@ -20,7 +20,7 @@ from datetime import datetime
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import quote
 from recovery.lib.snapshot import expected_rows_sql, str_list
-from recovery.lib.writer import Writer
+from recovery.lib.write.writer import Writer
 
 
 @dataclass(frozen=True)

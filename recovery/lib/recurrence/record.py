@@ -7,7 +7,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from recovery.lib.control_plane import next_seq, record_event, utcnow
+from recovery.lib.control.plane import next_seq, record_event, utcnow
 from recovery.lib.engine.base import Session
 from recovery.lib.errors import RecoveryError
 from recovery.lib.gates import GateResult

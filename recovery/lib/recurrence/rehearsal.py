@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recovery.lib.engine import open_engine
+from recovery.lib.recurrence.gates.values import ValueReport, compare_values
 from recovery.lib.recurrence.guarded import BackfillOutcome, run_guarded_backfill
 from recovery.lib.recurrence.publish import declared_of
 from recovery.lib.recurrence.recompute import Recompute
 from recovery.lib.recurrence.record import load_backfill
 from recovery.lib.recurrence.request import BackfillRequest
-from recovery.lib.recurrence.values import ValueReport, compare_values
-from recovery.lib.writer import Writer
+from recovery.lib.write.writer import Writer
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recovery.lib.control_plane import SCHEMA, ensure_control_plane
+from recovery.lib.control.plane import SCHEMA, ensure_control_plane
 from recovery.lib.engine.base import Session
 
 BACKFILLS = f"{SCHEMA}.backfills"

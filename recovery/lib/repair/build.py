@@ -19,13 +19,12 @@ from __future__ import annotations
 import json
 
 from recovery.lib import faults
-from recovery.lib.control_plane import SCHEMA, record_event, utcnow
+from recovery.lib.control.plane import SCHEMA, record_event, utcnow
 from recovery.lib.errors import FencedGenerationError, RecoveryError
-from recovery.lib.expected_cache import expected_rows
 from recovery.lib.identifiers import quote, quote_all
-from recovery.lib.incident import Incident
-from recovery.lib.namespaces import current_namespace, namespace_sql, published_namespace
-from recovery.lib.partition_filter import in_partitions
+from recovery.lib.incident.model import Incident
+from recovery.lib.pointers.namespaces import current_namespace, namespace_sql, published_namespace
+from recovery.lib.reconcile.expected_cache import expected_rows
 from recovery.lib.repair.plan import (
     RepairPlan,
     choose_canary,
@@ -37,7 +36,9 @@ from recovery.lib.repair.plan import (
     wave_name,
 )
 from recovery.lib.repair.tables import PARTITIONS, PLANS, ensure_repair_tables, snapshot_table
-from recovery.lib.writer import Writer, WriteResult, retrying
+from recovery.lib.retry import retrying
+from recovery.lib.spec.partition_filter import in_partitions
+from recovery.lib.write.writer import Writer, WriteResult
 
 
 def repair_generation_id(incident_id: str) -> str:

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, quote_all
-from recovery.lib.namespaces import namespace_sql
+from recovery.lib.pointers.namespaces import namespace_sql
 from recovery.lib.reconcile.classify import ReconcileInputs, recon_table, reconcile
 from recovery.lib.repair.build import partition_total_sql
 from recovery.lib.repair.plan import RepairPlan
 from recovery.lib.repair.replay import latest_delta_sql
 from recovery.lib.repair.tables import DIFFS, PARTITIONS
-from recovery.lib.spec import DatasetSpec
-from recovery.lib.writer import Writer
+from recovery.lib.spec.models import DatasetSpec
+from recovery.lib.write.writer import Writer
 
 
 def after_id(incident_id: str) -> str:

@@ -14,22 +14,22 @@ from __future__ import annotations
 
 import json
 
-from recovery.lib.control_plane import SCHEMA, utcnow
+from recovery.lib.control.plane import SCHEMA, utcnow
 from recovery.lib.engine.base import Session
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote, quote_all, ts_literal
-from recovery.lib.namespaces import namespace_sql
-from recovery.lib.partition_filter import in_partitions
+from recovery.lib.pointers.namespaces import namespace_sql
 from recovery.lib.repair.plan import RepairPlan
 from recovery.lib.repair.replay import committed_seq, fold_delta, latest_delta_sql
 from recovery.lib.repair.sql_suites import SqlSuiteRunner
 from recovery.lib.repair.suites import BATCH_ROWS, Expectation, Suite, SuiteResult, SuiteRunner, declared_suites
 from recovery.lib.repair.tables import GATES, snapshot_table
 from recovery.lib.snapshot import str_list
-from recovery.lib.spec import DatasetSpec
-from recovery.lib.sql_files import render
-from recovery.lib.writer import Writer
+from recovery.lib.spec.models import DatasetSpec
+from recovery.lib.spec.partition_filter import in_partitions
+from recovery.lib.spec.sql_files import render
+from recovery.lib.write.writer import Writer
 
 BUILTIN = (
     "repair_keys",

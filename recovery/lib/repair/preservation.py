@@ -12,12 +12,12 @@ from __future__ import annotations
 from recovery.lib.engine.base import Session
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote, quote_all
-from recovery.lib.namespaces import namespace_sql
+from recovery.lib.pointers.namespaces import namespace_sql
 from recovery.lib.repair.gates import reconciliation_gate, reference_sql
 from recovery.lib.repair.plan import RepairPlan
 from recovery.lib.repair.replay import latest_delta_sql
 from recovery.lib.repair.tables import snapshot_table
-from recovery.lib.writer import Writer
+from recovery.lib.write.writer import Writer
 
 PRESERVATION_GATE = "repair_concurrent_writes"
 

@@ -24,23 +24,24 @@ import json
 from dataclasses import dataclass
 
 from recovery.lib import faults
-from recovery.lib.control_plane import SCHEMA, next_seq, record_event, utcnow
+from recovery.lib.control.plane import SCHEMA, next_seq, record_event, utcnow
 from recovery.lib.decision import Decision
 from recovery.lib.errors import GateRefusedError, RecoveryError
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
-from recovery.lib.namespaces import current_namespace, move_pointer, namespace_sql
+from recovery.lib.incident.phases import PUBLISH
 from recovery.lib.notify import Notifier, delivered_keys
-from recovery.lib.phases import PUBLISH
-from recovery.lib.published_export import export_dir, export_is_current, read_marker, refresh_published_export
+from recovery.lib.pointers.namespaces import current_namespace, move_pointer, namespace_sql
+from recovery.lib.pointers.published_export import export_dir, export_is_current, read_marker, refresh_published_export
 from recovery.lib.repair.diffs import record_diffs
 from recovery.lib.repair.gates import BUILTIN, evaluate_gates, latest_gates
 from recovery.lib.repair.plan import RepairPlan, load_plan, require_plan
 from recovery.lib.repair.preservation import preservation_gate
 from recovery.lib.repair.replay import ReplayResult, committed_seq, replay_in
 from recovery.lib.repair.tables import GATES, PARTITIONS, PLANS
-from recovery.lib.spec import DatasetSpec
-from recovery.lib.writer import Writer, retrying
+from recovery.lib.retry import retrying
+from recovery.lib.spec.models import DatasetSpec
+from recovery.lib.write.writer import Writer
 
 CANDIDATE = "candidate"
 READ_COPY_EVENT = "read_copy_refreshed"

@@ -28,14 +28,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recovery.lib.control_plane import SCHEMA, delta_table, utcnow
+from recovery.lib.control.plane import SCHEMA, delta_table, utcnow
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, quote_all
-from recovery.lib.namespaces import namespace_sql
+from recovery.lib.pointers.namespaces import namespace_sql
 from recovery.lib.repair.plan import RepairPlan
 from recovery.lib.repair.tables import REPLAYS, snapshot_table
 from recovery.lib.snapshot import str_list
-from recovery.lib.writer import Writer
+from recovery.lib.write.writer import Writer
 
 
 @dataclass(frozen=True)

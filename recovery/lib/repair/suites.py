@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from recovery.lib.errors import SpecError
-from recovery.lib.spec import DatasetSpec
+from recovery.lib.spec.models import DatasetSpec
 from recovery.lib.trace import trace
 
 if TYPE_CHECKING:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from recovery.lib.control_plane import SCHEMA, dataset_table
+from recovery.lib.control.plane import SCHEMA, dataset_table
 from recovery.lib.engine.base import Session
-from recovery.lib.spec import DatasetSpec
+from recovery.lib.spec.models import DatasetSpec
 
 PLANS = f"{SCHEMA}.repair_plans"
 PARTITIONS = f"{SCHEMA}.repair_partitions"

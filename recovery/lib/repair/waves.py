@@ -14,19 +14,20 @@ from __future__ import annotations
 import json
 
 from recovery.lib import faults
-from recovery.lib.control_plane import record_event
+from recovery.lib.control.plane import record_event
 from recovery.lib.engine.base import Session
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
-from recovery.lib.namespaces import namespace_sql
-from recovery.lib.partition_filter import in_partitions
+from recovery.lib.pointers.namespaces import namespace_sql
 from recovery.lib.repair.build import stop_expansion
 from recovery.lib.repair.gates import evaluate_gates
 from recovery.lib.repair.plan import RepairPlan, require_plan, wave_name
 from recovery.lib.repair.replay import committed_seq
 from recovery.lib.repair.tables import FINGERPRINTS, ensure_repair_tables
-from recovery.lib.spec import DatasetSpec
-from recovery.lib.writer import Writer, retrying
+from recovery.lib.retry import retrying
+from recovery.lib.spec.models import DatasetSpec
+from recovery.lib.spec.partition_filter import in_partitions
+from recovery.lib.write.writer import Writer
 
 
 def gate_wave(writer: Writer, incident_id: str, wave: int, *, run_id: str | None = None) -> list[GateResult]:

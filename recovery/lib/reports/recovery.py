@@ -17,15 +17,15 @@ dedicated summary).
 
 from __future__ import annotations
 
-from recovery.lib.asset_consumers import asset_impacts
-from recovery.lib.control_plane import SCHEMA, dataset_table_name
+from recovery.lib.consumers.assets import asset_impacts
+from recovery.lib.consumers.impact import impact_summary
+from recovery.lib.control.plane import SCHEMA, dataset_table_name
 from recovery.lib.engine.base import Session
-from recovery.lib.impact import impact_summary
-from recovery.lib.incident import Incident
+from recovery.lib.incident.model import Incident
 from recovery.lib.reports import plots
 from recovery.lib.reports.tables import NOT_RUN, exists, qualified, rows_as_dicts
 from recovery.lib.restatement.checks import recorded_checks
-from recovery.lib.spec import DatasetSpec
+from recovery.lib.spec.models import DatasetSpec
 
 PLANS, PARTITIONS, GATES, DIFFS, REPLAYS = (
     "repair_plans",
@@ -233,7 +233,7 @@ def downstream_corrections(s: Session, spec: DatasetSpec, incident: Incident) ->
     restated, material ones, the output's original vs corrected total, where the original came
     from, owner notified. A consumer restated with nothing to change says so; the section is
     "not run" only when neither table holds anything for the incident."""
-    from recovery.lib.consumer_outputs import RESTATEMENTS, original_basis
+    from recovery.lib.consumers.outputs import RESTATEMENTS, original_basis
 
     name = ledger_name(spec)
     ledger: dict[str, dict] = {}

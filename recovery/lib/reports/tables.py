@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from recovery.lib.control_plane import SCHEMA
+from recovery.lib.control.plane import SCHEMA
 from recovery.lib.engine.base import Session
 
 NOT_RUN = "not run yet"

@@ -1,8 +1,8 @@
 """Downstream restatement: each consumer re-published from the repaired target, the original
 output kept beside the correction, the differences in a ledger, each owner told once.
 
-Submodules are imported on use (``recovery.lib.consumers`` imports ``outputs``, and
-``restate`` imports ``recovery.lib.consumers``): ``restate_consumers`` and
+Submodules are imported on use (``recovery.lib.consumers.sql`` imports ``outputs``, and
+``restate`` imports ``recovery.lib.consumers.sql``): ``restate_consumers`` and
 ``ConsumerRestatement`` resolve lazily from here.
 """
 

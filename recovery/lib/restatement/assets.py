@@ -15,21 +15,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from recovery.lib.asset_consumers import (
+from recovery.lib.consumers.assets import (
     CAPTURED_AT_RESTATEMENT,
     PartitionScope,
     asset_impacts,
     capture,
     table_exists,
 )
-from recovery.lib.consumer_outputs import RESTATEMENTS, ensure_tables
+from recovery.lib.consumers.outputs import RESTATEMENTS, ensure_tables
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError, SpecError
 from recovery.lib.identifiers import TableName, quote_all
 from recovery.lib.restatement.checks import MaterializationRun, asset_check, record_checks
 from recovery.lib.restatement.record import ConsumerRestatement, mismatched_rows, record_restatement
-from recovery.lib.spec import AssetConsumerSpec, DatasetSpec
-from recovery.lib.writer import retrying
+from recovery.lib.retry import retrying
+from recovery.lib.spec.models import AssetConsumerSpec, DatasetSpec
 
 
 @dataclass(frozen=True)

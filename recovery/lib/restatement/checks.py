@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
-from recovery.lib.control_plane import SCHEMA, utcnow
+from recovery.lib.control.plane import SCHEMA, utcnow
 from recovery.lib.engine.base import Session
 
 CHECKS = f"{SCHEMA}.restatement_checks"

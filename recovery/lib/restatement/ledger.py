@@ -6,19 +6,19 @@ value (from the restated output), the difference, whether it is material (the
 spec's materiality threshold; for an experiment, also a change of sign), the
 owner, the decision it affects, both namespaces, and when the owner was notified.
 Rows are computed in SQL by the same per-key comparison as the impact assessment
-(``recovery.lib.impact.consumer_impact_sql``) and replaced per incident and
+(``recovery.lib.consumers.impact.consumer_impact_sql``) and replaced per incident and
 consumer, so a re-run gives the same rows; ``notified_at`` comes from the
 notification's delivery record, so it survives a re-run too.
 """
 
 from __future__ import annotations
 
-from recovery.lib.control_plane import SCHEMA, dataset_table
+from recovery.lib.consumers.impact import consumer_impact_sql
+from recovery.lib.control.plane import SCHEMA, dataset_table
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import TableName, quote
-from recovery.lib.impact import consumer_impact_sql
 from recovery.lib.notify import NOTIFICATIONS, NOTIFICATIONS_DDL
-from recovery.lib.spec import Consumer, DatasetSpec
+from recovery.lib.spec.models import Consumer, DatasetSpec
 
 # what a material change of one key obliges its owner to do, by consumer kind
 ROW_DECISIONS = {

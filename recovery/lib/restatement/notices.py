@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from recovery.lib.consumer_outputs import RESTATEMENTS
-from recovery.lib.control_plane import SCHEMA, utcnow
+from recovery.lib.consumers.outputs import RESTATEMENTS
+from recovery.lib.control.plane import SCHEMA, utcnow
 from recovery.lib.engine.base import Engine
 from recovery.lib.notify import NOTIFICATIONS, NotificationError, Notifier, Severity
 from recovery.lib.restatement.ledger import ledger_items, ledger_table, notice_key
-from recovery.lib.spec import Consumer, DatasetSpec
-from recovery.lib.writer import retrying
+from recovery.lib.retry import retrying
+from recovery.lib.spec.models import Consumer, DatasetSpec
 
 ITEMS_IN_NOTICE = 20
 

@@ -15,7 +15,8 @@ only re-publish the damage, so it is refused before anything is written.
 from __future__ import annotations
 
 from recovery.lib import faults
-from recovery.lib.consumer_outputs import (
+from recovery.lib.consumers.impact import impact_summary
+from recovery.lib.consumers.outputs import (
     RESTATEMENTS,
     build_original,
     damaged_output,
@@ -25,19 +26,18 @@ from recovery.lib.consumer_outputs import (
     preserved_because,
     publish_output,
 )
-from recovery.lib.consumers import consumer_sql, fenced_generations_in_target
-from recovery.lib.control_plane import control_plane_exists, has_dataset_table
+from recovery.lib.consumers.sql import consumer_sql, fenced_generations_in_target
+from recovery.lib.control.plane import control_plane_exists, has_dataset_table
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import FencedGenerationError, RecoveryError, SpecError
-from recovery.lib.expected_cache import drop_staged, stage_expected
 from recovery.lib.identifiers import TableName
-from recovery.lib.impact import impact_summary
-from recovery.lib.managed_names import adopt_if_plain
 from recovery.lib.notify import Notifier
+from recovery.lib.pointers.managed_views import adopt_if_plain
+from recovery.lib.reconcile.expected_cache import drop_staged, stage_expected
 from recovery.lib.restatement.checks import record_checks, sql_consumer_check
 from recovery.lib.restatement.record import ConsumerRestatement, mismatched_rows, record_restatement
-from recovery.lib.spec import DatasetSpec, DownstreamSpec
-from recovery.lib.writer import retrying
+from recovery.lib.retry import retrying
+from recovery.lib.spec.models import DatasetSpec, DownstreamSpec
 
 
 def check_request(

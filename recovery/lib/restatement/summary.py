@@ -6,9 +6,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from recovery.lib.consumer_outputs import RESTATEMENTS
+from recovery.lib.consumers.outputs import RESTATEMENTS
 from recovery.lib.engine.base import Session
-from recovery.lib.spec import DatasetSpec
+from recovery.lib.spec.models import DatasetSpec
 
 
 class RestatementSummary(BaseModel):

@@ -12,8 +12,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from recovery.lib.incident import Incident
-from recovery.lib.run_history import BackfillInfo, RunHistory, RunInfo
+from recovery.lib.control.run_history import BackfillInfo, RunHistory, RunInfo
+from recovery.lib.incident.model import Incident
 from recovery.lib.timeline.events import TimelineEvent
 
 RUN_EVENT_KINDS = {

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from recovery.lib.engine.duckdb_engine import DuckDBEngine, DuckDBSession
-from recovery.lib.sql_files import joins_nothing
+from recovery.lib.spec.sql_files import joins_nothing
 
 
 def _build_side(s: DuckDBSession, sql: str) -> str:

@@ -1,0 +1,1010 @@
+"""The dataset spec: everything the package knows about a dataset.
+
+A spec is YAML validated in two stages, both before any write: its shape (pydantic:
+types, plain identifiers, readable SQL files) and then its meaning against the
+warehouse catalog, through a read-only session (tables and columns exist, the
+source key is unique per version, the transform runs). Every failure is one
+:class:`~recovery.lib.errors.SpecError` naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from recovery.lib.errors import SpecError
+from recovery.lib.identifiers import TableName, check_identifier, is_plain_identifier
+from recovery.lib.spec.durations import EXAMPLES as DURATION_EXAMPLES
+from recovery.lib.spec.durations import parse_duration
+from recovery.lib.spec.lakehouse import LakehouseTable
+from recovery.lib.spec.sql_files import check_single_select
+
+MAX_THREADS = 512
+"""More DuckDB threads than any machine has cores: 100000 aborts the process while it starts them."""
+MAX_BUSY_TIMEOUT_S = 86_400.0
+"""A day: past it a locked warehouse is an outage to look at, not a wait."""
+_MEMORY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(%|(?:[KMGTP]i?)?B|bytes)\s*", re.IGNORECASE)
+
+ConsumerKind = Literal["dashboard", "report", "export", "feature", "model", "experiment", "statement"]
+
+
+def _whole_number(v: object) -> object:
+    # pydantic reads true as 1 and false as 0 for a number: `threads: true` would pass as one thread
+    if isinstance(v, bool):
+        raise PydanticCustomError("int_not_bool", "is true or false, not a whole number")
+    return v
+
+
+def _number(v: object) -> object:
+    if isinstance(v, bool):
+        raise PydanticCustomError("float_not_bool", "is true or false, not a number")
+    return v
+
+
+WholeNumber = Annotated[int, BeforeValidator(_whole_number)]
+"""An integer field that refuses a boolean (pydantic alone reads ``true`` as 1)."""
+Number = Annotated[float, BeforeValidator(_number)]
+"""A number field that refuses a boolean (an integer is still read as a number)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _ident(v: str) -> str:
+    return check_identifier(v, "column")
+
+
+def _idents(v: list[str]) -> list[str]:
+    if not v:
+        raise ValueError("must name at least one column")
+    if len(set(v)) != len(v):
+        raise ValueError("lists a column twice")
+    return [check_identifier(x, "column") for x in v]
+
+
+class SparkSpec(_Strict):
+    """Where the Spark data plane lives and how to reach the cluster."""
+
+    data_path: Path = Field(
+        description="Directory (local, or a cluster file system path) holding the "
+        "Parquet directories of every data relation, relative to the spec file."
+    )
+    master: str = Field(
+        "local[2]",
+        description="Spark master URL: local[N] for one machine, spark://host:7077, yarn or k8s://... on a cluster.",
+    )
+    conf: dict[str, str] = Field({}, description="Extra Spark settings (spark.executor.memory, ...).")
+
+    @field_validator("data_path")
+    @classmethod
+    def _local_path(cls, v: Path) -> Path:
+        if "://" in str(v) or str(v).startswith(("s3:", "s3a:", "gs:", "abfss:", "hdfs:")):
+            raise ValueError(
+                "object-store and HDFS URLs are not supported yet; give a directory that the driver and "
+                "every executor see at the same path (a shared mount)"
+            )
+        return v
+
+
+class WarehouseSpec(_Strict):
+    engine: Literal["duckdb", "spark"] = Field("duckdb", description="Warehouse engine.")
+    path: Path = Field(
+        description="DuckDB database file, relative to the spec file; with engine spark it "
+        "holds only the control plane (generations, fences, pointers, catalog)."
+    )
+    spark: SparkSpec | None = Field(None, description="Required when engine is spark.")
+    memory_limit: str | None = Field(None, description="DuckDB memory_limit, e.g. '4GB' or '50%'; spills past it.")
+    threads: WholeNumber | None = Field(None, ge=1, le=MAX_THREADS, description="DuckDB worker threads.")
+    busy_timeout_s: Number = Field(
+        300.0, gt=0, le=MAX_BUSY_TIMEOUT_S, description="How long to retry a locked warehouse file."
+    )
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _memory(cls, v: str | None) -> str | None:
+        # checked here, not left to DuckDB: '-1GB' or '0KB' would otherwise reach every connection
+        if v is None:
+            return v
+        m = _MEMORY.fullmatch(v)
+        if not m or float(m.group(1)) <= 0 or (m.group(2) == "%" and float(m.group(1)) > 100):
+            raise ValueError(f"{v!r} is not a positive amount of memory such as '4GB', '512MiB' or '50%'")
+        return v
+
+    @model_validator(mode="after")
+    def _spark_section(self) -> WarehouseSpec:
+        if self.engine == "spark" and self.spark is None:
+            raise ValueError(
+                "engine is 'spark' but the spark section is missing; add "
+                "spark: {data_path: <dir for Parquet data>, master: local[2]}"
+            )
+        if self.engine == "duckdb" and self.spark is not None:
+            raise ValueError("a spark section is given but engine is 'duckdb'; set engine: spark or remove it")
+        return self
+
+
+class SourceSpec(_Strict):
+    table: str = Field(description="The authoritative append-only change log, schema.table.")
+    key: list[str] = Field(description="Stable key columns; the target uses the same names.")
+    version: str = Field(description="Column whose value increases per key with each change.")
+    op: str = Field(description="Column holding the change kind.")
+    ingested_at: str = Field(description="Column holding when the change entered the source.")
+    upsert_ops: list[str] = Field(["upsert"], min_length=1, description="Values of `op` meaning insert or update.")
+    delete_ops: list[str] = Field(
+        ["delete"], min_length=1, description="Values of `op` meaning a tombstone (list one even if the log has none)."
+    )
+    sensitive: list[str] = Field([], description="Columns held only as keyed hashes in evidence.")
+    available_from: date | None = Field(
+        None, description="Earliest partition for which the source holds authoritative rows."
+    )
+    lakehouse: LakehouseTable | None = Field(
+        None, description="The change log is a Delta or Iceberg table; `table` is its name in the warehouse file."
+    )
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, v: str) -> str:
+        return str(TableName.parse(v))
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: list[str]) -> list[str]:
+        return _idents(v)
+
+    @field_validator("available_from")
+    @classmethod
+    def _passed(cls, v: date | None) -> date | None:
+        # a source authoritative only from a future day would qualify every partition as unrecoverable
+        today = max(date.today(), datetime.now(UTC).date())
+        if v is not None and v > today:
+            raise PydanticCustomError(
+                "date_in_future", "{when} is in the future (today is {today})", {"when": str(v), "today": str(today)}
+            )
+        return v
+
+    @field_validator("version", "op", "ingested_at")
+    @classmethod
+    def _cols(cls, v: str) -> str:
+        return _ident(v)
+
+    @field_validator("sensitive")
+    @classmethod
+    def _sens(cls, v: list[str]) -> list[str]:
+        return [_ident(x) for x in v]
+
+    @field_validator("upsert_ops", "delete_ops")
+    @classmethod
+    def _ops(cls, v: list[str]) -> list[str]:
+        # an empty list would read no change as live and empty the source snapshot
+        if any(not x.strip() or len(x) > 200 for x in v):
+            raise ValueError("holds an empty or over-long op value")
+        if len(set(v)) != len(v):
+            raise ValueError("lists an op value twice")
+        return v
+
+    @model_validator(mode="after")
+    def _ops_disjoint(self):
+        both = sorted(set(self.upsert_ops) & set(self.delete_ops))
+        if both:
+            raise ValueError(f"source.delete_ops: {both} also listed in upsert_ops; a change is one or the other")
+        return self
+
+    @property
+    def table_name(self) -> TableName:
+        return TableName.parse(self.table)
+
+
+class MetadataSpec(_Strict):
+    generation: str = "_generation"
+    source_version: str = "_source_version"
+    written_at: str = "_written_at"
+
+    @field_validator("generation", "source_version", "written_at")
+    @classmethod
+    def _cols(cls, v: str) -> str:
+        return _ident(v)
+
+    @model_validator(mode="after")
+    def _distinct(self):
+        if len({self.generation, self.source_version, self.written_at}) != 3:
+            raise ValueError("generation, source_version and written_at must be three different columns")
+        return self
+
+    @property
+    def columns(self) -> list[str]:
+        return [self.generation, self.source_version, self.written_at]
+
+
+class TargetSpec(_Strict):
+    table: str = Field(description="The public name consumers read (a view the package manages).")
+    partition: str = Field(description="Partition column produced by the transform.")
+    transform: Path = Field(description="Row-level SQL over {{ source }}, relative to the spec file.")
+    metadata: MetadataSpec = Field(default_factory=MetadataSpec)
+    amount: str | None = Field(None, description="Numeric column summed into totals, if any.")
+    event_time: str | None = Field(None, description="Event-time column, if any.")
+    sensitive: list[str] = Field([], description="Columns held only as keyed hashes in evidence.")
+    lakehouse: LakehouseTable | None = Field(
+        None, description="The target is a Delta or Iceberg table; `table` is its name in the warehouse file."
+    )
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, v: str) -> str:
+        return str(TableName.parse(v))
+
+    @field_validator("partition")
+    @classmethod
+    def _cols(cls, v: str) -> str:
+        return _ident(v)
+
+    @field_validator("amount", "event_time")
+    @classmethod
+    def _opt(cls, v: str | None) -> str | None:
+        return v if v is None else _ident(v)
+
+    @field_validator("sensitive")
+    @classmethod
+    def _sens(cls, v: list[str]) -> list[str]:
+        return [_ident(x) for x in v]
+
+    @property
+    def table_name(self) -> TableName:
+        return TableName.parse(self.table)
+
+
+class RegistrySpec(_Strict):
+    """The team's own record of the runs that wrote the target (one row per generation).
+
+    A target this package never wrote has no write log of ours; its runs' start and end
+    times and the source watermark each one read let the reconciliation tell a key the
+    target held before the backfill (``deleted``) from one it never had (``missing``), and a
+    concurrent write the backfill clobbered (``overwritten``) from a stale read (``stale``).
+    """
+
+    table: str = Field(description="Schema-qualified registry table, e.g. ops.load_runs.")
+    generation: str = Field(description="Column holding the generation id the target's rows carry.")
+    kind: str | None = Field(None, description="Column telling a backfill from normal ingestion, if any.")
+    started_at: str = Field(description="Column: when the run started (UTC).")
+    ended_at: str | None = Field(None, description="Column: when the run committed its writes (UTC), if known.")
+    source_watermark: str | None = Field(None, description="Column: the source's ingested_at the run read up to.")
+    backfill_kinds: list[str] = Field(["backfill"], min_length=1, description="Values of `kind` that mark a backfill.")
+    backfill_id: str | None = Field(
+        None,
+        description="Column: the Dagster backfill a run belonged to, if any (so an incident naming the backfill "
+        "finds the loads it wrote, whatever id they carry).",
+    )
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, v: str) -> str:
+        return str(TableName.parse(v))
+
+    @field_validator("generation", "started_at")
+    @classmethod
+    def _cols(cls, v: str) -> str:
+        return _ident(v)
+
+    @field_validator("kind", "ended_at", "source_watermark", "backfill_id")
+    @classmethod
+    def _opt(cls, v: str | None) -> str | None:
+        return v if v is None else _ident(v)
+
+    @property
+    def table_name(self) -> TableName:
+        return TableName.parse(self.table)
+
+
+class Materiality(_Strict):
+    column: str
+    abs: Number | None = Field(None, ge=0, description="A change is material when |diff| >= abs.")
+    rel: Number | None = Field(None, ge=0, description="...or when |diff| / |original| >= rel.")
+
+    @field_validator("column")
+    @classmethod
+    def _col(cls, v: str) -> str:
+        return _ident(v)
+
+    @model_validator(mode="after")
+    def _one_threshold(self):
+        if self.abs is None and self.rel is None:
+            raise ValueError("give a threshold: abs, rel or both")
+        return self
+
+
+class ConsumerDecision(_Strict):
+    """A decision a consumer's output fed (statements sent, features served, an extract filed):
+    what the reconciliation lists per consumer and the recovery report shows original vs corrected for."""
+
+    name: str = Field(min_length=1, description="What was decided from the output, e.g. 'June statements sent'.")
+    remediation: str = Field(min_length=1, description="What correcting it takes, e.g. 're-issue the statements'.")
+
+
+class DownstreamSpec(_Strict):
+    name: str
+    kind: ConsumerKind
+    owner: str = Field(min_length=1)
+    sql: Path = Field(description="SQL over {{ target }}, relative to the spec file.")
+    key: list[str]
+    materiality: Materiality | None = None
+    decisions: list[ConsumerDecision] = Field(default_factory=list, description="Decisions the output fed (optional).")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _ident(v)
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: list[str]) -> list[str]:
+        return _idents(v)
+
+
+class AssetConsumerSpec(_Strict):
+    """A Dagster asset downstream of the target: the team's own code computes it, its IO manager
+    stores it in a table of the warehouse. It is restated by launching its materialization for the
+    affected partitions through Dagster; the ledger compares its rows by ``key`` before and after."""
+
+    asset: str = Field(description="Its asset key as the UI shows it, e.g. marts/sensor_daily.")
+    key: list[str] = Field(description="Columns identifying one row of its table, e.g. [sensor_id, day].")
+    table: str | None = Field(
+        None, description="Where its IO manager stores it, schema.table (default: the key's last two parts)."
+    )
+    partition: str | None = Field(
+        None, description="Column holding its partition (dagster-duckdb's partition_expr); omit when unpartitioned."
+    )
+    owner: str = Field("unassigned", min_length=1, description="Who is told what changed.")
+    kind: ConsumerKind = "report"
+    materiality: Materiality | None = None
+    decisions: list[ConsumerDecision] = Field(default_factory=list, description="Decisions the output fed (optional).")
+    definitions: Path | None = Field(
+        None,
+        description="Python file of the team's code location (a Definitions object in it), relative to the spec; "
+        "omit when the asset is in this code location.",
+    )
+
+    @field_validator("asset")
+    @classmethod
+    def _asset(cls, v: str) -> str:
+        parts = v.split("/")
+        for part in parts:
+            if not is_plain_identifier(part):
+                raise ValueError(f"{v!r} is not an asset key of plain names separated by '/' (e.g. marts/sensor_daily)")
+        return v
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, v: str | None) -> str | None:
+        return v if v is None else str(TableName.parse(v))
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: list[str]) -> list[str]:
+        return _idents(v)
+
+    @field_validator("partition")
+    @classmethod
+    def _partition(cls, v: str | None) -> str | None:
+        return v if v is None else _ident(v)
+
+    @field_validator("definitions")
+    @classmethod
+    def _python_file(cls, v: Path | None) -> Path | None:
+        if v is not None and v.suffix != ".py":
+            raise ValueError(f"{str(v)!r} is not a Python file (.py) holding the team's Definitions")
+        return v
+
+    @property
+    def name(self) -> str:
+        """What the ledger, the notices and the reports call it: the asset key."""
+        return self.asset
+
+    @property
+    def asset_path(self) -> list[str]:
+        return self.asset.split("/")
+
+    @property
+    def slug(self) -> str:
+        """A plain identifier for the tables its captured outputs are kept in."""
+        return "__".join(self.asset_path)
+
+    @property
+    def table_name(self) -> TableName:
+        if self.table:
+            return TableName.parse(self.table)
+        path = self.asset_path
+        return TableName(path[-2] if len(path) > 1 else "public", path[-1])
+
+
+Consumer = DownstreamSpec | AssetConsumerSpec
+"""A downstream consumer: SQL the package runs (``downstream``) or a Dagster asset the team's code computes."""
+
+
+class ExpectationSpec(_Strict):
+    type: str = Field(
+        description="A Great Expectations expectation, snake_case, e.g. expect_column_values_to_be_between."
+    )
+    kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Its arguments, e.g. {column: amount_usd, min_value: 0}."
+    )
+
+    @field_validator("type")
+    @classmethod
+    def _type(cls, v: str) -> str:
+        if not re.fullmatch(r"expect_[a-z0-9_]+", v):
+            raise ValueError(f"{v!r} is not an expectation name (snake_case, starting with expect_)")
+        return v
+
+
+class SuiteSpec(_Strict):
+    name: str = Field(description="Suite name; becomes a blocking asset check on the repair generation.")
+    expectations: list[ExpectationSpec] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _ident(v)
+
+
+_INVARIANT_PLACEHOLDERS = ("rows", "generation", "source_latest")
+
+
+class InvariantSpec(_Strict):
+    name: str = Field(description="Invariant name; reported in the backfill's invariants gate.")
+    sql: str = Field(
+        description="One SELECT returning the violating rows of {{ rows }} (the backfilled partitions of the "
+        "new generation); it may also read {{ generation }} (all its rows) and {{ source_latest }} "
+        "(each key's latest source change as of the backfill's watermark, tombstones included)."
+    )
+    description: str = Field("", description="What the invariant promises, for the gate's report.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _ident(v)
+
+    @field_validator("sql")
+    @classmethod
+    def _sql(cls, v: str) -> str:
+        probe = re.sub(r"\{\{\s*(generation|source_latest)\s*\}\}", "{{ rows }}", v)
+        check_single_select(probe, "rows")
+        return v
+
+
+class ApprovalRule(_Strict):
+    required: WholeNumber = Field(ge=1, description="Approvals this rule requires when it applies.")
+    rows_over: WholeNumber | None = Field(
+        None, ge=0, description="Applies when the scope's estimated rows exceed this."
+    )
+    partitions_over: WholeNumber | None = Field(
+        None, ge=0, description="Applies when the scope has more partitions than this."
+    )
+    consumer_kinds: list[ConsumerKind] = Field(
+        [], description="Applies when a consumer of one of these kinds reads the scope."
+    )
+
+
+class ApprovalPolicy(_Strict):
+    approvers: list[str] = Field([], description="Who may approve a backfill of this dataset; empty: anyone named.")
+    rules: list[ApprovalRule] = Field(
+        default_factory=lambda: [ApprovalRule(required=1)],
+        description="The required approvals are the largest `required` of the rules that apply.",
+    )
+
+
+class CapacityLimits(_Strict):
+    max_rows: WholeNumber | None = Field(
+        None, ge=1, description="Refuse a backfill estimated to write more rows than this."
+    )
+    max_bytes: WholeNumber | None = Field(
+        None, ge=1, description="Refuse a backfill whose new generation is estimated larger."
+    )
+    max_partitions: WholeNumber | None = Field(
+        None, ge=1, description="Refuse a backfill over more partitions than this."
+    )
+    free_disk_factor: Number = Field(2.0, ge=1, description="Free disk must hold this many times the estimated bytes.")
+    rows_per_second: Number = Field(
+        200_000, gt=0, description="Throughput assumed for the run-time estimate without history."
+    )
+
+
+class ColumnThresholds(_Strict):
+    """Per-column overrides of the value gate's defaults (``recurrence.anomaly.columns.<column>``)."""
+
+    max_changed_share: Number | None = Field(
+        None, ge=0, le=1, description="Share of keys whose value may change undeclared."
+    )
+    max_mean_shift: Number | None = Field(
+        None, ge=0, description="Largest shift of a partition's mean, in published std devs."
+    )
+    max_quantile_shift: Number | None = Field(
+        None, ge=0, description="Largest shift of p10/p50/p90, in published std devs."
+    )
+    max_null_share_change: Number | None = Field(None, ge=0, le=1, description="Largest change of the null share.")
+    max_distinct_change: Number | None = Field(None, ge=0, description="Largest relative change of the distinct count.")
+    ignore: bool = Field(False, description="Leave the column out of the value gate (e.g. a load timestamp).")
+
+
+class AnomalyThresholds(_Strict):
+    max_row_change: Number = Field(
+        0.05, ge=0, description="Largest relative change of a partition's row count vs published."
+    )
+    max_total_change: Number = Field(
+        0.05, ge=0, description="Largest relative change of a partition's amount total vs published."
+    )
+    history_factor: Number = Field(
+        3.0,
+        gt=1,
+        description="A partition's rows or total beyond this factor of the median of "
+        "the published partitions (history) is an anomaly.",
+    )
+    # the value gate: key by key and column by column against the published rows (no per-column setup needed)
+    max_changed_share: Number = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="Largest share of the range's keys whose value of one "
+        "column may change without being declared (expect_change).",
+    )
+    max_missing_keys_share: Number = Field(
+        0.05, ge=0, le=1, description="Largest share of published keys the backfill may drop."
+    )
+    max_new_keys_share: Number = Field(0.05, ge=0, le=1, description="Largest share of keys the backfill may add.")
+    max_mean_shift: Number = Field(
+        0.5, ge=0, description="Largest shift of a partition's column mean, in published std devs."
+    )
+    max_quantile_shift: Number = Field(
+        0.5, ge=0, description="Largest shift of a partition's p10/p50/p90, in published std devs."
+    )
+    max_null_share_change: Number = Field(0.05, ge=0, le=1, description="Largest change of a partition's null share.")
+    max_distinct_change: Number = Field(
+        0.25, ge=0, description="Largest relative change of a partition's distinct count."
+    )
+    min_baseline_rows: WholeNumber = Field(
+        20,
+        ge=1,
+        description="A partition with fewer published rows is profiled against the "
+        "published history (the partitions outside the range) instead.",
+    )
+    columns: dict[str, ColumnThresholds] = Field({}, description="Per-column overrides of the value gate's thresholds.")
+
+    @field_validator("columns")
+    @classmethod
+    def _column_names(cls, v: dict) -> dict:
+        for name in v:
+            _ident(name)
+        return v
+
+
+class RecurrenceSpec(_Strict):
+    """The guarded backfill's policy for this dataset (every field optional)."""
+
+    approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
+    capacity: CapacityLimits = Field(default_factory=CapacityLimits)
+    anomaly: AnomalyThresholds = Field(default_factory=AnomalyThresholds)
+    invariants: list[InvariantSpec] = Field([], description="SQL assertions every backfilled partition must satisfy.")
+    current_partitions: WholeNumber = Field(
+        2,
+        ge=1,
+        description="The latest partitions normal ingestion writes count as current: "
+        "a backfill reaching them is flagged and refused unless acknowledged.",
+    )
+
+    @model_validator(mode="after")
+    def _unique(self):
+        names = [i.name for i in self.invariants]
+        if len(set(names)) != len(names):
+            raise ValueError("recurrence.invariants: two invariants share a name")
+        return self
+
+
+class ConvergenceSpec(_Strict):
+    """How convergence verification judges changes that ingestion has not applied yet."""
+
+    max_lag: timedelta = Field(
+        timedelta(hours=24),
+        description="How long a source change may wait after arriving before ingestion applies it: "
+        "older pending changes fail verification like drift (e.g. '6h', '90m', '1d'; default 24h).",
+    )
+
+    @field_validator("max_lag", mode="before")
+    @classmethod
+    def _duration(cls, v: object) -> timedelta:
+        try:
+            return parse_duration(v)
+        except ValueError as err:
+            raise PydanticCustomError("duration", str(err)) from None
+
+
+class DatasetSpec(_Strict):
+    """A validated dataset spec, with its file paths resolved and its SQL loaded."""
+
+    dataset: str
+    warehouse: WarehouseSpec
+    source: SourceSpec
+    target: TargetSpec
+    downstream: list[DownstreamSpec] = []
+    downstream_assets: list[AssetConsumerSpec] = Field(
+        default_factory=list,
+        description="Dagster assets downstream of the target (see docs/restatement.md); those in this code "
+        "location's asset graph are found without being listed, given their key.",
+    )
+    suites: list[SuiteSpec] = Field(
+        default_factory=list, description="Great Expectations suites every repair must pass."
+    )
+    registry: RegistrySpec | None = Field(
+        None,
+        description="The team's own run registry, for targets this package "
+        "did not write (see README, generation registry).",
+    )
+    recurrence: RecurrenceSpec | None = Field(
+        None,
+        description="Guarded-backfill policy: approvals, capacity, anomaly "
+        "thresholds, invariants (defaults apply when absent).",
+    )
+    convergence: ConvergenceSpec | None = Field(
+        None, description="Convergence verification: how long ingestion may lag (defaults apply when absent)."
+    )
+    spec_path: Path | None = Field(None, exclude=True)
+    transform_sql: str = Field("", exclude=True)
+    downstream_sql: dict[str, str] = Field(default_factory=dict, exclude=True)
+
+    @field_validator("dataset")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _ident(v)
+
+    @model_validator(mode="after")
+    def _coherent(self):
+        names = [d.name for d in self.downstream]
+        if len(set(names)) != len(names):
+            raise ValueError("downstream: two consumers share a name")
+        assets = [a.asset for a in self.downstream_assets]
+        if len(set(assets)) != len(assets):
+            raise ValueError("downstream_assets: an asset is listed twice")
+        shared = sorted(set(assets) & set(names))
+        if shared:
+            raise ValueError(f"downstream_assets: {shared} is also the name of a downstream consumer; rename one")
+        suites = [x.name for x in self.suites]
+        if len(set(suites)) != len(suites):
+            raise ValueError("suites: two suites share a name")
+        if (self.source.lakehouse or self.target.lakehouse) and self.warehouse.engine != "duckdb":
+            raise ValueError("warehouse.engine: lakehouse tables are read and computed by DuckDB; use engine: duckdb")
+        meta = set(self.target.metadata.columns)
+        clash = meta & set(self.source.key + [self.target.partition])
+        if clash:
+            raise ValueError(f"target.metadata: {sorted(clash)} collide with key/partition columns")
+        return self
+
+    @property
+    def key(self) -> list[str]:
+        return list(self.source.key)
+
+    @property
+    def recurrence_policy(self) -> RecurrenceSpec:
+        return self.recurrence or RecurrenceSpec()
+
+    @property
+    def convergence_policy(self) -> ConvergenceSpec:
+        return self.convergence or ConvergenceSpec()
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of the spec and its SQL: recorded as a generation's config hash."""
+        # convergence only judges what is there (it changes no data): tuning its lag keeps the hash
+        exclude: dict = {
+            k: True
+            for k in ("spec_path", "convergence", "recurrence", "registry", "downstream_assets")
+            if k in ("spec_path", "convergence") or not getattr(self, k)
+        }
+        for side in ("source", "target"):  # unchanged for older specs
+            if getattr(self, side).lakehouse is None:
+                exclude[side] = {"lakehouse"}
+        h = hashlib.sha256(self.model_dump_json(exclude=exclude).encode())
+        h.update(self.transform_sql.encode())
+        for name in sorted(self.downstream_sql):
+            h.update(self.downstream_sql[name].encode())
+        return h.hexdigest()[:16]
+
+
+_FIXES = {
+    "missing": "add the field",
+    "extra_forbidden": "remove it, or check its spelling against the spec reference in README.md",
+    "literal_error": "use one of the allowed values",
+    "string_type": "give a string",
+    "list_type": "give a list, e.g. [a, b]",
+    "int_parsing": "give a whole number",
+    "float_parsing": "give a number",
+    "date_from_datetime_parsing": "give a date as YYYY-MM-DD",
+    "date_parsing": "give a date as YYYY-MM-DD",
+    "model_type": "give a mapping of fields",
+    "greater_than_equal": "give a non-negative value",
+    "greater_than": "give a larger value",
+    "less_than_equal": "give a smaller value",
+    "less_than": "give a smaller value",
+    "too_short": "give at least one value",
+    "too_long": "give fewer values",
+    "finite_number": "give a finite number",
+    "bool_type": "give true or false",
+    "int_not_bool": "give a whole number, e.g. 4 (not true or false)",
+    "float_not_bool": "give a number, e.g. 0.5 (not true or false)",
+    "date_in_future": "give a date that has passed (today or earlier), or remove the field",
+    "dict_type": "give a mapping of fields",
+    "path_type": "give a path as a string",
+    "duration": f"give a positive duration such as {DURATION_EXAMPLES}",
+}
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "spec"
+
+
+def validation_error(err: ValidationError, source: str) -> SpecError:
+    """One line naming the first invalid field of a YAML model (spec, incident, run config,
+    backfill request) and the fix, instead of pydantic's multi-line report."""
+    first = err.errors()[0]
+    field = _loc(tuple(p for p in first["loc"] if not str(p).startswith("function-")))
+    msg = first["msg"].removeprefix("Value error, ")
+    named = re.match(r"^([a-z_][a-z0-9_.\[\]]*): (.+)$", msg)
+    if named and (field == "spec" or named.group(1).startswith(field)):
+        # a whole-model check names the field it is about: "downstream: two consumers ..."
+        field, msg = named.group(1), named.group(2)
+    fix = _FIXES.get(first["type"], "correct the value as the message says")
+    if "plain identifier" in msg:
+        fix = "use a plain name (letters, digits, underscores); the package quotes it"
+    return SpecError(field, msg, fix, source=source)
+
+
+MAX_FILE_BYTES = 1 << 20
+"""Largest spec, incident or SQL file read (1 MiB; real ones are a few KB): ``/dev/zero`` or a
+multi-GB file named by mistake is refused instead of read into memory."""
+MAX_DEPTH = 20
+"""Deepest nesting of mappings and lists in a spec or incident (the spec itself needs 7)."""
+MAX_NODES = 20_000
+"""Most values in a document, anchors expanded: a 'billion laughs' of aliases is refused."""
+MAX_PATH_CHARS = 4096
+
+
+def read_text_file(
+    path: str | Path, field: str, *, what: str, fix: str, source: str | None = None, limit: int = MAX_FILE_BYTES
+) -> str:
+    """The UTF-8 text of a regular file of at most ``limit`` bytes, or one ``SpecError`` naming
+    ``field``: a NUL byte in the path, a directory, device or FIFO, an over-long path, a file too
+    large, or bytes that are not UTF-8. Reads at most ``limit + 1`` bytes whatever the file claims."""
+    name = str(path)
+    if "\x00" in name:
+        raise SpecError(field, f"the {what} path contains a NUL byte", fix, source=source)
+    if len(name) > MAX_PATH_CHARS:
+        raise SpecError(field, f"the {what} path is {len(name):,} characters long", fix, source=source)
+    try:
+        # O_NONBLOCK: opening a FIFO must not hang; the fstat below refuses it
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as e:
+        raise SpecError(field, f"cannot read {name} ({e.strerror or e})", fix, source=source) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a device, FIFO or socket)"
+            raise SpecError(field, f"{name} is {kind}", fix, source=source)
+        if st.st_size > limit:
+            raise SpecError(field, f"{name} is {st.st_size:,} bytes, over the {limit:,}-byte limit", fix, source=source)
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    except OSError as e:
+        raise SpecError(field, f"cannot read {name} ({e.strerror or e})", fix, source=source) from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise SpecError(field, f"{name} is over the {limit:,}-byte limit", fix, source=source)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise SpecError(
+            field,
+            f"{name} is not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})",
+            "save the file as UTF-8",
+            source=source,
+        ) from None
+    if "\x00" in text:
+        raise SpecError(
+            field,
+            f"{name} holds a NUL character (offset {text.index(chr(0))})",
+            "save it as plain UTF-8 text",
+            source=source,
+        )
+    return text
+
+
+# libyaml's parser where PyYAML was built with it (the wheels are): the same safe constructor,
+# much faster than the pure-Python one, and specs are read by every command and run
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _yaml_document(text: str, what: str, source: str) -> Any:
+    """Parse YAML without recursion surprises: the event stream (a state machine, no recursion)
+    is checked for depth first, so the recursive composer only sees shallow documents."""
+
+    def bad(problem: str, fix: str = "fix the YAML syntax") -> SpecError:
+        return SpecError(what, problem, fix, source=source)
+
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=_LOADER):
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    line = event.start_mark.line + 1 if event.start_mark else "?"
+                    raise bad(
+                        f"nested more than {MAX_DEPTH} levels deep (line {line})",
+                        f"flatten it; start from a sample {what}",
+                    )
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+        return yaml.load(text, Loader=_LOADER)  # noqa: S506 (a safe loader)
+    except yaml.YAMLError as e:
+        raise bad(f"not valid YAML ({' '.join(str(e).split())[:300]})") from None
+    except (ValueError, OverflowError, TypeError, RecursionError) as e:  # a date like 2024-02-30, a huge timestamp
+        raise bad(
+            f"not valid YAML ({type(e).__name__}: {' '.join(str(e).split())[:200]})", "fix the value it names"
+        ) from None
+
+
+def _check_values(raw: Any, what: str, source: str) -> None:
+    """Walk the document (aliases expanded) within a budget; refuse NUL characters in any string,
+    naming the field, and documents that expand past ``MAX_NODES`` values."""
+    stack: list[tuple[Any, tuple]] = [(raw, ())]
+    seen = 0
+    while stack:
+        node, loc = stack.pop()
+        seen += 1
+        if seen > MAX_NODES:
+            raise SpecError(
+                what,
+                f"holds more than {MAX_NODES:,} values (anchors and aliases expanded)",
+                "write the values out; a spec or incident is small",
+                source=source,
+            )
+        if isinstance(node, str):
+            if "\x00" in node:
+                raise SpecError(_loc(loc) if loc else what, "contains a NUL character", "remove it", source=source)
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                if isinstance(k, str) and "\x00" in k:
+                    raise SpecError(
+                        _loc(loc) if loc else what, "a field name contains a NUL character", "remove it", source=source
+                    )
+                stack.append((v, loc + (k,)))
+        elif isinstance(node, list):
+            stack.extend((v, loc + (i,)) for i, v in enumerate(node))
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def load_yaml_model(path: str | Path, model: type[_Model], *, what: str, example: str) -> _Model:
+    """Read a YAML file and validate it as ``model``; every failure is one ``SpecError`` naming
+    the field (``what`` when the whole file is at fault) and the fix.
+
+    The file must be a regular UTF-8 file of at most ``MAX_FILE_BYTES``, nested at most
+    ``MAX_DEPTH`` deep, with no NUL character anywhere: the audit's crashes (encodings,
+    recursion, /dev/zero, NUL bytes) all end here as one line."""
+    source = str(path)
+    text = read_text_file(path, what, what=what, fix=f"pass the path of an existing {what} YAML file", source=source)
+    raw = _yaml_document(text, what, source)
+    if not isinstance(raw, dict):
+        raise SpecError(what, "the file is not a mapping of fields", f"start from {example}", source=source)
+    _check_values(raw, what, source)
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        raise validation_error(e, source) from None
+    except RecursionError:  # belt and braces: MAX_DEPTH keeps validation shallow
+        raise SpecError(what, "nested too deeply to validate", f"start from {example}", source=source) from None
+
+
+def resolve_path(base: Path, value: str | Path, field: str, *, source: str | None = None) -> Path:
+    """``value`` relative to ``base``, resolved; a path the OS cannot resolve (too long, a
+    symlink loop) is a ``SpecError`` naming ``field``."""
+    try:
+        p = (base / value).resolve()
+        if len(str(p)) > MAX_PATH_CHARS:
+            raise OSError(f"the path is {len(str(p)):,} characters long")
+        if any(len(part.encode()) > 255 for part in p.parts):
+            raise OSError("a path component is longer than 255 bytes")
+        return p
+    except (OSError, RuntimeError, ValueError) as e:
+        raise SpecError(
+            field, f"cannot resolve {str(value)[:200]!r} ({e})", "give a plain path relative to the file", source=source
+        ) from None
+
+
+def parse_spec(path: str | Path) -> DatasetSpec:
+    """Load and validate a spec's shape and files; touches no warehouse."""
+    path = Path(path)
+    source = str(path)
+    spec = load_yaml_model(path, DatasetSpec, what="spec", example="sample_data/transactions/spec.yaml")
+    base = resolve_path(Path.cwd(), path, "spec", source=source).parent
+    warehouse = spec.warehouse.model_copy(
+        update={"path": resolve_path(base, spec.warehouse.path, "warehouse.path", source=source)}
+    )
+    if warehouse.spark is not None:
+        warehouse = warehouse.model_copy(
+            update={
+                "spark": warehouse.spark.model_copy(
+                    update={
+                        "data_path": resolve_path(
+                            base, warehouse.spark.data_path, "warehouse.spark.data_path", source=source
+                        )
+                    }
+                )
+            }
+        )
+    source_spec, target_lake = spec.source, spec.target.lakehouse
+    if spec.source.lakehouse is not None:
+        source_spec = spec.source.model_copy(update={"lakehouse": spec.source.lakehouse.resolved(base)})
+    if target_lake is not None:
+        target_lake = target_lake.resolved(base)
+    transform = resolve_path(base, spec.target.transform, "target.transform", source=source)
+    transform_sql = _read_sql(transform, "target.transform", "source", source)
+    downstream, downstream_sql = [], {}
+    for i, d in enumerate(spec.downstream):
+        p = resolve_path(base, d.sql, f"downstream[{i}].sql", source=source)
+        downstream_sql[d.name] = _read_sql(p, f"downstream[{i}].sql", "target", source)
+        downstream.append(d.model_copy(update={"sql": p}))
+    assets = []
+    for i, a in enumerate(spec.downstream_assets):
+        if a.definitions is not None:
+            field = f"downstream_assets[{i}].definitions"
+            p = resolve_path(base, a.definitions, field, source=source)
+            if not p.is_file():
+                raise SpecError(
+                    field,
+                    f"{p} is not a file",
+                    "name the Python file of the team's code location, relative to the spec",
+                    source=source,
+                )
+            a = a.model_copy(update={"definitions": p})
+        assets.append(a)
+    target = spec.target.model_copy(update={"transform": transform, "lakehouse": target_lake})
+    return spec.model_copy(
+        update={
+            "warehouse": warehouse,
+            "source": source_spec,
+            "target": target,
+            "downstream": downstream,
+            "downstream_assets": assets,
+            "spec_path": path.resolve(),
+            "transform_sql": transform_sql,
+            "downstream_sql": downstream_sql,
+        }
+    )
+
+
+def _read_sql(path: Path, field: str, placeholder: str, source: str) -> str:
+    sql = read_text_file(
+        path, field, what="SQL file", fix="point it at a readable .sql file, relative to the spec", source=source
+    )
+    try:
+        check_single_select(sql, placeholder)
+    except ValueError as e:
+        raise SpecError(
+            field, f"{path.name}: {e}", f"write one SELECT statement that reads {{{{ {placeholder} }}}}", source=source
+        )
+    return sql
