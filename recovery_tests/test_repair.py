@@ -287,7 +287,7 @@ def test_an_unexplained_difference_in_a_wave_stops_the_expansion_and_keeps_both_
     spec = load_spec(example_copy)
     incident = parse_incident(example_copy.with_name("incident.yaml"))
     plan = repair_through_library(spec, incident, wave_size=40, waves=1)
-    assert all(g["passed"] for g in _gates(spec, "canary").values())
+    assert all(g.passed for g in _gates(spec, "canary").values())
     victim = plan.waves[0][0]
     # something outside the repair changes a canary row (a stray job, a manual fix)
     with open_engine(spec.warehouse).transaction() as s:

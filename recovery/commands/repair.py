@@ -30,7 +30,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         _resume(spec, incident, args.resume, console)
 
     def on_wave(w, plan) -> None:
-        failed = [g for g, r in w.gates.items() if not r["passed"]]
+        failed = [g for g, r in w.gates.items() if not r.passed]
         state = (
             "[green]gates passed[/]"
             if w.gates and not failed

@@ -121,7 +121,7 @@ def run_recovery(
 
     def repair():
         def wave(w, plan) -> None:
-            ok = w.gates and all(g["passed"] for g in w.gates.values())
+            ok = w.gates and all(g.passed for g in w.gates.values())
             console.print(
                 f"      {wave_name(w.wave):>8}: {w.partitions:>4} partitions, run {w.run_id[:8]}, "
                 + ("gates passed" if ok else "GATES FAILED"),

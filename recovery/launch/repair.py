@@ -77,7 +77,7 @@ def run_repair(
         outcome.waves.append(done)
         if on_wave:
             on_wave(done, plan)
-        if outcome.stopped or any(not g["passed"] for g in gates.values()):
+        if outcome.stopped or any(not g.passed for g in gates.values()):
             outcome.stopped = outcome.stopped or _plan(spec, incident_id).stopped_reason
             break
     outcome.plan = _plan(spec, incident_id)

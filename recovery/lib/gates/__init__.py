@@ -1,5 +1,5 @@
 """What every gate returns, repair gates and recurrence gates alike."""
 
-from recovery.lib.gates.result import GateResult
+from recovery.lib.gates.result import GateResult, StoredGate
 
-__all__ = ["GateResult"]
+__all__ = ["GateResult", "StoredGate"]

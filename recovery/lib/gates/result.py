@@ -13,3 +13,12 @@ class GateResult:
     passed: bool
     observed: int  # the count the gate measured (keys, rows, partitions...), 0 when it measured none
     details: str  # the sentence a person reads: what was found, against what was allowed
+
+
+@dataclass(frozen=True)
+class StoredGate(GateResult):
+    """A gate's result as the control plane keeps it: which stage evaluated it, at which sequence, in which run."""
+
+    stage: str = ""
+    seq: int | None = None
+    run_id: str | None = None

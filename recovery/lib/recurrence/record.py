@@ -10,7 +10,9 @@ from pydantic import BaseModel, ConfigDict
 from recovery.lib.control.plane import next_seq, record_event, utcnow
 from recovery.lib.engine.base import Session
 from recovery.lib.errors import RecoveryError
-from recovery.lib.gates import GateResult
+from recovery.lib.gates import GateResult, StoredGate
+from recovery.lib.gates.store import latest_results
+from recovery.lib.recurrence.policy import GATES as EVALUATION_ORDER
 from recovery.lib.recurrence.tables import BACKFILLS, GATES, tables_exist
 
 
@@ -104,13 +106,8 @@ def record_gates(
     return seq
 
 
-def latest_gates(s: Session, backfill_id: str) -> dict[str, GateResult]:
-    """The most recent result of each gate of a backfill."""
-    if not tables_exist(s):
-        return {}
-    rows = s.fetchall(
-        f"SELECT gate, passed, observed, details FROM {GATES} WHERE backfill_id = ? "
-        f"QUALIFY row_number() OVER (PARTITION BY gate ORDER BY evaluated_seq DESC) = 1",
-        [backfill_id],
-    )
-    return {r[0]: GateResult(r[0], r[1], r[2], r[3]) for r in rows}
+def latest_gates(s: Session, backfill_id: str) -> dict[str, StoredGate]:
+    """The most recent result of each gate of a backfill, in the order the guarded launcher evaluates them."""
+    latest = latest_results(s, GATES, owner_column="backfill_id", owner=backfill_id)
+    order = {g: i for i, g in enumerate(EVALUATION_ORDER)}
+    return dict(sorted(latest.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))

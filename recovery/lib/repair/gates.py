@@ -17,7 +17,8 @@ import json
 from recovery.lib.control.plane import SCHEMA, utcnow
 from recovery.lib.engine.base import Session
 from recovery.lib.engine.duckdb_engine import DuckDBSession
-from recovery.lib.gates import GateResult
+from recovery.lib.gates import GateResult, StoredGate
+from recovery.lib.gates.store import latest_results
 from recovery.lib.identifiers import quote, quote_all, ts_literal
 from recovery.lib.pointers.namespaces import namespace_sql
 from recovery.lib.repair.plan import RepairPlan
@@ -343,24 +344,9 @@ def _suites_in_engine(
     return list(results.values())
 
 
-def latest_gates(s: Session, incident_id: str, stage: str | None = None) -> dict[str, dict]:
-    """The most recent result of each gate (of one stage, if given)."""
-    if s.object_kind(SCHEMA, "gate_results") is None:
-        return {}
-    where, params = "incident_id = ?", [incident_id]
-    if stage:
-        where += " AND stage = ?"
-        params.append(stage)
-    rows = s.fetchall(
-        f"SELECT gate, passed, observed, details, stage, evaluated_seq, run_id FROM {GATES} WHERE {where} "
-        "QUALIFY row_number() OVER (PARTITION BY gate ORDER BY evaluated_at DESC, evaluated_seq DESC) = 1 "
-        "ORDER BY gate",
-        params,
-    )
-    return {
-        r[0]: {"passed": r[1], "observed": r[2], "details": r[3], "stage": r[4], "seq": r[5], "run_id": r[6]}
-        for r in rows
-    }
+def latest_gates(s: Session, incident_id: str, stage: str | None = None) -> dict[str, StoredGate]:
+    """The most recent result of each gate of an incident's repair (of one stage, if given)."""
+    return latest_results(s, GATES, owner_column="incident_id", owner=incident_id, stage=stage)
 
 
 def gate_details_json(results: list[GateResult]) -> str:

@@ -184,7 +184,7 @@ def publish(
                 )
             gates = latest_gates(s, incident_id, CANDIDATE)
             missing = [g for g in BUILTIN if g not in gates] + [x.name for x in spec.suites if x.name not in gates]
-            failed = [g for g, r in gates.items() if not r["passed"]]
+            failed = [g for g, r in gates.items() if not r.passed]
             if missing or failed:
                 raise RecoveryError(
                     f"publish refused: gates {'failed: ' + ', '.join(failed) if failed else ''}"

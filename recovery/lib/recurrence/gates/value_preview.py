@@ -11,6 +11,7 @@ a sample of before/after rows for each changed column.
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from pathlib import Path
 
 from recovery.lib.gates import GateResult
@@ -43,7 +44,7 @@ def refusal_line(gate: GateResult, report: ValueReport | None = None, preview: P
 
 
 def refusal_lines(
-    gates: dict[str, GateResult], report: ValueReport | None = None, preview: Path | str | None = None
+    gates: Mapping[str, GateResult], report: ValueReport | None = None, preview: Path | str | None = None
 ) -> list[str]:
     return [refusal_line(g, report, preview) for g in gates.values() if not g.passed]
 
@@ -98,7 +99,7 @@ def render_preview(
     spec: DatasetSpec,
     backfill_id: str,
     verdict: str,
-    gates: dict[str, GateResult],
+    gates: Mapping[str, GateResult],
     report: ValueReport | None,
     note: str = "",
 ) -> str:
@@ -175,7 +176,7 @@ def write_preview(
     backfill_id: str,
     stage: str,
     verdict: str,
-    gates: dict[str, GateResult],
+    gates: Mapping[str, GateResult],
     report: ValueReport | None,
     note: str = "",
 ) -> Path:
