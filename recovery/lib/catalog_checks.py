@@ -16,6 +16,7 @@ from pathlib import Path
 
 import duckdb
 
+from recovery.lib.control.tables import SOURCE_CHECKS, SOURCE_CHECKS_DDL
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import is_plain_identifier, quote, quote_all
@@ -26,7 +27,7 @@ from recovery.lib.spec.sql_files import render
 
 _SCANNED_SOURCES: set[tuple] = set()
 """Change logs whose (key, version) uniqueness and ops this process has verified, by size."""
-_CHECKED = "source_checks"
+_CHECKED = SOURCE_CHECKS.split(".", 1)[1]
 """Control-plane table of the same facts, kept by a phase that writes (``remember_source_checks``),
 so a later process does not scan the change log again for checks an earlier one passed."""
 
@@ -73,7 +74,7 @@ def _checked_before(s, scanned: tuple) -> bool:
         return False
     return bool(
         s.scalar(
-            f"SELECT count(*) FROM {SCHEMA}.{_CHECKED} WHERE source = ? AND key = ? AND version = ? "
+            f"SELECT count(*) FROM {SOURCE_CHECKS} WHERE source = ? AND key = ? AND version = ? "
             f"AND op = ? AND ops = ? AND rows = ?",
             _check_row(scanned),
         )
@@ -83,19 +84,15 @@ def _checked_before(s, scanned: tuple) -> bool:
 def remember_source_checks(s, spec: DatasetSpec) -> None:
     """Record, in a writing transaction, the change-log checks this process passed for ``spec``'s
     warehouse (the log is append-only: the same row count means the same rows)."""
-    from recovery.lib.control.plane import SCHEMA
 
     mine = [c for c in _SCANNED_SOURCES if c[0] == str(spec.warehouse.path)]
     if not mine:
         return
-    s.execute(
-        f"CREATE TABLE IF NOT EXISTS {SCHEMA}.{_CHECKED} (source VARCHAR, key VARCHAR[], version VARCHAR, op VARCHAR, "
-        f"ops VARCHAR[], rows BIGINT, checked_at TIMESTAMP DEFAULT current_timestamp)"
-    )
+    s.execute(SOURCE_CHECKS_DDL)
     for c in mine:
         if not _checked_before(s, c):
             s.execute(
-                f"INSERT INTO {SCHEMA}.{_CHECKED} (source, key, version, op, ops, rows) VALUES (?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO {SOURCE_CHECKS} (source, key, version, op, ops, rows) VALUES (?, ?, ?, ?, ?, ?)",
                 _check_row(c),
             )
 

@@ -25,15 +25,12 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from recovery.lib.control.plane import SCHEMA, control_plane_exists, ensure_control_plane, record_event, utcnow
+from recovery.lib.control.tables import NOTIFICATIONS, NOTIFICATIONS_DDL
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError
 from recovery.lib.retry import retrying
 
 Severity = Literal["info", "warning", "critical"]
-NOTIFICATIONS = f"{SCHEMA}.notifications"
-NOTIFICATIONS_DDL = f"""CREATE TABLE IF NOT EXISTS {NOTIFICATIONS} (
-    dedupe_key VARCHAR PRIMARY KEY, owner VARCHAR, subject VARCHAR, severity VARCHAR,
-    channel VARCHAR, incident_id VARCHAR, delivered_at TIMESTAMP)"""
 
 
 class NotificationError(RecoveryError):

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from recovery.lib.consumers.outputs import CONSUMER_SCHEMA, ensure_tables
 from recovery.lib.control.plane import SCHEMA, dataset_table, has_dataset_table, next_seq, utcnow
+from recovery.lib.control.tables import asset_impact_ddl
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import TableName, quote, str_list, ts_literal
 from recovery.lib.pointers.managed_views import ManagedName, build
@@ -93,11 +94,7 @@ def impact_table(spec: DatasetSpec) -> str:
 
 def _ensure(s: Session, spec: DatasetSpec) -> None:
     ensure_tables(s)
-    s.execute(
-        f"CREATE TABLE IF NOT EXISTS {impact_table(spec)} (incident_id VARCHAR, asset VARCHAR, table_name VARCHAR, "
-        f"kind VARCHAR, owner VARCHAR, partitions VARCHAR[], rows_reached BIGINT, original_namespace VARCHAR, "
-        f"basis VARCHAR, scope VARCHAR, traced_at TIMESTAMP, run_id VARCHAR)"
-    )
+    s.execute(asset_impact_ddl(impact_table(spec)))
 
 
 def damaged_target_partitions(s: Session, spec: DatasetSpec, incident_id: str) -> list[str]:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from recovery.lib.consumers.sql import consumer_sql, consumer_table
 from recovery.lib.control.plane import dataset_table
+from recovery.lib.control.tables import consumer_impact_ddl
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote
 from recovery.lib.reconcile.expected_cache import drop_staged, stage_expected
@@ -112,11 +113,7 @@ def assess_impact(
 ) -> list[ConsumerImpact]:
     """Write per-key differences of every consumer to the control plane; return per-consumer impact."""
     table = impact_table(spec)
-    s.execute(
-        f"CREATE TABLE IF NOT EXISTS {table} (incident_id VARCHAR, consumer VARCHAR, consumer_key VARCHAR, "
-        "change VARCHAR, "
-        f"original_value DOUBLE, corrected_value DOUBLE, difference DOUBLE, material BOOLEAN)"
-    )
+    s.execute(consumer_impact_ddl(table))
     s.execute(f"DELETE FROM {table} WHERE incident_id = ?", [incident_id])
     # the expected rows, once for every consumer: each consumer's corrected side reads them, and
     # computing them per consumer resolved the whole change log again each time

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recovery.lib.control.plane import SCHEMA, delta_table, ensure_control_plane, has_dataset_table, next_seq, utcnow
+from recovery.lib.control.tables import BUILDS, CONSUMER_OUTPUT_DDL, RESTATEMENTS  # noqa: F401 - re-exported
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import TableName, quote
 from recovery.lib.pointers.managed_views import (
@@ -37,18 +38,6 @@ from recovery.lib.snapshot import str_list
 from recovery.lib.spec.models import DatasetSpec
 
 CONSUMER_SCHEMA = "consumers"
-BUILDS = f"{SCHEMA}.consumer_builds"
-RESTATEMENTS = f"{SCHEMA}.restatements"
-DDL = [
-    f"""CREATE TABLE IF NOT EXISTS {BUILDS} (
-        namespace VARCHAR, dataset VARCHAR, consumer VARCHAR, seq BIGINT, built_at TIMESTAMP,
-        target_namespace VARCHAR, generations VARCHAR[], row_count BIGINT, actor VARCHAR, reason VARCHAR)""",
-    f"""CREATE TABLE IF NOT EXISTS {RESTATEMENTS} (
-        incident_id VARCHAR, dataset VARCHAR, consumer VARCHAR, kind VARCHAR, owner VARCHAR,
-        original_namespace VARCHAR, corrected_namespace VARCHAR, ledger_rows BIGINT, material_rows BIGINT,
-        original_total DOUBLE, corrected_total DOUBLE, watermark TIMESTAMP, restated_at TIMESTAMP,
-        run_id VARCHAR, seq BIGINT, notified_at TIMESTAMP)""",
-]
 
 
 @dataclass(frozen=True)
@@ -66,7 +55,7 @@ def managed(spec: DatasetSpec, consumer: str) -> ManagedName:
 
 def ensure_tables(s: Session) -> None:
     ensure_control_plane(s)
-    for stmt in DDL:
+    for stmt in CONSUMER_OUTPUT_DDL:
         s.execute(stmt)
 
 

@@ -13,6 +13,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from recovery.lib.control.tables import (  # noqa: F401 - SOURCE_WATERMARKS* re-exported
+    CONTROL_PLANE_DDL,
+    SOURCE_WATERMARKS,
+    SOURCE_WATERMARKS_DDL,
+)
 from recovery.lib.control_names import (  # noqa: F401 - the control plane's names, re-exported
     PER_DATASET_TABLES,
     SCHEMA,
@@ -22,63 +27,7 @@ from recovery.lib.control_names import (  # noqa: F401 - the control plane's nam
 )
 from recovery.lib.engine.base import Session
 
-SOURCE_WATERMARKS = f"{SCHEMA}.source_watermarks"
-SOURCE_WATERMARKS_DDL = f"""CREATE TABLE IF NOT EXISTS {SOURCE_WATERMARKS} (
-        seq BIGINT PRIMARY KEY, dataset VARCHAR, generation VARCHAR, source_watermark TIMESTAMP,
-        partitions VARCHAR[], basis VARCHAR)"""
-"""The source watermark each write applied (``seq`` is the write's): every change that arrived in the
-source at or before ``source_watermark`` is in the write's ``partitions`` (NULL: in the whole dataset);
-``basis`` says who said so, as a reader of a convergence check needs it."""
-
-DDL = [
-    f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}",
-    f"CREATE TABLE IF NOT EXISTS {SCHEMA}.clock (id INTEGER PRIMARY KEY, seq BIGINT NOT NULL)",
-    f"INSERT INTO {SCHEMA}.clock SELECT 1, 0 WHERE NOT EXISTS (SELECT 1 FROM {SCHEMA}.clock)",
-    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.generations (
-        generation VARCHAR PRIMARY KEY,
-        dataset VARCHAR NOT NULL,
-        kind VARCHAR NOT NULL,            -- ingest | backfill | repair | adopted | unknown
-        status VARCHAR NOT NULL,          -- running | complete | failed | fenced | published
-        namespace VARCHAR,                -- physical table it writes; NULL follows the public pointer
-        started_at TIMESTAMP,
-        ended_at TIMESTAMP,
-        source_watermark TIMESTAMP,
-        code_version VARCHAR,
-        config_hash VARCHAR,
-        parent VARCHAR,
-        token BIGINT NOT NULL,
-        fenced_at TIMESTAMP,
-        writes BIGINT NOT NULL,
-        last_write_seq BIGINT,
-        registered_seq BIGINT,
-        inferred BOOLEAN NOT NULL,
-        run_id VARCHAR,
-        backfill_id VARCHAR,
-        note VARCHAR)""",
-    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.fences (
-        generation VARCHAR, dataset VARCHAR, incident_id VARCHAR, token BIGINT,
-        fenced_at TIMESTAMP, fenced_by VARCHAR, reason VARCHAR, seq BIGINT)""",
-    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.fence_attempts (
-        generation VARCHAR, dataset VARCHAR, attempted_at TIMESTAMP, action VARCHAR,
-        run_id VARCHAR, detail VARCHAR)""",
-    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.namespaces (
-        namespace VARCHAR PRIMARY KEY, dataset VARCHAR, public_name VARCHAR,
-        created_seq BIGINT, created_at TIMESTAMP, created_by VARCHAR, status VARCHAR, note VARCHAR)""",
-    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.pointers (
-        public_name VARCHAR PRIMARY KEY, dataset VARCHAR, namespace VARCHAR, seq BIGINT, updated_at TIMESTAMP)""",
-    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.pointer_history (
-        public_name VARCHAR, dataset VARCHAR, from_namespace VARCHAR, to_namespace VARCHAR,
-        seq BIGINT, moved_at TIMESTAMP, actor VARCHAR, reason VARCHAR)""",
-    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.writes (
-        seq BIGINT PRIMARY KEY, dataset VARCHAR, generation VARCHAR, namespace VARCHAR, mode VARCHAR,
-        partitions VARCHAR[], rows_inserted BIGINT, rows_deleted BIGINT, written_at TIMESTAMP,
-        committed_at TIMESTAMP, run_id VARCHAR, note VARCHAR)""",
-    SOURCE_WATERMARKS_DDL,
-    f"CREATE SEQUENCE IF NOT EXISTS {SCHEMA}.timeline_seq",
-    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.timeline (
-        event_id BIGINT, incident_id VARCHAR, dataset VARCHAR, event_at TIMESTAMP, kind VARCHAR,
-        actor VARCHAR, summary VARCHAR, details JSON, run_id VARCHAR)""",
-]
+DDL = CONTROL_PLANE_DDL
 
 
 def utcnow() -> datetime:

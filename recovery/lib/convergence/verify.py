@@ -27,6 +27,7 @@ from recovery.lib.control.plane import (
     record_event,
     utcnow,
 )
+from recovery.lib.control.tables import CONVERGENCE_HISTORY_COLUMNS as HISTORY_COLUMNS
 from recovery.lib.convergence.drift import compare_partitions, stage_sides
 from recovery.lib.convergence.pending import PENDING, pending_totals, stage_pending
 from recovery.lib.convergence.result import ConvergenceResult, PartitionDrift
@@ -50,12 +51,6 @@ def history_table(spec: DatasetSpec) -> str:
     return dataset_table("convergence", spec.dataset)
 
 
-HISTORY_COLUMNS = (
-    "check_id BIGINT, checked_at TIMESTAMP, run_id VARCHAR, incident_id VARCHAR, watermark TIMESTAMP, "
-    "partition VARCHAR, recent BOOLEAN, repaired BOOLEAN, expected_rows BIGINT, actual_rows BIGINT, missing BIGINT, "
-    "extra BIGINT, changed BIGINT, duplicate BIGINT, drift_keys BIGINT, sample_keys VARCHAR[], "
-    "watermark_basis VARCHAR, pending_changes BIGINT, pending_oldest TIMESTAMP, pending_overdue BIGINT"
-)
 DRIFTS = "(h.drift_keys > 0 OR (h.expected_rows <> h.actual_rows AND coalesce(h.pending_changes, 0) = 0))"
 """A history row that drifts (the rule of ``PartitionDrift.drifts``, for rows of older checks too)."""
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from recovery.lib.control.plane import SCHEMA, delta_table, ensure_control_plane, record_event, utcnow
+from recovery.lib.control.tables import COMMITS, FENCES, LAKEHOUSE_DDL, TABLES  # noqa: F401 - re-exported
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError, SpecError
 from recovery.lib.identifiers import TableName, quote, quote_all
@@ -37,25 +38,10 @@ from recovery.lib.retry import retrying
 from recovery.lib.spec.lakehouse import LakehouseTable
 from recovery.lib.spec.models import DatasetSpec
 
-COMMITS = f"{SCHEMA}.lakehouse_commits"
-TABLES = f"{SCHEMA}.lakehouse_tables"
-FENCES = f"{SCHEMA}.lakehouse_fences"
 WRITER_PROPERTY = "recovery.writer"
 GENERATION_PROPERTY = "recovery.generation"
 INCIDENT_PROPERTY = "recovery.incident"
 APPLIED = ("history", "captured")
-DDL = [
-    f"""CREATE TABLE IF NOT EXISTS {COMMITS} (
-        dataset VARCHAR, location VARCHAR, version BIGINT, ref VARCHAR, committed_at TIMESTAMP,
-        written_at TIMESTAMP, operation VARCHAR, generation VARCHAR, writer VARCHAR, incident_id VARCHAR,
-        status VARCHAR, seq BIGINT, files_added INTEGER, files_removed INTEGER, rows_added BIGINT,
-        rows_removed BIGINT, partitions VARCHAR[], properties JSON, synced_at TIMESTAMP)""",
-    f"""CREATE TABLE IF NOT EXISTS {TABLES} (
-        dataset VARCHAR, role VARCHAR, location VARCHAR, format VARCHAR, version BIGINT, synced_at TIMESTAMP)""",
-    f"""CREATE TABLE IF NOT EXISTS {FENCES} (
-        dataset VARCHAR, incident_id VARCHAR, location VARCHAR, version BIGINT, ref VARCHAR, fenced_at TIMESTAMP,
-        generations VARCHAR[], property VARCHAR)""",
-]
 STATUS_NOTES = {
     "history": "applied: history before the fence",
     "captured": "applied: the package's own writer after the fence (concurrent ingestion, replayed by the repair)",
@@ -92,7 +78,7 @@ class SyncResult:
 
 def ensure_tables(s: Session) -> None:
     ensure_control_plane(s)
-    for stmt in DDL:
+    for stmt in LAKEHOUSE_DDL:
         s.execute(stmt)
 
 

@@ -26,13 +26,14 @@ import hashlib
 from datetime import datetime
 
 from recovery.lib.control.plane import SCHEMA, dataset_table, dataset_table_name, utcnow
+from recovery.lib.control.tables import EXPECTED_KEPT as KEPT
+from recovery.lib.control.tables import EXPECTED_KEPT_DDL
 from recovery.lib.engine.base import Session
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.identifiers import quote, quote_all, ts_literal
 from recovery.lib.snapshot import expected_rows_sql, latest_versions_sql
 from recovery.lib.spec.models import DatasetSpec
 
-KEPT = f"{SCHEMA}.expected_rows_kept"
 CHANGED = "__expected_changed"
 REKEEP_SHARE = 0.1
 """A writer catching up more changed keys than this share of the kept rows keeps the caught-up rows."""
@@ -158,10 +159,7 @@ def keep_expected(s: DuckDBSession, spec: DatasetSpec, upto: datetime, sql: str)
     table = dataset_table("expected", spec.dataset)
     s.execute(f"CREATE OR REPLACE TABLE {table} AS {sql}")
     rows, hashed = source_state(s, spec, upto)
-    s.execute(
-        f"CREATE TABLE IF NOT EXISTS {KEPT} (dataset VARCHAR PRIMARY KEY, resolution_key VARCHAR, "
-        f"watermark TIMESTAMP, source_rows BIGINT, source_hash VARCHAR, kept_at TIMESTAMP)"
-    )
+    s.execute(EXPECTED_KEPT_DDL)
     s.execute(f"DELETE FROM {KEPT} WHERE dataset = ?", [spec.dataset])
     s.execute(
         f"INSERT INTO {KEPT} VALUES (?, ?, ?, ?, ?, ?)",

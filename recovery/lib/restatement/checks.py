@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from recovery.lib.control.plane import SCHEMA, utcnow
+from recovery.lib.control.tables import RESTATEMENT_CHECKS as CHECKS
+from recovery.lib.control.tables import RESTATEMENT_CHECKS_DDL
 from recovery.lib.engine.base import Session
-
-CHECKS = f"{SCHEMA}.restatement_checks"
 
 
 class RestatementCheck(BaseModel):
@@ -135,10 +135,7 @@ def record_checks(
     s: Session, dataset: str, incident_id: str, checks: Sequence[RestatementCheck], *, run_id: str | None
 ) -> None:
     """Replace the incident's check of each consumer; the caller owns the transaction."""
-    s.execute(
-        f"CREATE TABLE IF NOT EXISTS {CHECKS} (incident_id VARCHAR, dataset VARCHAR, consumer VARCHAR, "
-        f"check_name VARCHAR, passed BOOLEAN, observed BIGINT, details VARCHAR, run_id VARCHAR, checked_at TIMESTAMP)"
-    )
+    s.execute(RESTATEMENT_CHECKS_DDL)
     for c in checks:
         s.execute(
             f"DELETE FROM {CHECKS} WHERE incident_id = ? AND dataset = ? AND consumer = ?",

@@ -14,10 +14,16 @@ notification's delivery record, so it survives a re-run too.
 from __future__ import annotations
 
 from recovery.lib.consumers.impact import consumer_impact_sql
-from recovery.lib.control.plane import SCHEMA, dataset_table
+from recovery.lib.control.plane import dataset_table
+from recovery.lib.control.tables import (
+    DECISIONS_LEDGER,
+    DECISIONS_LEDGER_DDL,
+    NOTIFICATIONS,
+    NOTIFICATIONS_DDL,
+    restatement_ledger_ddl,
+)
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import TableName, quote
-from recovery.lib.notify import NOTIFICATIONS, NOTIFICATIONS_DDL
 from recovery.lib.spec.models import Consumer, DatasetSpec
 
 # what a material change of one key obliges its owner to do, by consumer kind
@@ -45,12 +51,7 @@ def notice_key(spec: DatasetSpec, incident_id: str, consumer: str) -> str:
 
 def ensure_ledger(s: Session, spec: DatasetSpec) -> None:
     s.execute(NOTIFICATIONS_DDL)
-    s.execute(
-        f"""CREATE TABLE IF NOT EXISTS {ledger_table(spec)} (
-            incident_id VARCHAR, consumer VARCHAR, kind VARCHAR, owner VARCHAR, consumer_key VARCHAR, change VARCHAR,
-            original_value DOUBLE, corrected_value DOUBLE, difference DOUBLE, material BOOLEAN, decision VARCHAR,
-            original_namespace VARCHAR, corrected_namespace VARCHAR, notified_at TIMESTAMP)"""
-    )
+    s.execute(restatement_ledger_ddl(ledger_table(spec)))
 
 
 def _sign_change(kind: str) -> str:
@@ -106,9 +107,6 @@ def write_ledger(
     )
 
 
-DECISIONS_LEDGER = f"{SCHEMA}.restatement_decisions"
-
-
 def write_decisions(
     s: Session,
     spec: DatasetSpec,
@@ -122,11 +120,7 @@ def write_decisions(
     """One row per decision the spec says consumer ``c``'s output fed: whether it crossed
     materiality (the restated output has material rows), the remediation owed, and the output's
     original vs corrected total. Replaced per incident and consumer, so a re-run gives the same rows."""
-    s.execute(
-        f"""CREATE TABLE IF NOT EXISTS {DECISIONS_LEDGER} (
-            incident_id VARCHAR, dataset VARCHAR, consumer VARCHAR, decision VARCHAR, material BOOLEAN,
-            material_rows BIGINT, remediation VARCHAR, original_total DOUBLE, corrected_total DOUBLE)"""
-    )
+    s.execute(DECISIONS_LEDGER_DDL)
     s.execute(
         f"DELETE FROM {DECISIONS_LEDGER} WHERE incident_id = ? AND dataset = ? AND consumer = ?",
         [incident_id, spec.dataset, c.name],
