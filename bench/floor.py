@@ -17,10 +17,10 @@ bench checks its labels key by key against the package's on every run.
 from __future__ import annotations
 
 from recovery.lib.control.plane import SCHEMA, delta_table
+from recovery.lib.dataset_spec.models import DatasetSpec
+from recovery.lib.dataset_spec.sql_files import render
 from recovery.lib.identifiers import quote
 from recovery.lib.snapshot import str_list
-from recovery.lib.spec.models import DatasetSpec
-from recovery.lib.spec.sql_files import render
 
 
 def floor_sql(spec: DatasetSpec, failed_generations: list[str], columns: list[str]) -> str:

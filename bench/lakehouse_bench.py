@@ -129,10 +129,10 @@ def build_delta(duck_spec: Path, root: Path, console: Console) -> tuple[Path, di
 def first_sync(spec_path: Path) -> dict:
     """Sync the Delta spec once (timed), then take its copy under management as the DuckDB incident's target
     is (so both reconciliations record their results the same way)."""
+    from recovery.lib.dataset_spec.models import parse_spec
     from recovery.lib.engine import open_engine
     from recovery.lib.lakehouse.history import fix_adopted_namespace, sync
     from recovery.lib.pointers.adoption import adopt
-    from recovery.lib.spec.models import parse_spec
 
     spec = parse_spec(spec_path)
     engine = open_engine(spec.warehouse)
@@ -146,8 +146,8 @@ def first_sync(spec_path: Path) -> dict:
 
 
 def checksum(spec_path: Path) -> tuple:
+    from recovery.lib.dataset_spec.models import parse_spec
     from recovery.lib.engine.duckdb_engine import fetch_row
-    from recovery.lib.spec.models import parse_spec
 
     spec = parse_spec(spec_path)
     con = duckdb.connect(str(spec.warehouse.path), read_only=True)

@@ -21,11 +21,11 @@ from pathlib import Path
 
 from rich.console import Console
 
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.engine.duckdb_engine import fetch_row
 from recovery.lib.pointers.namespaces import move_pointer
 from recovery.lib.pointers.published_export import export_dir, refresh_published_export
-from recovery.lib.spec.models import parse_spec
 
 
 def _poll(spec_path: str, stop: str, out: str) -> None:

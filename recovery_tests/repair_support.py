@@ -14,6 +14,7 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from recovery.lib.dataset_spec.models import DatasetSpec, parse_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.incident.model import Incident
 from recovery.lib.notify import FileChannel, Notifier
@@ -22,7 +23,6 @@ from recovery.lib.repair.build import build_wave, start_repair
 from recovery.lib.repair.plan import RepairPlan, load_plan
 from recovery.lib.repair.publish import PublishNotice, gate_candidate, publish
 from recovery.lib.repair.waves import gate_wave
-from recovery.lib.spec.models import DatasetSpec, parse_spec
 from recovery.lib.write.ingest import apply_changes
 from recovery.lib.write.writer import Writer
 

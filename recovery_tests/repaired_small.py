@@ -21,10 +21,10 @@ import yaml
 
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.consumers.sql import materialize_consumer
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine import open_engine
 from recovery.lib.pointers.namespaces import move_pointer
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec.models import DatasetSpec
 from recovery.lib.write.ingest import apply_changes
 from recovery.lib.write.writer import Writer
 from recovery_tests.small_dataset import build_small_dataset, spec_dict, write_spec

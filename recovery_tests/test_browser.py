@@ -417,7 +417,7 @@ def _wait_for_run_page(pg, webserver: Webserver, job: str, shot: str) -> dg.Dags
 
 def _contain_and_reconcile_shipments(webserver: Webserver, pg) -> None:
     from recovery.defs.target_partitions import register_target_partitions
-    from recovery.lib.spec.models import parse_spec
+    from recovery.lib.dataset_spec.models import parse_spec
     from recovery_tests.foreign_warehouse import labels_vs_truth
 
     base, spec = webserver.url, webserver.spec
@@ -559,7 +559,7 @@ def _location_defs(server: Webserver) -> dg.Definitions:
 def _both_datasets_in_the_ui(server: Webserver, defs: dg.Definitions, orders_spec: Path, pg, shots: Path) -> None:
     from recovery.defs.datasets.defs import target_key
     from recovery.example.defs import TARGET_KEY
-    from recovery.lib.spec.models import parse_spec
+    from recovery.lib.dataset_spec.models import parse_spec
 
     base = server.url
     graph = defs.resolve_asset_graph()

@@ -106,7 +106,7 @@ def _recover_with_the_cli(failed_example, root: Path) -> subprocess.Popen:
 
 def _published_rows(spec_path: Path) -> list[tuple]:
     """The published table's rows, sorted, without the columns a run stamps (generation, written at)."""
-    from recovery.lib.spec.models import parse_spec
+    from recovery.lib.dataset_spec.models import parse_spec
 
     spec = parse_spec(spec_path)
     meta = spec.target.metadata

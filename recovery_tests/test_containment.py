@@ -34,10 +34,10 @@ from recovery.defs.containment.sensors import fencing_sensor
 from recovery.defs.resources import warehouse_resource
 from recovery.lib.consumers.sql import materialize_consumer
 from recovery.lib.control.plane import SCHEMA
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import FencedGenerationError, RecoveryError, SpecError
 from recovery.lib.incident.phases import CONTAIN
-from recovery.lib.spec.models import parse_spec
 from recovery.lib.write.fencing import GENERATION_TAG
 from recovery.lib.write.writer import Writer
 from recovery.orchestration import run_job

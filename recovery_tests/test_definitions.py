@@ -19,7 +19,7 @@ from recovery.definitions import defs
 from recovery.example.defs import TARGET_KEY
 from recovery.example.location import defs as example_location
 from recovery.example.scenario import SCENARIO
-from recovery.lib.spec.models import parse_spec
+from recovery.lib.dataset_spec.models import parse_spec
 
 CONSUMERS = [c.name for c in parse_spec(spec_path()).downstream]
 

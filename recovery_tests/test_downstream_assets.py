@@ -191,8 +191,8 @@ def test_a_downstream_asset_the_spec_names_in_a_location_that_lacks_it_is_refuse
 
 
 def test_the_spec_refuses_a_malformed_downstream_asset_naming_the_field(tmp_path: Path):
+    from recovery.lib.dataset_spec.models import parse_spec
     from recovery.lib.errors import SpecError
-    from recovery.lib.spec.models import parse_spec
     from recovery_tests.sensor_readings import SPEC, TRANSFORM
 
     (tmp_path / "readings.sql").write_text(TRANSFORM)
@@ -310,7 +310,7 @@ def test_an_asset_downstream_of_the_target_that_declares_no_key_is_named_with_th
     from recovery.definitions import definitions_for
     from recovery.defs.asset_consumers import resolve
     from recovery.defs.location import remember
-    from recovery.lib.spec.models import parse_spec
+    from recovery.lib.dataset_spec.models import parse_spec
     from recovery_tests.sensor_readings import team_definitions
 
     b = published[0].copy(tmp_path)

@@ -17,8 +17,8 @@ from dagster._core.execution.backfill import BULK_ACTION_TERMINAL_STATUSES
 from recovery.example.defs import GENERATION_TAG
 from recovery.example.scenario import SCENARIO
 from recovery.lib.consumers.sql import consumer_sql, consumer_table
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.reconcile.labels import DAMAGE_LABELS
-from recovery.lib.spec.models import parse_spec
 
 GEN = SCENARIO.backfill_generation
 SOURCE = "raw.transaction_events"

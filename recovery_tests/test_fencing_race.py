@@ -25,12 +25,12 @@ from dagster._core.storage.dagster_run import FINISHED_STATUSES
 from recovery.defs.resources import WarehouseResource, warehouse_resource
 from recovery.example.defs import PAUSE_TAG, TARGET_KEY, transactions_history
 from recovery.lib.control.plane import SCHEMA, delta_table
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import FencedGenerationError
 from recovery.lib.identifiers import naive_utc
 from recovery.lib.incident.model import Incident
 from recovery.lib.incident.phases import CONTAIN
-from recovery.lib.spec.models import parse_spec
 from recovery.lib.write.fencing import GENERATION_TAG, fence_incident
 from recovery.lib.write.writer import Writer
 from recovery.orchestration import Daemon, backfill_finished, launch_asset_backfill, run_job, workspace_context

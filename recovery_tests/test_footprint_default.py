@@ -19,9 +19,9 @@ import pytest
 
 from recovery.lib.consumers.impact import impact_table
 from recovery.lib.control.plane import SCHEMA, dataset_table
+from recovery.lib.dataset_spec.models import DatasetSpec, parse_spec
 from recovery.lib.incident.model import parse_incident
 from recovery.lib.reconcile.inputs import recon_table
-from recovery.lib.spec.models import DatasetSpec, parse_spec
 from recovery_tests.example_build import copy_dataset
 from recovery_tests.foreign_warehouse import build_shipments, cli, fresh_copy
 

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from recovery.cli import main as cli
 from recovery.lib.catalog_checks import load_spec
+from recovery.lib.dataset_spec.models import MAX_FILE_BYTES
 from recovery.lib.errors import SpecError
 from recovery.lib.incident.model import check_incident, parse_incident
-from recovery.lib.spec.models import MAX_FILE_BYTES
 from recovery_tests.input_fuzz import FuzzTarget, build_fuzz_dataset, mutated_document, valid_incident
 from recovery_tests.small_dataset import file_sha256, spec_dict
 

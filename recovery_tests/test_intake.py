@@ -18,11 +18,11 @@ from recovery.defs.intake.sensors import backfill_incident_sensor, failed_backfi
 from recovery.defs.resources import warehouse_resource
 from recovery.example.defs import TARGET_KEY
 from recovery.lib.control.plane import SCHEMA
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.incident.draft import FailedBackfill, draft_incident_id, partition_range
 from recovery.lib.incident.model import check_incident, parse_incident
 from recovery.lib.incident.phases import INCIDENT_TAG
-from recovery.lib.spec.models import parse_spec
 
 
 def test_partition_range_is_the_first_and_last_day_or_nothing():

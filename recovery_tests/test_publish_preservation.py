@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 from recovery.io import ManagedDuckDBIOManager
 from recovery.io.manager import WRITE_MODE_KEY
 from recovery.lib.catalog_checks import load_spec
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import DuplicateKeyError, GateRefusedError
 from recovery.lib.incident.model import parse_incident
@@ -43,7 +44,6 @@ from recovery.lib.repair.build import build_wave
 from recovery.lib.repair.publish import gate_candidate, publish
 from recovery.lib.repair.tables import snapshot_table
 from recovery.lib.repair.waves import gate_wave
-from recovery.lib.spec.models import DatasetSpec
 from recovery.lib.write.writer import Writer
 from recovery_tests.repair_support import current_plan, repair_through_library
 from recovery_tests.repaired_small import FAILED, INCIDENT, build_damaged

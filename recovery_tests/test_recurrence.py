@@ -18,6 +18,7 @@ from recovery.example.relaunch import RECOMPUTE as FAULTY
 from recovery.example.relaunch import faulty_2_3_0
 from recovery.example.scenario import SCENARIO
 from recovery.lib.control.plane import SCHEMA
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.pointers.namespaces import move_pointer
@@ -26,7 +27,6 @@ from recovery.lib.recurrence.policy import GATES, active_gates
 from recovery.lib.recurrence.publish import verify_backfill_convergence
 from recovery.lib.recurrence.request import BackfillRequest, request_from_mapping
 from recovery.lib.snapshot import expected_rows_sql, latest_versions_sql
-from recovery.lib.spec.models import parse_spec
 from recovery.lib.write.writer import Writer
 from recovery_tests.example_build import env
 

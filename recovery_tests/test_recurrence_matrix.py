@@ -13,12 +13,12 @@ import pytest
 import yaml
 
 from recovery.lib.control.plane import SCHEMA
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.pointers.namespaces import move_pointer
 from recovery.lib.recurrence.guarded import run_guarded_backfill
 from recovery.lib.recurrence.request import BackfillRequest
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec.models import parse_spec
 from recovery.lib.write.writer import Writer
 from recovery_tests.example_build import copy_dataset
 from recovery_tests.faulty_recomputes import MATRIX

@@ -26,6 +26,7 @@ from recovery.defs.resources import warehouse_resource
 from recovery.defs.restatement.assets import CHECK, RESTATE_JOB, restatement_asset
 from recovery.lib.consumers.sql import consumer_sql, materialize_consumer
 from recovery.lib.control.plane import SCHEMA
+from recovery.lib.dataset_spec.models import DownstreamSpec
 from recovery.lib.errors import RecoveryError, SpecError
 from recovery.lib.incident.phases import RESTATE
 from recovery.lib.notify import Notifier, WebhookChannel
@@ -33,7 +34,6 @@ from recovery.lib.restatement import restate_consumers
 from recovery.lib.restatement.ledger import SIGN_CHANGE, ledger_table, write_ledger
 from recovery.lib.restatement.restate import source_mismatches
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec.models import DownstreamSpec
 from recovery_tests.repaired_small import FAILED, INCIDENT, Receiver, build_damaged, build_repaired, publish_repair
 
 LEDGER_COLUMNS = (

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.consumers.sql import materialize_consumer
 from recovery.lib.control.run_history import RunHistory
+from recovery.lib.dataset_spec.sensitive_lineage import follow_sensitive
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.evidence import build_evidence
@@ -38,7 +39,6 @@ from recovery.lib.evidence.bundle import _INNER, _OUTER, _Files, hmac_pads
 from recovery.lib.evidence.tables import TableCopy
 from recovery.lib.identifiers import TableName, is_plain_identifier
 from recovery.lib.incident.model import check_incident, parse_incident
-from recovery.lib.spec.sensitive_lineage import follow_sensitive
 from recovery.lib.write.ingest import apply_changes
 from recovery.lib.write.writer import Writer
 from recovery_tests.small_dataset import build_small_dataset, fetch, spec_dict, write_spec

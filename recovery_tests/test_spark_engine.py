@@ -21,11 +21,11 @@ from rich.console import Console
 from bench.measure import use_spark
 from recovery.cli import main as cli
 from recovery.launch.recover import run_recovery
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.engine.spark_engine import CATALOG, SparkEngine, SparkWarehouseSession
 from recovery.lib.errors import FencedGenerationError
 from recovery.lib.incident.model import check_incident, parse_incident
-from recovery.lib.spec.models import parse_spec
 from recovery.lib.write.writer import Writer
 from recovery_tests.example_build import build_example, copy_dataset, env
 

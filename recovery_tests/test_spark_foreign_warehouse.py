@@ -24,9 +24,9 @@ import pyarrow as pa
 import pytest
 
 from bench.measure import use_spark
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.engine.spark_engine import CATALOG
-from recovery.lib.spec.models import parse_spec
 from recovery_tests.foreign_warehouse import KEY, build_shipments, cli, fresh_copy, labels_vs_truth
 
 pytestmark = [

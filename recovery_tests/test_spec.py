@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from recovery.lib.catalog_checks import load_spec
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.errors import SpecError
-from recovery.lib.spec.models import parse_spec
 from recovery_tests.small_dataset import (
     build_small_dataset,
     catalog,

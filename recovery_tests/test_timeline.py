@@ -19,9 +19,9 @@ import pytest
 
 from recovery.defs.resources import warehouse_resource
 from recovery.defs.timeline.assets import incident_timeline
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import FencedGenerationError
-from recovery.lib.spec.models import parse_spec
 from recovery.lib.timeline import RUNBOOK_KINDS
 from recovery.lib.timeline.events import CommitClock, TimelineEvent, order_events
 from recovery.lib.write.writer import Writer

@@ -17,11 +17,11 @@ import pytest
 
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.control.plane import SCHEMA
+from recovery.lib.dataset_spec.models import DatasetSpec, parse_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.engine.base import RetryableConflict
 from recovery.lib.errors import FencedGenerationError, RecoveryError, SchemaMismatchError
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec.models import DatasetSpec, parse_spec
 from recovery.lib.write.writer import Writer
 from recovery_tests.small_dataset import (
     PAYLOAD,

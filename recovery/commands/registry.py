@@ -21,9 +21,9 @@ def dagster(args: argparse.Namespace, console: Console) -> int:
 
     from recovery.launch.dagster_registry import draft_incident, registry_from_dagster
     from recovery.lib.catalog_checks import check_against_warehouse
+    from recovery.lib.dataset_spec.models import parse_spec
     from recovery.lib.errors import RecoveryError
     from recovery.lib.incident.draft import draft_incident_id
-    from recovery.lib.spec.models import parse_spec
 
     spec = parse_spec(args.spec)
     # the registry table this command writes may not exist yet even when the spec already names it

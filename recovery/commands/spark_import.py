@@ -14,11 +14,11 @@ from rich.console import Console
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
+    from recovery.lib.dataset_spec.models import parse_spec
     from recovery.lib.engine import open_engine
     from recovery.lib.engine.spark_engine import SparkEngine
     from recovery.lib.engine.spark_import import import_duckdb_data_plane
     from recovery.lib.errors import SpecError
-    from recovery.lib.spec.models import parse_spec
 
     spec = parse_spec(args.spec)
     if spec.warehouse.engine != "spark":

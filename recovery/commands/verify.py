@@ -26,10 +26,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     from recovery.launch import Launcher
     from recovery.lib.convergence.verify import load_partitions
+    from recovery.lib.dataset_spec.durations import format_duration
     from recovery.lib.engine import open_engine
     from recovery.lib.errors import SpecError
     from recovery.lib.incident.phases import VERIFY
-    from recovery.lib.spec.durations import format_duration
 
     if args.recent < 1:
         raise SpecError(

@@ -19,11 +19,11 @@ from rich.console import Console
 from recovery.commands.restate import restatement_table
 from recovery.launch.recover import run_recovery
 from recovery.lib.consumers.impact import impact_summary
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.incident.model import check_incident, parse_incident
 from recovery.lib.repair.diffs import label_diffs, partition_diffs
 from recovery.lib.restatement.summary import restatement_summary
-from recovery.lib.spec.models import parse_spec
 
 
 @dataclass(frozen=True)

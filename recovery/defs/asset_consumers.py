@@ -32,10 +32,10 @@ from pydantic import ValidationError
 
 from recovery.defs.location import own_asset_keys, repository
 from recovery.lib.consumers.assets import PartitionScope
+from recovery.lib.dataset_spec.models import AssetConsumerSpec, DatasetSpec, validation_error
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import naive_utc
 from recovery.lib.restatement.checks import MaterializationRun
-from recovery.lib.spec.models import AssetConsumerSpec, DatasetSpec, validation_error
 from recovery.orchestration import failure_reason, forget_dead_defs_state_storage
 
 KEY_METADATA = "recovery/key"

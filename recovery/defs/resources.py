@@ -6,8 +6,8 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field, PrivateAttr
 
 from recovery.config import spec_path
+from recovery.lib.dataset_spec.models import DatasetSpec, parse_spec
 from recovery.lib.engine import DuckDBEngine, Engine, open_engine
-from recovery.lib.spec.models import DatasetSpec, parse_spec
 from recovery.lib.write.writer import Writer
 
 

@@ -11,10 +11,10 @@ one run gives one consistent snapshot.
 
 import dagster as dg
 
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine import open_engine
 from recovery.lib.identifiers import quote
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec.models import DatasetSpec
 
 TARGET_PARTITIONS_NAME = "target_partitions"
 TARGET_PARTITIONS = dg.DynamicPartitionsDefinition(name=TARGET_PARTITIONS_NAME)

@@ -24,10 +24,10 @@ from recovery.example.scenario import SCENARIO
 from recovery.example.truth import build_truth
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.control.plane import SCHEMA
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import RecoveryError
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import parse_spec
 from recovery.lib.write.writer import Writer
 from recovery.orchestration import Daemon, backfill_finished, launch_asset_backfill, run_job
 

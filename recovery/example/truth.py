@@ -15,9 +15,9 @@ import duckdb
 import pandas as pd
 
 from recovery.lib.control.plane import delta_table
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.duckdb_engine import fetch_row
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec.models import DatasetSpec
 
 
 def _same(a: pd.Series, b: pd.Series) -> pd.Series:

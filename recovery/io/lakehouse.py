@@ -31,11 +31,11 @@ from dagster_iceberg.io_manager.arrow import PyArrowIcebergIOManager, _PyArrowIc
 from pydantic import Field
 
 from recovery.lib.control.plane import utcnow
+from recovery.lib.dataset_spec.models import DatasetSpec, parse_spec
 from recovery.lib.errors import FencedGenerationError
 from recovery.lib.lakehouse.fence import fenced_generations
 from recovery.lib.lakehouse.formats import open_log
 from recovery.lib.lakehouse.writer import LakehouseMode, commit_properties, stamp, write
-from recovery.lib.spec.models import DatasetSpec, parse_spec
 from recovery.lib.write.managed_output import generation_for_run
 
 WRITER = "io_manager"

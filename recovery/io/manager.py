@@ -30,8 +30,8 @@ from pydantic import Field
 from recovery.defs.resources import warehouse_resource
 from recovery.io.handlers import ArrowTypeHandler, PandasTypeHandler, RelationTypeHandler
 from recovery.lib.control.plane import utcnow
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.errors import FencedGenerationError, RecoveryError
-from recovery.lib.spec.models import parse_spec
 from recovery.lib.write.managed_output import (
     SOURCE_WATERMARK_KEY,
     STAGE_SCHEMA,

@@ -19,12 +19,12 @@ from pathlib import Path
 import dagster as dg
 
 from recovery.dagster_history import backfill_incident
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import RecoveryError
 from recovery.lib.identifiers import TableName, quote
 from recovery.lib.retry import retrying
 from recovery.lib.snapshot import str_list
-from recovery.lib.spec.models import DatasetSpec
 
 BACKFILL_TAG = "dagster/backfill"
 WATERMARK_BASIS = "run start (Dagster does not record what a run read)"

@@ -20,12 +20,12 @@ from rich.console import Console
 
 from recovery.launch import Launcher
 from recovery.launch.repair import decision, publish_or_roll_back, run_repair
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine import duckdb_engine
 from recovery.lib.errors import RecoveryError
 from recovery.lib.incident.model import Incident
 from recovery.lib.incident.phases import ASSESS, CONTAIN, EVIDENCE, REPORT, RESTATE, RUNBOOK, TIMELINE, VERIFY
 from recovery.lib.repair.plan import wave_name
-from recovery.lib.spec.models import DatasetSpec
 from recovery.lib.trace import mark, peak_rss_mb
 
 

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from recovery.defs.repair.partitions import wave_tags
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import RecoveryError
 from recovery.lib.incident.phases import CANARY, PLAN, PUBLISH, WAVE
 from recovery.lib.repair.gates import latest_gates
 from recovery.lib.repair.plan import RepairPlan, load_plan, require_plan, wave_name
-from recovery.lib.spec.models import DatasetSpec
 
 if TYPE_CHECKING:
     from recovery.launch.runner import Launcher

@@ -16,9 +16,9 @@ import dagster as dg
 from recovery.defs.location import remember
 from recovery.launch.state import IncidentState, read_state, require
 from recovery.lib.catalog_checks import checked_once
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.incident.model import Incident, check_incident, parse_incident
 from recovery.lib.incident.phases import Phase, incident_tags
-from recovery.lib.spec.models import DatasetSpec
 
 
 class Launcher:

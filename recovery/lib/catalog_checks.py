@@ -17,13 +17,13 @@ from pathlib import Path
 import duckdb
 
 from recovery.lib.control.tables import SOURCE_CHECKS, SOURCE_CHECKS_DDL
+from recovery.lib.dataset_spec.models import DatasetSpec, parse_spec
+from recovery.lib.dataset_spec.sql_files import render
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import is_plain_identifier, quote, quote_all
 from recovery.lib.lakehouse.history import has_lakehouse, sync
 from recovery.lib.snapshot import expected_rows_sql, source_snapshot_sql, str_list, transform_sql
-from recovery.lib.spec.models import DatasetSpec, parse_spec
-from recovery.lib.spec.sql_files import render
 
 _SCANNED_SOURCES: set[tuple] = set()
 """Change logs whose (key, version) uniqueness and ops this process has verified, by size."""
@@ -250,7 +250,7 @@ def _check_shapes(spec: DatasetSpec, s, cols: dict, fail) -> None:
     if spec.source.sensitive or spec.target.sensitive:
         # evidence hashes what lineage derives from a sensitive column; refuse what no hash can
         # cover (before the name checks below, whose messages would quote a pivoted value)
-        from recovery.lib.spec.sensitive_lineage import follow_sensitive
+        from recovery.lib.dataset_spec.sensitive_lineage import follow_sensitive
 
         target_cols = {**out, **{m: "VARCHAR" for m in spec.target.metadata.columns}}
         for x in follow_sensitive(spec, cols, target_cols).exposures:

@@ -13,11 +13,11 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from recovery.lib.control.plane import SCHEMA
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import TableName
 from recovery.lib.pointers.namespaces import current_namespace
 from recovery.lib.snapshot import str_list
-from recovery.lib.spec.models import DatasetSpec
 
 
 class Decision(BaseModel):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recovery.lib.control.plane import SCHEMA, control_plane_exists, has_dataset_table
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine import open_engine
 from recovery.lib.incident.model import Incident
 from recovery.lib.incident.phases import Phase, Refusal
@@ -17,7 +18,6 @@ from recovery.lib.pointers.namespaces import is_managed
 from recovery.lib.reconcile.classify import partition_table
 from recovery.lib.repair.plan import load_plan
 from recovery.lib.snapshot import str_list
-from recovery.lib.spec.models import DatasetSpec
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from recovery.lib.dataset_spec.models import DatasetSpec
+from recovery.lib.dataset_spec.sql_files import render
 from recovery.lib.identifiers import quote, quote_all, str_list, ts_literal
-from recovery.lib.spec.models import DatasetSpec
-from recovery.lib.spec.sql_files import render
 
 
 def latest_versions_sql(

@@ -10,8 +10,8 @@ import pytest
 
 from recovery.lib import catalog_checks
 from recovery.lib.catalog_checks import check_against_warehouse, checked_once
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.errors import SpecError
-from recovery.lib.spec.models import parse_spec
 from recovery_tests.small_dataset import SOURCE_TABLE, build_small_dataset
 
 

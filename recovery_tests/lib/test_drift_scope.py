@@ -10,9 +10,9 @@ from pathlib import Path
 import duckdb
 
 from recovery.lib.convergence.drift import compare_partitions, stage_sides
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec.models import parse_spec
 from recovery_tests.small_dataset import build_small_dataset
 
 COLUMNS = "partition, expected_rows, actual_rows, missing, extra, changed, duplicate, drift_keys, sample_keys"

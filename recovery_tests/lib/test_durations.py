@@ -1,10 +1,10 @@
-"""Durations as a spec gives them and as a sentence reads them back (``recovery/lib/spec/durations.py``)."""
+"""Durations as a spec gives them and as a sentence reads them back (``recovery/lib/dataset_spec/durations.py``)."""
 
 from datetime import timedelta
 
 import pytest
 
-from recovery.lib.spec.durations import format_duration, parse_duration
+from recovery.lib.dataset_spec.durations import format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

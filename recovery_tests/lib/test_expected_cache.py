@@ -11,10 +11,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.reconcile.expected_cache import CHANGED, KEPT, expected_rows, kept_watermark, stage_expected
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec.models import parse_spec
 from recovery_tests.small_dataset import SOURCE_TABLE, build_small_dataset
 
 KEPT_TABLE = '_recovery."expected__orders"'

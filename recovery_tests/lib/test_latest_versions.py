@@ -10,10 +10,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from recovery.lib.dataset_spec.models import DatasetSpec, parse_spec
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.identifiers import quote, quote_all, str_list, ts_literal
 from recovery.lib.snapshot import latest_versions_sql
-from recovery.lib.spec.models import DatasetSpec, parse_spec
 from recovery_tests.small_dataset import SOURCE_TABLE, build_small_dataset
 
 

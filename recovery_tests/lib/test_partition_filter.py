@@ -6,9 +6,9 @@ from __future__ import annotations
 import duckdb
 import pytest
 
+from recovery.lib.dataset_spec.models import parse_spec
+from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.engine.duckdb_engine import DuckDBSession
-from recovery.lib.spec.models import parse_spec
-from recovery.lib.spec.partition_filter import in_partitions
 from recovery_tests.small_dataset import build_small_dataset
 
 VALUES = {

@@ -17,9 +17,9 @@ import duckdb
 from recovery.lib.convergence.drift import compare_partitions, stage_sides
 from recovery.lib.convergence.pending import PENDING, pending_totals, stage_pending
 from recovery.lib.convergence.watermark import stage_partition_watermarks
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec.models import parse_spec
 from recovery_tests.small_dataset import build_small_dataset
 
 NEW = "region, order_no, rev, change, loaded_at, placed_at, qty, sku"

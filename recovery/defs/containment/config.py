@@ -21,6 +21,7 @@ import dagster as dg
 from pydantic import Field
 
 from recovery.config import PROJECT_ROOT
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.errors import SpecError
 from recovery.lib.incident.model import Incident, check_incident, incident_from_mapping, parse_incident
 from recovery.lib.incident.phases import (
@@ -36,7 +37,6 @@ from recovery.lib.incident.phases import (
     incident_tags,
 )
 from recovery.lib.incident_state import read_state, refusal
-from recovery.lib.spec.models import DatasetSpec
 from recovery.refusal import refuse, restore_tracebacks
 
 
@@ -132,7 +132,7 @@ def resolve_incident(
     spec = check_incident(incident)
     served = Path(served_spec).resolve()
     if incident.spec != served:
-        from recovery.lib.spec.models import parse_spec
+        from recovery.lib.dataset_spec.models import parse_spec
 
         other = parse_spec(served)
         if (other.dataset, other.warehouse.path) != (spec.dataset, spec.warehouse.path):

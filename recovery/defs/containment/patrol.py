@@ -21,10 +21,10 @@ import dagster as dg
 from recovery.defs.containment import dagster_runs
 from recovery.defs.containment.writers import REFUSED_TAG, refusal_sentence, refused_runs
 from recovery.lib.control.plane import SCHEMA, control_plane_exists
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine
 from recovery.lib.identifiers import naive_utc
 from recovery.lib.notify import NotificationError, Notifier
-from recovery.lib.spec.models import DatasetSpec
 from recovery.lib.write.fencing import (
     FenceRecord,
     TimelineEvent,

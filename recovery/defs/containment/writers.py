@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 import dagster as dg
 from dagster._core.events import DagsterEventType
 
-from recovery.lib.spec.models import DatasetSpec
+from recovery.lib.dataset_spec.models import DatasetSpec
 
 MANAGED_METADATA = "recovery/generation"
 RECENT = 200  # materializations looked at: the writers active lately

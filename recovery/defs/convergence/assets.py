@@ -20,9 +20,9 @@ from pydantic import Field
 from recovery.defs.containment.config import IncidentConfig, incident_for_step, names_incident
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.convergence import ConvergenceResult, verify_convergence
+from recovery.lib.dataset_spec.durations import format_duration
 from recovery.lib.errors import SpecError
 from recovery.lib.incident.phases import VERIFY
-from recovery.lib.spec.durations import format_duration
 
 CONVERGENCE_KEY = dg.AssetKey(["convergence", "drift"])
 VERIFY_JOB = VERIFY.job

@@ -21,9 +21,9 @@ from recovery.defs.intake.sensors import open_drafts
 from recovery.defs.resources import WarehouseResource, warehouse_resource
 from recovery.lib.consumers.sql import materialize_consumer
 from recovery.lib.control.plane import utcnow
+from recovery.lib.dataset_spec.models import DatasetSpec, parse_spec
 from recovery.lib.errors import WarehouseBusyError
 from recovery.lib.incident.phases import CONTAIN
-from recovery.lib.spec.models import DatasetSpec, parse_spec
 from recovery.lib.write.ingest import apply_changes
 
 BUSY_TIMEOUT_S = 20.0

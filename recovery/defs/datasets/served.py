@@ -12,7 +12,7 @@ import dagster as dg
 from recovery.config import spec_path
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.consumers.sql import materialize_consumer
-from recovery.lib.spec.models import DatasetSpec, parse_spec
+from recovery.lib.dataset_spec.models import DatasetSpec, parse_spec
 
 
 def served_target_key(spec: DatasetSpec) -> dg.AssetKey:

@@ -28,6 +28,7 @@ from recovery.defs.repair.lakehouse import publish_onto_table, refuse_foreign_ch
 from recovery.defs.repair.partitions import REPAIR_PARTITIONS, register_repair_partitions, wave_ranges_md
 from recovery.defs.repair.rollback import rollback_incident
 from recovery.defs.resources import WarehouseResource
+from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import GateRefusedError
 from recovery.lib.incident.phases import CANARY, PLAN, PUBLISH, WAVE
@@ -36,7 +37,6 @@ from recovery.lib.repair.diffs import label_diffs
 from recovery.lib.repair.plan import load_plan, require_plan, wave_name
 from recovery.lib.repair.publish import PublishNotice, finish_publish, gate_candidate, publish, replay_to_now
 from recovery.lib.repair.waves import gate_wave
-from recovery.lib.spec.models import parse_spec
 from recovery.lib.write.writer import Writer
 from recovery.refusal import refuse
 

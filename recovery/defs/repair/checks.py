@@ -9,10 +9,10 @@ a blocking check only blocks within its own run.
 import dagster as dg
 
 from recovery.defs.resources import WarehouseResource
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.gates import GateResult
 from recovery.lib.repair.gates import BUILTIN, DESCRIPTIONS
 from recovery.lib.repair.tables import PARTITIONS, REPLAYS
-from recovery.lib.spec.models import DatasetSpec
 
 GENERATION_KEY = dg.AssetKey(["repair", "generation"])
 CANDIDATE_KEY = dg.AssetKey(["repair", "candidate"])

@@ -1,10 +1,10 @@
 """The repair's last step on a lakehouse target: the published generation committed onto the table."""
 
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import RecoveryError
 from recovery.lib.lakehouse.publish import TablePublish, check_publishable, publish_to_table
 from recovery.lib.repair.plan import load_plan
-from recovery.lib.spec.models import DatasetSpec
 
 
 def publish_onto_table(spec: DatasetSpec, incident_id: str) -> TablePublish:

@@ -21,13 +21,13 @@ from recovery.defs.asset_consumers import ResolvedAsset, resolve
 from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.resources import WarehouseResource
 from recovery.defs.restatement.downstream_assets import ASSETS_KEY, restate_assets
+from recovery.lib.dataset_spec.models import DatasetSpec, parse_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.incident.phases import RESTATE
 from recovery.lib.restatement.checks import record_checks, refusal
 from recovery.lib.restatement.notices import notify_owners
 from recovery.lib.restatement.restate import ConsumerRestatement, check_request, refreshed, restate_consumers
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import DatasetSpec, parse_spec
 
 RESTATE_JOB = RESTATE.job
 RESTATEMENT_OP = "restatement"

@@ -13,12 +13,12 @@ import dagster as dg
 
 from recovery.defs.asset_consumers import ResolvedAsset, affected_partitions, materialize
 from recovery.lib.consumers.assets import damaged_target_partitions
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine
 from recovery.lib.incident.model import Incident
 from recovery.lib.restatement.assets import original_for, record_restated
 from recovery.lib.restatement.checks import RestatementCheck
 from recovery.lib.restatement.record import ConsumerRestatement
-from recovery.lib.spec.models import DatasetSpec
 
 ASSETS_KEY = dg.AssetKey(["restatement", "downstream_assets"])
 RESTATES_TAG = "recovery/restates"

@@ -25,11 +25,11 @@ from pydantic import BaseModel, ConfigDict
 from recovery.lib.consumers.outputs import CONSUMER_SCHEMA, ensure_tables
 from recovery.lib.control.plane import SCHEMA, dataset_table, has_dataset_table, next_seq, utcnow
 from recovery.lib.control.tables import asset_impact_ddl
+from recovery.lib.dataset_spec.models import AssetConsumerSpec, DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import TableName, quote, str_list, ts_literal
 from recovery.lib.pointers.managed_views import ManagedName, build
 from recovery.lib.reconcile.inputs import partition_table, recon_table
-from recovery.lib.spec.models import AssetConsumerSpec, DatasetSpec
 
 CAPTURED_AT_IMPACT = "captured at impact, while the damage was published"
 CAPTURED_AT_RESTATEMENT = "captured at restatement, before its re-materialization"

@@ -16,11 +16,11 @@ from pydantic import BaseModel, ConfigDict
 from recovery.lib.consumers.sql import consumer_sql, consumer_table
 from recovery.lib.control.plane import dataset_table
 from recovery.lib.control.tables import consumer_impact_ddl
+from recovery.lib.dataset_spec.models import Consumer, DatasetSpec, DownstreamSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote
 from recovery.lib.reconcile.expected_cache import drop_staged, stage_expected
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec.models import Consumer, DatasetSpec, DownstreamSpec
 
 DECISIONS = {
     "dashboard": "dashboard figures shown to decision makers changed",

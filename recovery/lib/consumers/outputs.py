@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from recovery.lib.control.plane import SCHEMA, delta_table, ensure_control_plane, has_dataset_table, next_seq, utcnow
 from recovery.lib.control.tables import BUILDS, CONSUMER_OUTPUT_DDL, RESTATEMENTS  # noqa: F401 - re-exported
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import TableName, quote
 from recovery.lib.pointers.managed_views import (
@@ -35,7 +36,6 @@ from recovery.lib.pointers.managed_views import (
 )
 from recovery.lib.pointers.namespaces import current_namespace
 from recovery.lib.snapshot import str_list
-from recovery.lib.spec.models import DatasetSpec
 
 CONSUMER_SCHEMA = "consumers"
 

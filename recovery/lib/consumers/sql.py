@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from recovery.lib.consumers.outputs import CONSUMER_SCHEMA, refresh_output
 from recovery.lib.control.plane import SCHEMA, control_plane_exists
+from recovery.lib.dataset_spec.models import DatasetSpec, DownstreamSpec
+from recovery.lib.dataset_spec.sql_files import render
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import FencedGenerationError
 from recovery.lib.identifiers import TableName, quote
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import DatasetSpec, DownstreamSpec
-from recovery.lib.spec.sql_files import render
 
 
 def consumer_table(spec: DatasetSpec, consumer: DownstreamSpec) -> TableName:

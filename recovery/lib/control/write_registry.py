@@ -11,9 +11,9 @@ the timeline read the same facts whichever way the target was written.
 from __future__ import annotations
 
 from recovery.lib.control.plane import SCHEMA, control_plane_exists
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, str_list, string_literal
-from recovery.lib.spec.models import DatasetSpec
 
 COLUMNS = "generation, kind, started_at, ended_at, source_watermark, basis"
 """The relation's columns; ``kind`` is 'backfill', 'ingest', 'repair', 'adopted' or 'unknown', and

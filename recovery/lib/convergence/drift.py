@@ -24,11 +24,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from recovery.lib.convergence.pending import same_row_sql
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.reconcile.expected_cache import drop_staged, expected_rows
-from recovery.lib.spec.models import DatasetSpec
 
 SAMPLE_KEYS = 5
 

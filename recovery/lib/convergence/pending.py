@@ -17,9 +17,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from recovery.lib.convergence.watermark import PARTITION_WATERMARKS
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, quote_all, ts_literal
-from recovery.lib.spec.models import DatasetSpec
 
 PENDING = "__cv_pending"
 """Temp table: one row per pending key and partition (key columns, ``p``, ``changes``,

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
-from recovery.lib.spec.durations import format_duration
+from recovery.lib.dataset_spec.durations import format_duration
 
 SCOPES = ("recent", "repaired", "late")
 """Why a partition is checked: ingestion wrote it last, a repair rebuilt it, or a pending change

@@ -19,9 +19,9 @@ from datetime import datetime
 
 from recovery.lib.control.plane import SCHEMA, delta_table, has_dataset_table
 from recovery.lib.convergence.watermark import dataset_watermark
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote
-from recovery.lib.spec.models import DatasetSpec
 
 
 def applied_watermark(s: Session, spec: DatasetSpec) -> datetime | None:

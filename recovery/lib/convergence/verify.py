@@ -38,13 +38,13 @@ from recovery.lib.convergence.watermark import (
     dataset_watermark,
     stage_partition_watermarks,
 )
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.errors import RecoveryError, SpecError
 from recovery.lib.identifiers import naive_utc
 from recovery.lib.reconcile.expected_cache import drop_staged
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import DatasetSpec
 
 
 def history_table(spec: DatasetSpec) -> str:

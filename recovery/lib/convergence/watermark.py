@@ -29,9 +29,9 @@ from pydantic import BaseModel, ConfigDict
 
 from recovery.lib.control.plane import SCHEMA, SOURCE_WATERMARKS
 from recovery.lib.control.write_registry import generations_sql
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, string_literal, ts_literal
-from recovery.lib.spec.models import DatasetSpec
 
 PARTITION_WATERMARKS = "__cv_wm"
 """Temp table: (p, watermark, basis) for the partitions a later write rebuilt past the dataset's watermark."""

@@ -35,6 +35,8 @@ import recovery
 from recovery.lib import faults
 from recovery.lib.control.plane import SCHEMA, control_plane_exists, record_event, utcnow
 from recovery.lib.control.run_history import RunHistory
+from recovery.lib.dataset_spec.models import DatasetSpec
+from recovery.lib.dataset_spec.sensitive_lineage import follow_sensitive
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError
 from recovery.lib.evidence.keys import EvidenceKey, load_evidence_key
@@ -54,8 +56,6 @@ from recovery.lib.incident.failed_generations import generation_facts
 from recovery.lib.incident.model import Incident
 from recovery.lib.lakehouse.evidence import commit_log_files, pinned_versions
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import DatasetSpec
-from recovery.lib.spec.sensitive_lineage import follow_sensitive
 
 KEY_VARIABLE = "recovery_evidence_key"
 _INNER, _OUTER = f"{KEY_VARIABLE}_inner", f"{KEY_VARIABLE}_outer"

@@ -17,12 +17,12 @@ from datetime import datetime
 
 from recovery.lib.consumers.sql import CONSUMER_SCHEMA, consumer_table
 from recovery.lib.control.plane import SCHEMA, control_plane_exists, delta_table, has_dataset_table
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import TableName, quote
 from recovery.lib.incident.failed_generations import GenerationFacts
 from recovery.lib.pointers.namespaces import current_namespace, namespace_sql
 from recovery.lib.snapshot import source_snapshot_sql
-from recovery.lib.spec.models import DatasetSpec
 
 
 @dataclass(frozen=True)

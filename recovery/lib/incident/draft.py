@@ -21,10 +21,10 @@ from urllib.parse import quote as url_quote
 import yaml
 
 from recovery.lib.control.plane import SCHEMA, ensure_control_plane, record_event
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine
 from recovery.lib.incident.phases import CONTAIN, incident_tags
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import DatasetSpec
 
 DRAFT_KIND = "incident_drafted"
 DRAFTS_DIR = "incidents"

@@ -14,9 +14,9 @@ from datetime import datetime
 
 from recovery.lib.control.plane import SCHEMA, control_plane_exists
 from recovery.lib.control.write_registry import generations_sql
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote
-from recovery.lib.spec.models import DatasetSpec
 
 
 @dataclass(frozen=True)

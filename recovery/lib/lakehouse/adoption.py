@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine
 from recovery.lib.lakehouse.fence import TableFence
 from recovery.lib.lakehouse.history import fix_adopted_namespace
 from recovery.lib.pointers.adoption import Adoption
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import DatasetSpec
 
 
 def adopted_lakehouse(engine: Engine, spec: DatasetSpec, adoption: Adoption, fence: TableFence) -> Adoption:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.lakehouse.formats import open_log
 from recovery.lib.lakehouse.history import FENCES, TABLES
-from recovery.lib.spec.models import DatasetSpec
 
 
 def commit_log_files(spec: DatasetSpec) -> list[tuple[str, Path, str]]:

@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recovery.lib.control.plane import record_event, utcnow
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine
 from recovery.lib.lakehouse.formats import open_log
 from recovery.lib.lakehouse.history import FENCES, SyncResult, ensure_tables, sync
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import DatasetSpec
 
 FENCE_PROPERTY = "recovery.fenced_generations"
 INCIDENT_PROPERTY = "recovery.fenced_by"

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote, urlparse
 
+from recovery.lib.dataset_spec.lakehouse import LakehouseTable
 from recovery.lib.errors import RecoveryError
-from recovery.lib.spec.lakehouse import LakehouseTable
 
 if TYPE_CHECKING:  # pyarrow is imported where a Delta or Iceberg table is read, not by every command
     import pyarrow as pa

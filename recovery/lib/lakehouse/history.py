@@ -28,6 +28,8 @@ from datetime import datetime
 
 from recovery.lib.control.plane import SCHEMA, delta_table, ensure_control_plane, record_event, utcnow
 from recovery.lib.control.tables import COMMITS, FENCES, LAKEHOUSE_DDL, TABLES  # noqa: F401 - re-exported
+from recovery.lib.dataset_spec.lakehouse import LakehouseTable
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError, SpecError
 from recovery.lib.identifiers import TableName, quote, quote_all
@@ -35,8 +37,6 @@ from recovery.lib.lakehouse.formats import Commit, TableLog, UnsupportedTable, o
 from recovery.lib.lakehouse.relations import duckdb_columns, files_sql
 from recovery.lib.pointers.namespaces import current_namespace, namespace_sql
 from recovery.lib.retry import retrying
-from recovery.lib.spec.lakehouse import LakehouseTable
-from recovery.lib.spec.models import DatasetSpec
 
 WRITER_PROPERTY = "recovery.writer"
 GENERATION_PROPERTY = "recovery.generation"

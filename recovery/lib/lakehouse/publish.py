@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass
 
 from recovery.lib.control.plane import record_event
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine
 from recovery.lib.errors import GateRefusedError, RecoveryError
 from recovery.lib.identifiers import quote, str_list
@@ -36,7 +37,6 @@ from recovery.lib.lakehouse.history import (
 from recovery.lib.lakehouse.relations import duckdb_columns, files_sql
 from recovery.lib.pointers.namespaces import namespace_sql
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import DatasetSpec
 
 ATTEMPTS = 5
 

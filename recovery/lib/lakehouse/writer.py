@@ -17,12 +17,12 @@ from typing import Literal
 import pyarrow as pa
 
 from recovery.lib.control.plane import utcnow
+from recovery.lib.dataset_spec.lakehouse import LakehouseTable
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.errors import FencedGenerationError, RecoveryError
 from recovery.lib.lakehouse.fence import FENCE_PROPERTY, fenced_generations
 from recovery.lib.lakehouse.formats import DeltaLog, IcebergLog, open_log
 from recovery.lib.lakehouse.history import GENERATION_PROPERTY, WRITER_PROPERTY
-from recovery.lib.spec.lakehouse import LakehouseTable
-from recovery.lib.spec.models import DatasetSpec
 
 LakehouseMode = Literal["append", "upsert", "replace_partitions"]
 

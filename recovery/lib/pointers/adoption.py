@@ -28,11 +28,11 @@ from recovery.lib.control.plane import (
     record_event,
     utcnow,
 )
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError
 from recovery.lib.pointers.namespaces import create_or_adopt, is_managed, namespace_sql, published_namespace
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import DatasetSpec
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,12 @@ from datetime import datetime
 from recovery.lib import faults
 from recovery.lib.control.plane import SCHEMA, control_plane_exists, delta_table, next_seq, record_event
 from recovery.lib.control.write_registry import registry_sql
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.errors import RecoveryError
 from recovery.lib.identifiers import TableName, quote
 from recovery.lib.pointers.managed_views import ManagedName, current, move, namespace_sql, register_namespace
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec.models import DatasetSpec
 
 __all__ = ["create_or_adopt", "current_namespace", "is_managed", "move_pointer", "namespace_sql", "new_namespace"]
 

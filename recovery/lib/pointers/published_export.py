@@ -31,11 +31,11 @@ from pathlib import Path
 import duckdb
 
 from recovery.lib.control.plane import utcnow
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine
 from recovery.lib.identifiers import quote, string_literal
 from recovery.lib.pointers.managed_views import pointer_seq
 from recovery.lib.pointers.namespaces import current_namespace, namespace_sql
-from recovery.lib.spec.models import DatasetSpec
 
 CATALOG = "current.duckdb"
 MARKER = "current.json"

@@ -19,6 +19,8 @@ from datetime import datetime
 
 from recovery.lib.control.plane import SCHEMA, dataset_table_name, delta_table, has_dataset_table
 from recovery.lib.control.write_registry import generations_sql
+from recovery.lib.dataset_spec.models import DatasetSpec
+from recovery.lib.dataset_spec.sql_files import joins_nothing
 from recovery.lib.engine.base import Session
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.errors import SpecError
@@ -35,8 +37,6 @@ from recovery.lib.snapshot import (
     str_list,
     ts_literal,
 )
-from recovery.lib.spec.models import DatasetSpec
-from recovery.lib.spec.sql_files import joins_nothing
 from recovery.lib.trace import mark
 
 

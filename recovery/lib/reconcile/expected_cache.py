@@ -28,11 +28,11 @@ from datetime import datetime
 from recovery.lib.control.plane import SCHEMA, dataset_table, dataset_table_name, utcnow
 from recovery.lib.control.tables import EXPECTED_KEPT as KEPT
 from recovery.lib.control.tables import EXPECTED_KEPT_DDL
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.identifiers import quote, quote_all, ts_literal
 from recovery.lib.snapshot import expected_rows_sql, latest_versions_sql
-from recovery.lib.spec.models import DatasetSpec
 
 CHANGED = "__expected_changed"
 REKEEP_SHARE = 0.1

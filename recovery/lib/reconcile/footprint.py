@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from recovery.lib.control.plane import SCHEMA, delta_table, has_dataset_table
+from recovery.lib.dataset_spec.sql_files import render
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, quote_all, sql_literal, str_list, ts_literal
 from recovery.lib.reconcile.inputs import ReconcileInputs
-from recovery.lib.spec.sql_files import render
 
 
 @dataclass(frozen=True)

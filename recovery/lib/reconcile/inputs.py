@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 
 from recovery.lib.control.plane import dataset_table, dataset_table_name
-from recovery.lib.spec.models import DatasetSpec
+from recovery.lib.dataset_spec.models import DatasetSpec
 
 
 @dataclass(frozen=True)

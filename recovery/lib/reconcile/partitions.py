@@ -11,11 +11,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from recovery.lib.control.plane import SCHEMA
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.reconcile.footprint import Footprint
 from recovery.lib.reconcile.inputs import ReconcileInputs, side
 from recovery.lib.snapshot import str_list, ts_literal
-from recovery.lib.spec.models import DatasetSpec
 
 
 def expected_partition_rows_sql(spec: DatasetSpec) -> str:

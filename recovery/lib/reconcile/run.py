@@ -7,13 +7,13 @@ from pathlib import Path
 from recovery.lib import faults
 from recovery.lib.catalog_checks import remember_source_checks
 from recovery.lib.control.plane import ensure_control_plane, record_event
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine import open_engine
 from recovery.lib.pointers.namespaces import is_managed
 from recovery.lib.reconcile.classify import ReconcileInputs, reconcile
 from recovery.lib.reconcile.export import write_outputs
 from recovery.lib.reconcile.summary import ReconciliationSummary, summarize
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import DatasetSpec
 
 
 def run_reconciliation(

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from recovery.lib.control.plane import record_event, utcnow
+from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.errors import DuplicateKeyError, RecoveryError, SpecError
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
@@ -35,7 +36,6 @@ from recovery.lib.recurrence.record import BackfillRecord, load_backfill, record
 from recovery.lib.recurrence.request import BackfillRequest
 from recovery.lib.recurrence.tables import BACKFILLS, ensure_backfill_tables
 from recovery.lib.retry import retrying
-from recovery.lib.spec.partition_filter import in_partitions
 from recovery.lib.write.writer import Writer
 
 

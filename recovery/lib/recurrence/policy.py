@@ -7,10 +7,10 @@ the thresholds it applies, for the recovery report's recurrence section.
 
 from __future__ import annotations
 
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.gates import GateResult
 from recovery.lib.recurrence.preview import ScopePreview
 from recovery.lib.recurrence.request import BackfillRequest
-from recovery.lib.spec.models import DatasetSpec
 
 PRE_WRITE = ("approval", "scope", "capacity")
 GATES = (

@@ -19,6 +19,8 @@ import duckdb
 from pydantic import BaseModel, ConfigDict
 
 from recovery.lib.control.plane import SCHEMA, control_plane_exists
+from recovery.lib.dataset_spec.models import DatasetSpec
+from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError, SpecError
 from recovery.lib.identifiers import quote, quote_all
@@ -26,8 +28,6 @@ from recovery.lib.pointers.namespaces import current_namespace, namespace_sql
 from recovery.lib.recurrence.request import BackfillRequest
 from recovery.lib.recurrence.tables import BACKFILLS, tables_exist
 from recovery.lib.snapshot import expected_rows_sql
-from recovery.lib.spec.models import DatasetSpec
-from recovery.lib.spec.partition_filter import in_partitions
 
 _WIDTHS = {
     "BIGINT": 8,

@@ -19,6 +19,8 @@ import json
 
 from recovery.lib.control.plane import SCHEMA, delta_table, next_seq, record_event, utcnow
 from recovery.lib.convergence.verify import verify_convergence
+from recovery.lib.dataset_spec.models import DatasetSpec
+from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.engine.base import Session
 from recovery.lib.errors import RecoveryError
 from recovery.lib.gates import GateResult
@@ -32,8 +34,6 @@ from recovery.lib.recurrence.policy import GATES
 from recovery.lib.recurrence.record import BackfillRecord, latest_gates, load_backfill, record_gates, set_status
 from recovery.lib.recurrence.tables import BACKFILLS
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import DatasetSpec
-from recovery.lib.spec.partition_filter import in_partitions
 from recovery.lib.write.writer import Writer
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from recovery.lib.dataset_spec.models import validation_error
 from recovery.lib.identifiers import check_identifier
-from recovery.lib.spec.models import validation_error
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _RECOMPUTE = re.compile(r"^(transform|[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*)$")

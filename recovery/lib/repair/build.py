@@ -20,6 +20,7 @@ import json
 
 from recovery.lib import faults
 from recovery.lib.control.plane import SCHEMA, record_event, utcnow
+from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.errors import FencedGenerationError, RecoveryError
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.incident.model import Incident
@@ -37,7 +38,6 @@ from recovery.lib.repair.plan import (
 )
 from recovery.lib.repair.tables import PARTITIONS, PLANS, ensure_repair_tables, snapshot_table
 from recovery.lib.retry import retrying
-from recovery.lib.spec.partition_filter import in_partitions
 from recovery.lib.write.writer import Writer, WriteResult
 
 

@@ -9,6 +9,7 @@ published namespace at the low watermark) and after are kept beside it.
 
 from __future__ import annotations
 
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.pointers.namespaces import namespace_sql
@@ -17,7 +18,6 @@ from recovery.lib.repair.build import partition_total_sql
 from recovery.lib.repair.plan import RepairPlan
 from recovery.lib.repair.replay import latest_delta_sql
 from recovery.lib.repair.tables import DIFFS, PARTITIONS
-from recovery.lib.spec.models import DatasetSpec
 from recovery.lib.write.writer import Writer
 
 

@@ -15,6 +15,9 @@ from __future__ import annotations
 import json
 
 from recovery.lib.control.plane import SCHEMA, utcnow
+from recovery.lib.dataset_spec.models import DatasetSpec
+from recovery.lib.dataset_spec.partition_filter import in_partitions
+from recovery.lib.dataset_spec.sql_files import render
 from recovery.lib.engine.base import Session
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.gates import GateResult, StoredGate
@@ -27,9 +30,6 @@ from recovery.lib.repair.sql_suites import SqlSuiteRunner
 from recovery.lib.repair.suites import BATCH_ROWS, Expectation, Suite, SuiteResult, SuiteRunner, declared_suites
 from recovery.lib.repair.tables import GATES, snapshot_table
 from recovery.lib.snapshot import str_list
-from recovery.lib.spec.models import DatasetSpec
-from recovery.lib.spec.partition_filter import in_partitions
-from recovery.lib.spec.sql_files import render
 from recovery.lib.write.writer import Writer
 
 BUILTIN = (

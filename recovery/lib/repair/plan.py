@@ -18,6 +18,8 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from recovery.lib.control.plane import SCHEMA, has_dataset_table
+from recovery.lib.dataset_spec.models import DatasetSpec
+from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.engine.base import Session
 from recovery.lib.errors import RecoveryError, SpecError
 from recovery.lib.identifiers import quote, quote_all
@@ -26,8 +28,6 @@ from recovery.lib.pointers.namespaces import namespace_sql
 from recovery.lib.reconcile.classify import partition_table, recon_table
 from recovery.lib.repair.tables import PARTITIONS, PLANS
 from recovery.lib.snapshot import str_list
-from recovery.lib.spec.models import DatasetSpec
-from recovery.lib.spec.partition_filter import in_partitions
 
 CANARY = 0
 

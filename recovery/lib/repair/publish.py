@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from recovery.lib import faults
 from recovery.lib.control.plane import SCHEMA, next_seq, record_event, utcnow
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.decision import Decision
 from recovery.lib.errors import GateRefusedError, RecoveryError
 from recovery.lib.gates import GateResult
@@ -40,7 +41,6 @@ from recovery.lib.repair.preservation import preservation_gate
 from recovery.lib.repair.replay import ReplayResult, committed_seq, replay_in
 from recovery.lib.repair.tables import GATES, PARTITIONS, PLANS
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import DatasetSpec
 from recovery.lib.write.writer import Writer
 
 CANDIDATE = "candidate"

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.errors import SpecError
-from recovery.lib.spec.models import DatasetSpec
 from recovery.lib.trace import trace
 
 if TYPE_CHECKING:

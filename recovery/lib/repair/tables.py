@@ -12,8 +12,8 @@ from recovery.lib.control.tables import (  # noqa: F401 - the repair's tables, r
     REPAIR_DDL,
     REPLAYS,
 )
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
-from recovery.lib.spec.models import DatasetSpec
 
 
 def ensure_repair_tables(s: Session) -> None:

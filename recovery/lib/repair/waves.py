@@ -15,6 +15,8 @@ import json
 
 from recovery.lib import faults
 from recovery.lib.control.plane import record_event
+from recovery.lib.dataset_spec.models import DatasetSpec
+from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.engine.base import Session
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
@@ -25,8 +27,6 @@ from recovery.lib.repair.plan import RepairPlan, require_plan, wave_name
 from recovery.lib.repair.replay import committed_seq
 from recovery.lib.repair.tables import FINGERPRINTS, ensure_repair_tables
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import DatasetSpec
-from recovery.lib.spec.partition_filter import in_partitions
 from recovery.lib.write.writer import Writer
 
 

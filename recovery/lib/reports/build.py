@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recovery.lib.control.plane import utcnow
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine
 from recovery.lib.incident.model import Incident
 from recovery.lib.reports import done
@@ -15,7 +16,6 @@ from recovery.lib.reports.recovery import recovery_context
 from recovery.lib.reports.render import render, write_text
 from recovery.lib.reports.tables import NOT_RUN
 from recovery.lib.reports.timeline import timeline_context
-from recovery.lib.spec.models import DatasetSpec
 from recovery.lib.timeline import Timeline, render_markdown
 
 REPORT_NAMES = ("timeline", "reconciliation", "recovery")

@@ -21,13 +21,13 @@ from pathlib import Path
 
 from recovery.lib.consumers.assets import asset_impacts
 from recovery.lib.control.plane import SCHEMA, dataset_table, dataset_table_name, delta_table, has_dataset_table
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote
 from recovery.lib.incident.model import Incident
 from recovery.lib.incident.phases import ASSESS
 from recovery.lib.reports.tables import NOT_RUN, exists, rows_as_dicts
 from recovery.lib.snapshot import str_list
-from recovery.lib.spec.models import DatasetSpec
 
 VERIFIED, NOT_VERIFIED, QUALIFIED, NOT_VERIFIABLE = "verified", "not verified", "qualified", "not verifiable"
 STATUSES = (VERIFIED, NOT_VERIFIED, QUALIFIED, NOT_VERIFIABLE)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from recovery.lib.consumers.assets import asset_impacts
 from recovery.lib.consumers.impact import DECISIONS, impact_summary
 from recovery.lib.control.plane import SCHEMA, dataset_table_name
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.incident.model import Incident
@@ -19,7 +20,6 @@ from recovery.lib.reconcile.labels import LABELS
 from recovery.lib.reports import plots
 from recovery.lib.reports.tables import NOT_RUN, exists, qualified
 from recovery.lib.snapshot import str_list
-from recovery.lib.spec.models import DatasetSpec
 
 FINDINGS = ("partially_updated", "count_mismatch", "total_mismatch", "written_after_fence")
 

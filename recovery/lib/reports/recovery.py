@@ -20,12 +20,12 @@ from __future__ import annotations
 from recovery.lib.consumers.assets import asset_impacts
 from recovery.lib.consumers.impact import impact_summary
 from recovery.lib.control.plane import SCHEMA, dataset_table_name
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.incident.model import Incident
 from recovery.lib.reports import plots
 from recovery.lib.reports.tables import NOT_RUN, exists, qualified, rows_as_dicts
 from recovery.lib.restatement.checks import recorded_checks
-from recovery.lib.spec.models import DatasetSpec
 
 PLANS, PARTITIONS, GATES, DIFFS, REPLAYS = (
     "repair_plans",

@@ -23,13 +23,13 @@ from recovery.lib.consumers.assets import (
     table_exists,
 )
 from recovery.lib.consumers.outputs import RESTATEMENTS, ensure_tables
+from recovery.lib.dataset_spec.models import AssetConsumerSpec, DatasetSpec
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError, SpecError
 from recovery.lib.identifiers import TableName, quote_all
 from recovery.lib.restatement.checks import MaterializationRun, asset_check, record_checks
 from recovery.lib.restatement.record import ConsumerRestatement, mismatched_rows, record_restatement
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import AssetConsumerSpec, DatasetSpec
 
 
 @dataclass(frozen=True)

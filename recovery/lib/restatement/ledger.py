@@ -22,9 +22,9 @@ from recovery.lib.control.tables import (
     NOTIFICATIONS_DDL,
     restatement_ledger_ddl,
 )
+from recovery.lib.dataset_spec.models import Consumer, DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import TableName, quote
-from recovery.lib.spec.models import Consumer, DatasetSpec
 
 # what a material change of one key obliges its owner to do, by consumer kind
 ROW_DECISIONS = {

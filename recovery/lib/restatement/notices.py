@@ -14,11 +14,11 @@ from collections.abc import Sequence
 
 from recovery.lib.consumers.outputs import RESTATEMENTS
 from recovery.lib.control.plane import SCHEMA, utcnow
+from recovery.lib.dataset_spec.models import Consumer, DatasetSpec
 from recovery.lib.engine.base import Engine
 from recovery.lib.notify import NOTIFICATIONS, NotificationError, Notifier, Severity
 from recovery.lib.restatement.ledger import ledger_items, ledger_table, notice_key
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import Consumer, DatasetSpec
 
 ITEMS_IN_NOTICE = 20
 

@@ -17,11 +17,11 @@ from recovery.lib.consumers.impact import DECISIONS
 from recovery.lib.consumers.outputs import RESTATEMENTS, original_basis
 from recovery.lib.control.plane import next_seq, record_event, utcnow
 from recovery.lib.convergence.scope import applied_watermark
+from recovery.lib.dataset_spec.models import Consumer, DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote_all
 from recovery.lib.restatement.checks import RestatementCheck
 from recovery.lib.restatement.ledger import ledger_counts, ledger_table, output_total, write_decisions, write_ledger
-from recovery.lib.spec.models import Consumer, DatasetSpec
 
 
 class ConsumerRestatement(BaseModel):

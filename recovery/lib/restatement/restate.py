@@ -28,6 +28,7 @@ from recovery.lib.consumers.outputs import (
 )
 from recovery.lib.consumers.sql import consumer_sql, fenced_generations_in_target
 from recovery.lib.control.plane import control_plane_exists, has_dataset_table
+from recovery.lib.dataset_spec.models import DatasetSpec, DownstreamSpec
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import FencedGenerationError, RecoveryError, SpecError
 from recovery.lib.identifiers import TableName
@@ -37,7 +38,6 @@ from recovery.lib.reconcile.expected_cache import drop_staged, stage_expected
 from recovery.lib.restatement.checks import record_checks, sql_consumer_check
 from recovery.lib.restatement.record import ConsumerRestatement, mismatched_rows, record_restatement
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import DatasetSpec, DownstreamSpec
 
 
 def check_request(

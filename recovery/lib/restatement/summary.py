@@ -7,8 +7,8 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from recovery.lib.consumers.outputs import RESTATEMENTS
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
-from recovery.lib.spec.models import DatasetSpec
 
 
 class RestatementSummary(BaseModel):

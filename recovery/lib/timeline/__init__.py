@@ -17,10 +17,10 @@ from typing import Any
 
 from recovery.lib.control.plane import utcnow
 from recovery.lib.control.run_history import RunHistory
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine
 from recovery.lib.incident.failed_generations import generation_facts
 from recovery.lib.incident.model import Incident
-from recovery.lib.spec.models import DatasetSpec
 from recovery.lib.timeline.events import KINDS, TimelineEvent, order_events
 from recovery.lib.timeline.from_runs import run_events
 from recovery.lib.timeline.from_warehouse import (

@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from recovery.lib.control.plane import SCHEMA
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.incident.failed_generations import GenerationFacts
 from recovery.lib.incident.model import Incident
-from recovery.lib.spec.models import DatasetSpec
 from recovery.lib.timeline.events import CommitClock, TimelineEvent, kind_of
 
 TOLD_FROM_REGISTRIES = ("generation_registered", "fence", "fence_attempt")

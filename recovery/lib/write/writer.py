@@ -30,12 +30,12 @@ from recovery.lib.control.plane import (
     record_event,
     utcnow,
 )
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine, RetryableConflict, Session, urgent
 from recovery.lib.errors import DuplicateKeyError, FencedGenerationError, RecoveryError, SchemaMismatchError
 from recovery.lib.identifiers import TableName, naive_utc, quote, quote_all
 from recovery.lib.pointers.namespaces import create_or_adopt, current_namespace, namespace_sql
 from recovery.lib.retry import retrying
-from recovery.lib.spec.models import DatasetSpec
 
 WriteMode = Literal["replace_partitions", "upsert_keys", "append", "delete_keys"]
 GenerationKind = Literal["ingest", "backfill", "repair", "adopted", "unknown"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from recovery.lib.dataset_spec.sql_files import joins_nothing
 from recovery.lib.engine.duckdb_engine import DuckDBEngine, DuckDBSession
-from recovery.lib.spec.sql_files import joins_nothing
 
 
 def _build_side(s: DuckDBSession, sql: str) -> str:

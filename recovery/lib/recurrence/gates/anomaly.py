@@ -11,14 +11,14 @@ small (one row per partition) and is validated by Great Expectations.
 
 from __future__ import annotations
 
+from recovery.lib.dataset_spec.models import DatasetSpec
+from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.engine.base import Session
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.pointers.namespaces import namespace_sql
 from recovery.lib.recurrence.gates.values import Declared
 from recovery.lib.repair.suites import Expectation, Suite, SuiteRunner
-from recovery.lib.spec.models import DatasetSpec
-from recovery.lib.spec.partition_filter import in_partitions
 
 
 def _totals_checked(spec: DatasetSpec, declared: Declared | None) -> bool:

@@ -15,6 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from recovery.lib.dataset_spec.models import DatasetSpec, InvariantSpec
+from recovery.lib.dataset_spec.partition_filter import in_partitions
+from recovery.lib.dataset_spec.sql_files import render
 from recovery.lib.engine.base import Session
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.gates import GateResult
@@ -23,9 +26,6 @@ from recovery.lib.pointers.namespaces import namespace_sql
 from recovery.lib.repair.sql_suites import SqlSuiteRunner
 from recovery.lib.repair.suites import BATCH_ROWS, SuiteRunner, declared_suites
 from recovery.lib.snapshot import latest_versions_sql, str_list
-from recovery.lib.spec.models import DatasetSpec, InvariantSpec
-from recovery.lib.spec.partition_filter import in_partitions
-from recovery.lib.spec.sql_files import render
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from recovery.lib.dataset_spec.models import DatasetSpec
+from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.engine.base import Session
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
@@ -22,8 +24,6 @@ from recovery.lib.pointers.namespaces import namespace_sql
 from recovery.lib.recurrence.gates.values import NOTHING_DECLARED, Declared, compared_columns
 from recovery.lib.repair.sql_suites import SqlSuiteRunner
 from recovery.lib.repair.suites import Expectation, Suite, SuiteResult
-from recovery.lib.spec.models import DatasetSpec
-from recovery.lib.spec.partition_filter import in_partitions
 
 VALUE_SET_MAX = 30  # a column with at most this many distinct published values gets a value-set expectation
 

@@ -14,9 +14,9 @@ import html
 from collections.abc import Mapping
 from pathlib import Path
 
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.gates import GateResult
 from recovery.lib.recurrence.gates.values import ValueReport
-from recovery.lib.spec.models import DatasetSpec
 
 
 def headline(details: str, limit: int = 360) -> str:

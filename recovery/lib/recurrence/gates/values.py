@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from recovery.lib.dataset_spec.models import AnomalyThresholds, DatasetSpec
+from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.engine.base import Session
 from recovery.lib.errors import SpecError
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.pointers.namespaces import namespace_sql
-from recovery.lib.spec.models import AnomalyThresholds, DatasetSpec
-from recovery.lib.spec.partition_filter import in_partitions
 
 HISTORY = "(history)"
 _NUMERIC = (

@@ -21,12 +21,12 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from recovery.lib.dataset_spec.durations import EXAMPLES as DURATION_EXAMPLES
+from recovery.lib.dataset_spec.durations import parse_duration
+from recovery.lib.dataset_spec.lakehouse import LakehouseTable
+from recovery.lib.dataset_spec.sql_files import check_single_select
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import TableName, check_identifier, is_plain_identifier
-from recovery.lib.spec.durations import EXAMPLES as DURATION_EXAMPLES
-from recovery.lib.spec.durations import parse_duration
-from recovery.lib.spec.lakehouse import LakehouseTable
-from recovery.lib.spec.sql_files import check_single_select
 
 MAX_THREADS = 512
 """More DuckDB threads than any machine has cores: 100000 aborts the process while it starts them."""

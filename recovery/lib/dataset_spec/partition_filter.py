@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import weakref
 
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
 from recovery.lib.identifiers import quote, sql_literal, str_list
-from recovery.lib.spec.models import DatasetSpec
 
 _TYPES: weakref.WeakKeyDictionary[Session, dict[str, str | None]] = weakref.WeakKeyDictionary()
 

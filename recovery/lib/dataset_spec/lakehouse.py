@@ -1,6 +1,6 @@
 """Where a lakehouse table lives: the spec's ``lakehouse:`` section of a source or target.
 
-A leaf module (pydantic only), so ``recovery.lib.spec.models`` can hold it without importing the
+A leaf module (pydantic only), so ``recovery.lib.dataset_spec.models`` can hold it without importing the
 formats' libraries: a spec that names no lakehouse table never loads them.
 """
 
