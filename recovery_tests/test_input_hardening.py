@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from recovery.cli import main as cli
 from recovery.lib.catalog_checks import load_spec
-from recovery.lib.dataset_spec.models import MAX_FILE_BYTES
+from recovery.lib.dataset_spec.loader import MAX_FILE_BYTES
 from recovery.lib.errors import SpecError
 from recovery.lib.incident.model import check_incident, parse_incident
 from recovery_tests.input_fuzz import FuzzTarget, build_fuzz_dataset, mutated_document, valid_incident

@@ -32,7 +32,8 @@ from pydantic import ValidationError
 
 from recovery.defs.location import own_asset_keys, repository
 from recovery.lib.consumers.assets import PartitionScope
-from recovery.lib.dataset_spec.models import AssetConsumerSpec, DatasetSpec, validation_error
+from recovery.lib.dataset_spec.loader import validation_error
+from recovery.lib.dataset_spec.models import AssetConsumerSpec, DatasetSpec
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import naive_utc
 from recovery.lib.restatement.checks import MaterializationRun

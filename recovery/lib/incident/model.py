@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from recovery.lib.catalog_checks import is_numeric_type, load_spec
 from recovery.lib.control.write_registry import registered_generations
-from recovery.lib.dataset_spec.models import DatasetSpec, load_yaml_model, resolve_path, validation_error
+from recovery.lib.dataset_spec.loader import load_yaml_model, resolve_path, validation_error
+from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import check_identifier, quote

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from recovery.lib.dataset_spec.models import validation_error
+from recovery.lib.dataset_spec.loader import validation_error
 from recovery.lib.identifiers import check_identifier
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
