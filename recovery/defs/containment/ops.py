@@ -157,6 +157,11 @@ def stop_dagster_work(
     )
 
 
+def _cancelled_already(instance: dg.DagsterInstance, backfill_id: str) -> bool:
+    found = instance.get_backfill(backfill_id)
+    return found is not None and found.status in (BulkActionStatus.CANCELING, BulkActionStatus.CANCELED)
+
+
 def _recorded_stops(engine: Engine, incident_id: str) -> tuple[set[str], set[str]]:
     """(backfill ids, run ids) whose cancellation or stop this incident's containment recorded."""
     with engine.session(read_only=True) as s:
@@ -198,34 +203,27 @@ def _contain_generation(
         before = dagster_runs.cancel_backfill(instance, b)
         if before is not None:
             cancelled.append(b)
-            events.append(
-                _event(
-                    context,
-                    incident,
-                    outcome,
-                    "containment_cancel_backfill",
-                    None,
-                    f"backfill {b} of {gen} cancelled (was {before})",
-                    backfill_id=b,
-                    status_before=before,
-                )
+            said, status_before = f"cancelled (was {before})", before
+        elif b not in recorded_backfills and _cancelled_already(instance, b):
+            said = (
+                "found cancelled: cancelled by an interrupted attempt of this containment (or from the UI), "
+                "recorded now"
             )
-        elif b not in recorded_backfills:
-            found = instance.get_backfill(b)
-            if found is not None and found.status in (BulkActionStatus.CANCELING, BulkActionStatus.CANCELED):
-                events.append(
-                    _event(
-                        context,
-                        incident,
-                        outcome,
-                        "containment_cancel_backfill",
-                        None,
-                        f"backfill {b} of {gen} found {found.status.value}: cancelled by an interrupted attempt of "
-                        "this containment (or from the UI), recorded now",
-                        backfill_id=b,
-                        status_before="unknown (an interrupted containment)",
-                    )
-                )
+            status_before = "unknown (an interrupted containment)"
+        else:
+            continue
+        events.append(
+            _event(
+                context,
+                incident,
+                outcome,
+                "containment_cancel_backfill",
+                None,
+                f"backfill {b} of {gen} {said}",
+                backfill_id=b,
+                status_before=status_before,
+            )
+        )
     runs = [r.dagster_run for r in all_runs if r.dagster_run.run_id not in covered]
     covered.update({r.run_id: gen for r in runs})
     stripped = dagster_runs.strip_retries(instance, runs)
