@@ -117,15 +117,33 @@ def build_templates(base: Path) -> dict[str, Path]:
             "order_no ORDER BY rev DESC) = 1 AND order_no % 9 = 0"
         )
     writer.register_generation("ingest-2", "ingest")
+    shutil.copytree(base / "damaged", base / "ingest")  # ingestion's new changes not applied yet
+    out["ingest"] = base / "ingest"
     apply_changes(writer, "ingest-2", until=now())
     shutil.copytree(base / "damaged", base / "publish")
     out["publish"] = base / "publish"
+    out["replay"] = base / "publish"  # ingestion's late writes not yet replayed into the candidate
     from recovery.lib.repair.publish import publish
 
     publish(writer, INCIDENT)
     out["restate"] = base / "damaged"  # published: consumers next
     out["verify"] = base / "damaged"  # published: convergence can be verified
     out["rollback"] = base / "damaged"  # published: the decision allows rolling back to the prior namespace
+    out["stop"] = base / "wave"  # the canary gated, the repair building: its expansion can be stopped and resumed
+    out["register"] = base / "evidence"  # bf-7 fenced: registering it again is refused and recorded
+    # a publish the preservation gate refuses: the candidate regated after ingestion's late writes, then
+    # one row they put into the repair generation lost
+    shutil.copytree(base / "publish", base / "refuse")
+    out["refuse"] = base / "refuse"
+    spec = load_spec(base / "refuse" / "spec.yaml")
+    writer = Writer(open_engine(spec.warehouse), spec)
+    gate_candidate(writer, current_plan(spec, INCIDENT), with_diffs=False)
+    ns = current_plan(spec, INCIDENT).namespace
+    with writer.engine.transaction() as s:
+        s.execute(
+            f"DELETE FROM {ns} WHERE (region, order_no) = (SELECT (region, order_no) FROM {ns} "
+            "WHERE order_no % 9 = 0 ORDER BY region, order_no LIMIT 1)"
+        )
     return out
 
 
@@ -199,6 +217,43 @@ def run_phase(phase: str, d: Path) -> None:
         from recovery.lib.repair.publish import publish
 
         publish(writer, "INC-small")
+    elif phase == "refuse":  # a publish the preservation gate refuses: the refusal recorded, nothing moved
+        from recovery.lib.errors import GateRefusedError
+        from recovery.lib.repair.publish import publish
+
+        try:
+            publish(writer, "INC-small")
+        except GateRefusedError:
+            pass
+        else:
+            raise AssertionError("the publish was not refused")
+    elif phase == "replay":  # the candidate's replay to now on its own (as the candidate asset's first step)
+        from recovery.lib.repair.publish import replay_to_now
+        from recovery_tests.repair_support import current_plan
+
+        replay_to_now(writer, current_plan(spec, "INC-small"), stage="candidate")
+    elif phase == "stop":  # the repair's expansion stopped (as a failed gate does), then resumed (repair --resume)
+        from recovery.lib.repair.build import resume, stop_expansion
+        from recovery_tests.repair_support import current_plan
+
+        stop_expansion(writer, current_plan(spec, "INC-small"), "kill-matrix: held for review")
+        resume(writer, current_plan(spec, "INC-small"), actor="kill-matrix", note="reviewed")
+    elif phase == "register":  # a generation registered and finished; a fenced one refused and the attempt recorded
+        from recovery.lib.errors import FencedGenerationError
+
+        writer.register_generation("bf-9", "backfill", own_namespace=True)
+        writer.set_status("bf-9", "succeeded")
+        try:
+            writer.register_generation("bf-7", "backfill")
+        except FencedGenerationError:
+            pass
+        else:
+            raise AssertionError("the fenced generation was registered again")
+    elif phase == "ingest":  # ingestion's late changes applied while the repair builds
+        from recovery.lib.ingest import apply_changes
+        from recovery_tests.repaired_small import now
+
+        apply_changes(writer, "ingest-2", until=now())
     elif phase == "restate":
         from recovery.lib.restatement.restate import restate_consumers
 
@@ -244,7 +299,9 @@ def observe(phase: str, d: Path) -> dict:
             if cp
             else set()
         )
-        if phase in ("wave", "publish", "canary", "candidate") or (phase == "plan" and "repair_plans" in tables):
+        if phase in ("wave", "publish", "canary", "candidate", "stop", "replay", "refuse") or (
+            phase == "plan" and "repair_plans" in tables
+        ):
             state["plan"] = con.execute("SELECT status FROM _recovery.repair_plans").fetchall()
             ns = con.execute("SELECT namespace FROM _recovery.repair_plans").fetchone()
             state["repair_rows"] = digest(f"SELECT * EXCLUDE (landed_at) FROM {ns[0]}") if ns else None
@@ -257,12 +314,37 @@ def observe(phase: str, d: Path) -> dict:
             state["fingerprints"] = con.execute(
                 "SELECT partition, rows, stage FROM _recovery.repair_fingerprints ORDER BY ALL"
             ).fetchall()
+        if phase == "replay":
+            # the last other generation's write the high watermark covers (the watermark itself is the clock,
+            # which the replay's own writes into the repair generation move: a second replay sets it past them)
+            state["replayed_through"] = con.execute(
+                "SELECT max(w.seq) FROM _recovery.writes w, _recovery.repair_plans p WHERE w.generation <> "
+                "p.generation AND w.seq <= p.high_seq"
+            ).fetchall()
         if phase == "candidate":
             state["high_seq"] = con.execute("SELECT high_seq FROM _recovery.repair_plans").fetchall()
             state["gates"] = con.execute(
                 "SELECT DISTINCT stage, gate, passed FROM _recovery.gate_results ORDER BY ALL"
             ).fetchall()
             state["diffs"] = digest("SELECT * FROM _recovery.repair_diffs")
+        if phase == "refuse":  # each refusal recorded once, whatever the reruns
+            state["refusals"] = con.execute(
+                "SELECT gate, passed, observed, count(*) FROM _recovery.gate_results WHERE stage = 'publish' "
+                "GROUP BY ALL ORDER BY ALL"
+            ).fetchall()
+        if phase == "register":
+            state["generations"] = con.execute(
+                "SELECT generation, kind, status, namespace IS NOT NULL, fenced_at IS NOT NULL "
+                "FROM _recovery.generations ORDER BY 1"
+            ).fetchall()
+            state["attempts"] = con.execute(
+                "SELECT DISTINCT generation, action FROM _recovery.fence_attempts ORDER BY ALL"
+            ).fetchall()
+        if phase == "ingest":
+            state["watermarks"] = con.execute(
+                "SELECT generation, source_watermark IS NOT NULL FROM _recovery.generations WHERE kind = 'ingest' "
+                "ORDER BY 1"
+            ).fetchall()
         if phase == "assess":
             recon = "recon__orders" in tables
             state["recon"] = digest("SELECT * FROM _recovery.recon__orders") if recon else None
@@ -283,6 +365,10 @@ def observe(phase: str, d: Path) -> dict:
             "candidate",
             "verify",
             "rollback",
+            "stop",
+            "refuse",
+            "register",
+            "replay",
         ):
             # what the phase put on the timeline: each (kind, subject) once, whatever the reruns
             state["timeline"] = con.execute(
@@ -456,6 +542,7 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
     if "repair_plans" in tables:
         problems += _repair_torn_states(con)
     problems += _recorded_without_event(con, tables)
+    problems += _registry_torn_states(con, tables)
     for public, ns, reason in con.execute(
         "SELECT p.public_name, p.namespace, h.reason FROM _recovery.pointers p JOIN _recovery.pointer_history h "
         "ON h.public_name = p.public_name AND h.seq = p.seq WHERE h.reason LIKE 'restatement of incident %'"
@@ -566,10 +653,71 @@ def _repair_torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
                 "SELECT DISTINCT stage FROM _recovery.repair_fingerprints WHERE incident_id = ?", [incident]
             ).fetchall()
         }
+        # a stopped repair's last stop/resume event is its stop; a building one's (if any) its resume
+        last = con.execute(
+            "SELECT kind FROM _recovery.timeline WHERE incident_id = ? AND kind IN ('repair_stopped', "
+            "'repair_resumed') ORDER BY event_id DESC LIMIT 1",
+            [incident],
+        ).fetchone()
+        status = con.execute("SELECT status FROM _recovery.repair_plans WHERE incident_id = ?", [incident]).fetchone()[
+            0
+        ]
+        if (status == "stopped") != (last is not None and last[0] == "repair_stopped") and status in (
+            "stopped",
+            "building",
+        ):
+            problems.append(f"repair of {incident} {status}, its last stop/resume event {last}")
         if gated - fingerprinted:
             problems.append(f"{sorted(gated - fingerprinted)} of {incident} gated without their fingerprints")
         if fingerprinted - gated:
             problems.append(f"fingerprints of {sorted(fingerprinted - gated)} of {incident} without their gate event")
+    return problems
+
+
+def _registry_torn_states(con: duckdb.DuckDBPyConnection, tables: set[str]) -> list[str]:
+    """The generation registry and what it records with its event: a generation without its
+    ``generation_registered`` event or its own namespace's table, a refused fenced action
+    (``fence_attempts``) without its ``fence_attempt`` event or the reverse, a publish the
+    preservation gate refused (its failed gate) without its ``publish_refused`` event or the reverse."""
+    problems: list[str] = []
+    existing = {
+        f"{s}.{t}" for s, t in con.execute("SELECT table_schema, table_name FROM information_schema.tables").fetchall()
+    }
+    for gen, ns, events in con.execute(
+        "SELECT g.generation, g.namespace, (SELECT count(*) FROM _recovery.timeline t WHERE t.kind = "
+        "'generation_registered' AND t.summary LIKE '% generation ' || g.generation || ' registered%') "
+        "FROM _recovery.generations g"
+    ).fetchall():
+        if not events:
+            problems.append(f"generation {gen} registered without its timeline event")
+        if ns is not None and ns not in existing:
+            problems.append(f"generation {gen} names namespace {ns}, not in the catalog")
+    for gen, action, rows, events in con.execute(
+        "SELECT coalesce(a.generation, e.generation), coalesce(a.action, e.action), coalesce(a.n, 0), "
+        "coalesce(e.n, 0) FROM (SELECT generation, action, count(*) AS n FROM _recovery.fence_attempts "
+        "GROUP BY ALL) a FULL JOIN (SELECT json_extract_string(details, '$.generation') AS generation, "
+        "json_extract_string(details, '$.action') AS action, count(*) AS n FROM _recovery.timeline "
+        "WHERE kind = 'fence_attempt' GROUP BY ALL) e USING (generation, action)"
+    ).fetchall():
+        if rows != events:
+            problems.append(f"{rows} refused {action} attempts of {gen} recorded, {events} on the timeline")
+    if "gate_results" in tables:
+        refused = set(
+            con.execute(
+                "SELECT incident_id, gate, evaluated_seq FROM _recovery.gate_results WHERE stage = 'publish' "
+                "AND NOT passed"
+            ).fetchall()
+        )
+        told = set(
+            con.execute(
+                "SELECT incident_id, json_extract_string(details, '$.gate'), "
+                "CAST(json_extract(details, '$.seq') AS BIGINT) FROM _recovery.timeline WHERE kind = 'publish_refused'"
+            ).fetchall()
+        )
+        if refused - told:
+            problems.append(f"publish refusals {sorted(refused - told)} without their timeline event")
+        if told - refused:
+            problems.append(f"publish_refused events {sorted(told - refused)} without their failed gate")
     return problems
 
 
@@ -831,6 +979,35 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "restate:recorded": "old",
         "restate:committed": "between",  # the first consumer restated, the second not yet
         "restate:checked": "new",
+    },
+    "stop": {  # the repair's expansion stopped (one transaction), then resumed (another)
+        "stop:recorded": "old",
+        "stop:committed": "between",  # stopped, not resumed yet
+        "resume:recorded": "between",
+        "resume:committed": "new",
+    },
+    "refuse": {  # a publish refused by the preservation gate: its failed gate and its event, one transaction
+        "publish:refusal_gated": "old",
+        "publish:refusal_recorded": "old",
+        "publish:refusal_committed": "new",  # the rerun is refused again and finds the refusal recorded
+    },
+    "replay": {  # the candidate's replay to now and its high watermark, one transaction
+        "replay:recorded": "old",
+        "replay:committed": "new",
+    },
+    "register": {  # a generation registered (with its namespace and event), its status set, then a
+        # fenced generation's registration refused and the attempt recorded: one transaction each
+        "register:recorded": "old",
+        "register:committed": "between",
+        "status:committed": "between",
+        "fence_attempt:recorded": "between",
+        "fence_attempt:committed": "new",
+    },
+    "ingest": {  # ingestion's upserts, its tombstones (with the write log's watermark), then the generation's watermark
+        "write:recorded": "old",  # inside the upserts' transaction
+        "ingest:upserted": "between",
+        "ingest:tombstoned": "between",  # the generation's watermark still behind: the rerun reapplies the window
+        "ingest:advanced": "new",
     },
 }
 

@@ -56,4 +56,9 @@ def test_every_commit_point_of_every_phase_killed_leaves_no_torn_state_and_the_r
         "publish": ["between", "new", "old"],
         "rollback": ["between", "new", "old"],
         "restate": ["between", "new", "old"],
+        "stop": ["between", "new", "old"],
+        "refuse": ["new", "old"],
+        "replay": ["new", "old"],
+        "register": ["between", "new", "old"],
+        "ingest": ["between", "new", "old"],
     }

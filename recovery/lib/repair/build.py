@@ -267,8 +267,10 @@ def stop_expansion(writer: Writer, plan: RepairPlan, reason: str, *, run_id: str
                 run_id=run_id,
                 summary=f"expansion stopped, {plan.namespace} and {plan.from_namespace} both kept: {reason}",
             )
+            faults.checkpoint("stop:recorded")  # stopped and on the timeline, not committed
 
     retrying(txn)
+    faults.checkpoint("stop:committed")
 
 
 def resume(writer: Writer, plan: RepairPlan, *, actor: str, note: str) -> None:
@@ -289,5 +291,7 @@ def resume(writer: Writer, plan: RepairPlan, *, actor: str, note: str) -> None:
                 actor=actor,
                 summary=f"repair resumed: {note}",
             )
+            faults.checkpoint("resume:recorded")  # building again and on the timeline, not committed
 
     retrying(txn)
+    faults.checkpoint("resume:committed")
