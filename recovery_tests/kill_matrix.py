@@ -144,6 +144,19 @@ def build_templates(base: Path) -> dict[str, Path]:
             f"DELETE FROM {ns} WHERE (region, order_no) = (SELECT (region, order_no) FROM {ns} "
             "WHERE order_no % 9 = 0 ORDER BY region, order_no LIMIT 1)"
         )
+    # wave 1 built, then one of its rows lost: its gate fails and must stop the expansion
+    shutil.copytree(base / "wave", base / "gate_fail")
+    out["gate_fail"] = base / "gate_fail"
+    spec = load_spec(base / "gate_fail" / "spec.yaml")
+    writer = Writer(open_engine(spec.warehouse), spec)
+    plan = current_plan(spec, INCIDENT)
+    build_wave(writer, plan, 1)
+    with writer.engine.transaction() as s:
+        s.execute(
+            f"DELETE FROM {plan.namespace} WHERE (region, order_no) = (SELECT (region, order_no) FROM "
+            f"{plan.namespace} WHERE CAST({spec.target.partition} AS VARCHAR) = ? ORDER BY region, order_no LIMIT 1)",
+            [plan.waves[1][0]],
+        )
     return out
 
 
@@ -232,6 +245,11 @@ def run_phase(phase: str, d: Path) -> None:
         from recovery_tests.repair_support import current_plan
 
         replay_to_now(writer, current_plan(spec, "INC-small"), stage="candidate")
+    elif phase == "gate_fail":  # wave 1's gate fails (a row lost after its build): the expansion stops
+        from recovery.lib.repair.waves import gate_wave
+
+        if all(r.passed for r in gate_wave(writer, "INC-small", 1)):
+            raise AssertionError("wave 1's gate passed")
     elif phase == "stop":  # the repair's expansion stopped (as a failed gate does), then resumed (repair --resume)
         from recovery.lib.repair.build import resume, stop_expansion
         from recovery_tests.repair_support import current_plan
@@ -299,13 +317,13 @@ def observe(phase: str, d: Path) -> dict:
             if cp
             else set()
         )
-        if phase in ("wave", "publish", "canary", "candidate", "stop", "replay", "refuse") or (
+        if phase in ("wave", "publish", "canary", "candidate", "stop", "replay", "refuse", "gate_fail") or (
             phase == "plan" and "repair_plans" in tables
         ):
             state["plan"] = con.execute("SELECT status FROM _recovery.repair_plans").fetchall()
             ns = con.execute("SELECT namespace FROM _recovery.repair_plans").fetchone()
             state["repair_rows"] = digest(f"SELECT * EXCLUDE (landed_at) FROM {ns[0]}") if ns else None
-        if phase in ("wave", "plan", "canary") and "repair_partitions" in tables:
+        if phase in ("wave", "plan", "canary", "gate_fail") and "repair_partitions" in tables:
             state["partitions"] = con.execute(
                 "SELECT partition, wave, status, rows_after, round(total_after, 6) FROM _recovery.repair_partitions "
                 "ORDER BY ALL"
@@ -369,6 +387,7 @@ def observe(phase: str, d: Path) -> dict:
             "refuse",
             "register",
             "replay",
+            "gate_fail",
         ):
             # what the phase put on the timeline: each (kind, subject) once, whatever the reruns
             state["timeline"] = con.execute(
@@ -653,6 +672,14 @@ def _repair_torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
                 "SELECT DISTINCT stage FROM _recovery.repair_fingerprints WHERE incident_id = ?", [incident]
             ).fetchall()
         }
+        # a failed gate stops the expansion: its event is followed by a stop
+        for (summary,) in con.execute(
+            "SELECT summary FROM _recovery.timeline t WHERE kind = 'repair_wave' AND incident_id = $1 AND summary "
+            "LIKE '%: FAILED %' AND NOT EXISTS (SELECT 1 FROM _recovery.timeline u WHERE u.kind = 'repair_stopped' "
+            "AND u.incident_id = $1 AND u.event_id > t.event_id)",
+            [incident],
+        ).fetchall():
+            problems.append(f"a failed gate of {incident} without the stop of its expansion: {summary[:60]}")
         # a stopped repair's last stop/resume event is its stop; a building one's (if any) its resume
         last = con.execute(
             "SELECT kind FROM _recovery.timeline WHERE incident_id = ? AND kind IN ('repair_stopped', "
@@ -979,6 +1006,10 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "restate:recorded": "old",
         "restate:committed": "between",  # the first consumer restated, the second not yet
         "restate:checked": "new",
+    },
+    "gate_fail": {  # wave 1's gate fails: its results and the expansion's stop
+        "gate:recorded": "old",
+        "gate:committed": "new",
     },
     "stop": {  # the repair's expansion stopped (one transaction), then resumed (another)
         "stop:recorded": "old",

@@ -56,6 +56,7 @@ def test_every_commit_point_of_every_phase_killed_leaves_no_torn_state_and_the_r
         "publish": ["between", "new", "old"],
         "rollback": ["between", "new", "old"],
         "restate": ["between", "new", "old"],
+        "gate_fail": ["new", "old"],  # the failed gate and the stop commit together
         "stop": ["between", "new", "old"],
         "refuse": ["new", "old"],
         "replay": ["new", "old"],

@@ -20,6 +20,7 @@ import json
 
 from recovery.lib import faults
 from recovery.lib.control_plane import SCHEMA, record_event, utcnow
+from recovery.lib.engine.base import Session
 from recovery.lib.errors import FencedGenerationError, RecoveryError
 from recovery.lib.expected_cache import expected_rows
 from recovery.lib.identifiers import quote, quote_all
@@ -254,23 +255,28 @@ def stop_expansion(writer: Writer, plan: RepairPlan, reason: str, *, run_id: str
 
     def txn() -> None:
         with writer.engine.transaction() as s:
-            s.execute(
-                f"UPDATE {PLANS} SET status = 'stopped', stopped_reason = ? WHERE incident_id = ?",
-                [reason, plan.incident_id],
-            )
-            record_event(
-                s,
-                kind="repair_stopped",
-                dataset=writer.spec.dataset,
-                incident_id=plan.incident_id,
-                actor="repair",
-                run_id=run_id,
-                summary=f"expansion stopped, {plan.namespace} and {plan.from_namespace} both kept: {reason}",
-            )
+            stop_in(s, writer, plan, reason, run_id=run_id)
             faults.checkpoint("stop:recorded")  # stopped and on the timeline, not committed
 
     retrying(txn)
     faults.checkpoint("stop:committed")
+
+
+def stop_in(s: Session, writer: Writer, plan: RepairPlan, reason: str, *, run_id: str | None = None) -> None:
+    """:func:`stop_expansion` inside the caller's transaction (a failed gate stops with its results)."""
+    s.execute(
+        f"UPDATE {PLANS} SET status = 'stopped', stopped_reason = ? WHERE incident_id = ?",
+        [reason, plan.incident_id],
+    )
+    record_event(
+        s,
+        kind="repair_stopped",
+        dataset=writer.spec.dataset,
+        incident_id=plan.incident_id,
+        actor="repair",
+        run_id=run_id,
+        summary=f"expansion stopped, {plan.namespace} and {plan.from_namespace} both kept: {reason}",
+    )
 
 
 def resume(writer: Writer, plan: RepairPlan, *, actor: str, note: str) -> None:
