@@ -16,17 +16,27 @@ Kills at the commit (``run_commit_kills``): every named fault point (``faults.ch
 and right after the commits of ``contain`` (adoption of the plain target, then the fence),
 ``evidence`` (the bundle's record), ``assess`` (the reconciliation's results), ``plan`` (the
 repair generation's carried rows and plan), ``canary`` (its rows and record, then its gate),
-``wave`` (wave 1's rows and record), ``candidate`` (the replay to now and the publish gates),
-``verify`` (a convergence check), ``publish``,
-``rollback`` (the pointer moved back, then the read copy) and ``restate`` is killed once,
-injected there, not by timing. After each, no torn state (``torn_states``: a pointer without
-its history or view, a fence row without its generation's update or event, a plan published
-without its move, a plan without its partitions or event, a partition recorded built without
-its write or a wave's write without its record, a gated wave without its fingerprints or the
-reverse, results without their timeline event, a ledger without its restatement or the
-reverse, a read copy that is not whole), the kill left the state expected of its point (rolled
-back whole, or committed with the rest left to the rerun), and the rerun converges; after a
-publish's or a rollback's rerun the BI read copy holds the published view.
+``wave`` (wave 1's rows and record), ``gate_fail`` (wave 1's gate failing, with the stop of the
+expansion), ``stop`` (the expansion stopped, then resumed), ``replay`` (the replay to now on its
+own), ``candidate`` (the replay to now and the publish gates), ``verify`` (a convergence check),
+``publish``, ``refuse`` (a publish the preservation gate refuses: its failed gate and event),
+``rollback`` (the pointer moved back, then the read copy), ``restate``, ``notify`` (the restated
+consumers' owners told: the delivery, its key and event, the consumer's stamp), ``register``
+(a generation registered, its status set, a fenced one's registration refused and the attempt
+recorded) and ``ingest`` (ingestion's upserts, tombstones and watermark during the repair) is
+killed once, injected there, not by timing. After each, no torn state (``torn_states``: a
+pointer without its history or view, a fence row without its generation's update or event, a
+plan published without its move, a plan without its partitions or event, a partition recorded
+built without its write or a wave's write without its record, a gated wave without its
+fingerprints or the reverse, a failed gate without the stop of the expansion, a repair stopped
+(or building) against its last stop/resume event, results without their timeline event, a
+ledger without its restatement or the reverse, a generation without its registration event or
+namespace, a refused fenced action or a refused publish without its event or the reverse, a
+delivered alert without its event, a notice's stamp apart from its delivery or its ledger rows,
+a read copy that is not whole), the kill left the state expected of its point (rolled back
+whole, or committed with the rest left to the rerun), and the rerun converges (a refused
+publish refused again, its refusal recorded once); after a publish's or a rollback's rerun the
+BI read copy holds the published view.
 """
 
 from __future__ import annotations
@@ -144,6 +154,13 @@ def build_templates(base: Path) -> dict[str, Path]:
             f"DELETE FROM {ns} WHERE (region, order_no) = (SELECT (region, order_no) FROM {ns} "
             "WHERE order_no % 9 = 0 ORDER BY region, order_no LIMIT 1)"
         )
+    # the consumers restated: their owners' notices next
+    shutil.copytree(base / "damaged", base / "notify")
+    out["notify"] = base / "notify"
+    spec = load_spec(base / "notify" / "spec.yaml")
+    from recovery.lib.restatement.restate import restate_consumers
+
+    restate_consumers(open_engine(spec.warehouse), spec, INCIDENT, failed_generations=["bf-7"])
     # wave 1 built, then one of its rows lost: its gate fails and must stop the expansion
     shutil.copytree(base / "wave", base / "gate_fail")
     out["gate_fail"] = base / "gate_fail"
@@ -245,6 +262,15 @@ def run_phase(phase: str, d: Path) -> None:
         from recovery_tests.repair_support import current_plan
 
         replay_to_now(writer, current_plan(spec, "INC-small"), stage="candidate")
+    elif phase == "notify":  # the restated consumers' owners told, each once, through a file channel
+        from recovery.lib.notify import FileChannel, Notifier
+        from recovery.lib.restatement.notices import notify_owners
+
+        failures = notify_owners(
+            writer.engine, spec, "INC-small", Notifier(FileChannel(d / "alerts.jsonl"), writer.engine)
+        )
+        if failures:
+            raise AssertionError(failures)
     elif phase == "gate_fail":  # wave 1's gate fails (a row lost after its build): the expansion stops
         from recovery.lib.repair.waves import gate_wave
 
@@ -363,6 +389,15 @@ def observe(phase: str, d: Path) -> dict:
                 "SELECT generation, source_watermark IS NOT NULL FROM _recovery.generations WHERE kind = 'ingest' "
                 "ORDER BY 1"
             ).fetchall()
+        if phase == "notify":
+            state["notified"] = con.execute(
+                "SELECT consumer, notified_at IS NOT NULL FROM _recovery.restatements ORDER BY 1"
+            ).fetchall()
+            state["delivered"] = (
+                con.execute("SELECT dedupe_key FROM _recovery.notifications ORDER BY 1").fetchall()
+                if "notifications" in tables
+                else []
+            )
         if phase == "assess":
             recon = "recon__orders" in tables
             state["recon"] = digest("SELECT * FROM _recovery.recon__orders") if recon else None
@@ -388,6 +423,7 @@ def observe(phase: str, d: Path) -> dict:
             "register",
             "replay",
             "gate_fail",
+            "notify",
         ):
             # what the phase put on the timeline: each (kind, subject) once, whatever the reruns
             state["timeline"] = con.execute(
@@ -435,6 +471,13 @@ def observe(phase: str, d: Path) -> dict:
             }
     finally:
         con.close()
+    if phase == "notify":  # delivered at least once each (a kill between the delivery and its record re-delivers)
+        alerts = d / "alerts.jsonl"
+        state["alerts"] = (
+            sorted({json.loads(line)["dedupe_key"] for line in alerts.read_text().splitlines()})
+            if alerts.exists()
+            else []
+        )
     if phase == "evidence":
         bundle = d / "evidence" / "INC-small"
         state["bundle"] = (
@@ -728,6 +771,33 @@ def _registry_torn_states(con: duckdb.DuckDBPyConnection, tables: set[str]) -> l
     ).fetchall():
         if rows != events:
             problems.append(f"{rows} refused {action} attempts of {gen} recorded, {events} on the timeline")
+    if "notifications" in tables:
+        for key, delivered, events in con.execute(
+            "SELECT coalesce(n.dedupe_key, e.dedupe_key), n.dedupe_key IS NOT NULL, coalesce(e.n, 0) FROM "
+            "_recovery.notifications n FULL JOIN (SELECT json_extract_string(details, '$.dedupe_key') AS dedupe_key, "
+            "count(*) AS n FROM _recovery.timeline WHERE kind = 'alert' GROUP BY ALL) e USING (dedupe_key)"
+        ).fetchall():
+            if not delivered or not events:
+                problems.append(f"alert {key}: delivery recorded {delivered}, {events} alert events")
+    if "restatements" in tables:
+        ledger = sorted(n for n in tables if n.startswith("restatement_ledger__"))
+        for incident, consumer, at, key_at in con.execute(
+            "SELECT incident_id, consumer, notified_at, (SELECT delivered_at FROM _recovery.notifications n WHERE "
+            "n.dedupe_key = 'restatement:' || r.dataset || ':' || r.incident_id || ':' || r.consumer) "
+            "FROM _recovery.restatements r"
+            if "notifications" in tables
+            else "SELECT incident_id, consumer, notified_at, NULL FROM _recovery.restatements"
+        ).fetchall():
+            if at is not None and key_at is not None and at != key_at:
+                problems.append(f"notice of {consumer} stamped {at}, delivered {key_at}")
+            if ledger:
+                off = con.execute(
+                    f"SELECT count(*) FROM _recovery.{ledger[0]} WHERE incident_id = ? AND consumer = ? "
+                    "AND notified_at IS DISTINCT FROM ?",
+                    [incident, consumer, at],
+                ).fetchone()[0]
+                if off:
+                    problems.append(f"{off} ledger rows of {consumer} stamped other than its restatement ({at})")
     if "gate_results" in tables:
         refused = set(
             con.execute(
@@ -1006,6 +1076,13 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "restate:recorded": "old",
         "restate:committed": "between",  # the first consumer restated, the second not yet
         "restate:checked": "new",
+    },
+    "notify": {  # per consumer: the notice delivered, its key and event recorded, then the consumer stamped
+        "notify:sent": "between",  # delivered, not recorded: the rerun delivers again (at least once)
+        "notify:recorded": "between",
+        "notify:committed": "between",
+        "notice:stamped": "between",
+        "notice:committed": "between",  # the first consumer told and stamped, the second not yet
     },
     "gate_fail": {  # wave 1's gate fails: its results and the expansion's stop
         "gate:recorded": "old",
