@@ -16,16 +16,18 @@ Kills at the commit (``run_commit_kills``): every named fault point (``faults.ch
 and right after the commits of ``contain`` (adoption of the plain target, then the fence),
 ``evidence`` (the bundle's record), ``assess`` (the reconciliation's results), ``plan`` (the
 repair generation's carried rows and plan), ``canary`` (its rows and record, then its gate),
-``wave`` (wave 1's rows and record), ``gate_fail`` (wave 1's gate failing, with the stop of the
-expansion), ``stop`` (the expansion stopped, then resumed), ``replay`` (the replay to now on its
+``wave`` (wave 1's rows and record), ``stop`` (wave 1's gate failing, with the stop of the
+expansion, then the repair resumed), ``replay`` (the replay to now on its
 own), ``candidate`` (the replay to now and the publish gates), ``verify`` (a convergence check),
 ``publish``, ``refuse`` (a publish the preservation gate refuses: its failed gate and event),
-``rollback`` (the pointer moved back, then the read copy), ``restate``, ``notify`` (the restated
+``rollback`` (the pointer moved back, then the read copy), ``release`` (the public name handed
+back as a plain table), ``restate``, ``notify`` (the restated
 consumers' owners told: the delivery, its key and event, the consumer's stamp), ``register``
 (a generation registered, its status set, a fenced one's registration refused and the attempt
 recorded) and ``ingest`` (ingestion's upserts, tombstones and watermark during the repair) is
 killed once, injected there, not by timing. After each, no torn state (``torn_states``: a
-pointer without its history or view, a fence row without its generation's update or event, a
+pointer without its history or view, a public name released with its pointer or view left (or
+off its pointer without a release), a fence row without its generation's update or event, a
 plan published without its move, a plan without its partitions or event, a partition recorded
 built without its write or a wave's write without its record, a gated wave without its
 fingerprints or the reverse, a failed gate without the stop of the expansion, a repair stopped
@@ -138,9 +140,9 @@ def build_templates(base: Path) -> dict[str, Path]:
 
     publish(writer, INCIDENT)
     out["restate"] = base / "damaged"  # published: consumers next
+    out["release"] = base / "damaged"  # published: the public name can be handed back as a plain table
     out["verify"] = base / "damaged"  # published: convergence can be verified
     out["rollback"] = base / "damaged"  # published: the decision allows rolling back to the prior namespace
-    out["stop"] = base / "wave"  # the canary gated, the repair building: its expansion can be stopped and resumed
     out["register"] = base / "evidence"  # bf-7 fenced: registering it again is refused and recorded
     # a publish the preservation gate refuses: the candidate regated after ingestion's late writes, then
     # one row they put into the repair generation lost
@@ -163,9 +165,9 @@ def build_templates(base: Path) -> dict[str, Path]:
 
     restate_consumers(open_engine(spec.warehouse), spec, INCIDENT, failed_generations=["bf-7"])
     # wave 1 built, then one of its rows lost: its gate fails and must stop the expansion
-    shutil.copytree(base / "wave", base / "gate_fail")
-    out["gate_fail"] = base / "gate_fail"
-    spec = load_spec(base / "gate_fail" / "spec.yaml")
+    shutil.copytree(base / "wave", base / "stop")
+    out["stop"] = base / "stop"
+    spec = load_spec(base / "stop" / "spec.yaml")
     writer = Writer(open_engine(spec.warehouse), spec)
     plan = current_plan(spec, INCIDENT)
     build_wave(writer, plan, 1)
@@ -263,6 +265,10 @@ def run_phase(phase: str, d: Path) -> None:
         from recovery_tests.repair_support import current_plan
 
         replay_to_now(writer, current_plan(spec, "INC-small"), stage="candidate")
+    elif phase == "release":  # the public name handed back as a plain table (recovery release)
+        from recovery.lib.adoption import release
+
+        release(writer.engine, spec, actor="kill-matrix")
     elif phase == "notify":  # the restated consumers' owners told, each once, through a file channel
         from recovery.lib.notify import FileChannel, Notifier
         from recovery.lib.restatement.notices import notify_owners
@@ -272,16 +278,13 @@ def run_phase(phase: str, d: Path) -> None:
         )
         if failures:
             raise AssertionError(failures)
-    elif phase == "gate_fail":  # wave 1's gate fails (a row lost after its build): the expansion stops
+    elif phase == "stop":  # wave 1's gate fails (a row lost after its build) and stops the expansion; then resumed
+        from recovery.lib.repair.build import resume
         from recovery.lib.repair.waves import gate_wave
+        from recovery_tests.repair_support import current_plan
 
         if all(r.passed for r in gate_wave(writer, "INC-small", 1)):
             raise AssertionError("wave 1's gate passed")
-    elif phase == "stop":  # the repair's expansion stopped (as a failed gate does), then resumed (repair --resume)
-        from recovery.lib.repair.build import resume, stop_expansion
-        from recovery_tests.repair_support import current_plan
-
-        stop_expansion(writer, current_plan(spec, "INC-small"), "kill-matrix: held for review")
         resume(writer, current_plan(spec, "INC-small"), actor="kill-matrix", note="reviewed")
     elif phase == "register":  # a generation registered and finished; a fenced one refused and the attempt recorded
         from recovery.lib.errors import FencedGenerationError
@@ -344,13 +347,13 @@ def observe(phase: str, d: Path) -> dict:
             if cp
             else set()
         )
-        if phase in ("wave", "publish", "canary", "candidate", "stop", "replay", "refuse", "gate_fail") or (
+        if phase in ("wave", "publish", "canary", "candidate", "stop", "replay", "refuse") or (
             phase == "plan" and "repair_plans" in tables
         ):
             state["plan"] = con.execute("SELECT status FROM _recovery.repair_plans").fetchall()
             ns = con.execute("SELECT namespace FROM _recovery.repair_plans").fetchone()
             state["repair_rows"] = digest(f"SELECT * EXCLUDE (landed_at) FROM {ns[0]}") if ns else None
-        if phase in ("wave", "plan", "canary", "gate_fail") and "repair_partitions" in tables:
+        if phase in ("wave", "plan", "canary", "stop") and "repair_partitions" in tables:
             state["partitions"] = con.execute(
                 "SELECT partition, wave, status, rows_after, round(total_after, 6) FROM _recovery.repair_partitions "
                 "ORDER BY ALL"
@@ -390,6 +393,17 @@ def observe(phase: str, d: Path) -> dict:
                 "SELECT generation, source_watermark IS NOT NULL FROM _recovery.generations WHERE kind = 'ingest' "
                 "ORDER BY 1"
             ).fetchall()
+        if phase == "release":
+            state["managed"] = con.execute(
+                "SELECT table_type FROM information_schema.tables WHERE table_schema = 'mart' AND table_name = 'orders'"
+            ).fetchall()
+            state["moves"] = con.execute(
+                "SELECT public_name, from_namespace, to_namespace, reason FROM _recovery.pointer_history "
+                "WHERE public_name = 'mart.orders' ORDER BY seq"
+            ).fetchall()
+            state["namespaces"] = con.execute(
+                "SELECT namespace, status FROM _recovery.namespaces ORDER BY ALL"
+            ).fetchall()
         if phase == "notify":
             state["notified"] = con.execute(
                 "SELECT consumer, notified_at IS NOT NULL FROM _recovery.restatements ORDER BY 1"
@@ -423,8 +437,8 @@ def observe(phase: str, d: Path) -> dict:
             "refuse",
             "register",
             "replay",
-            "gate_fail",
             "notify",
+            "release",
         ):
             # what the phase put on the timeline: each (kind, subject) once, whatever the reruns
             state["timeline"] = con.execute(
@@ -504,7 +518,9 @@ def consistency_problems(phase: str, d: Path) -> list[str]:
             view = con.execute(
                 "SELECT sql FROM duckdb_views() WHERE schema_name = 'mart' AND view_name = 'orders'"
             ).fetchall()
-            pointer = con.execute("SELECT namespace FROM _recovery.pointers").fetchall()
+            pointer = con.execute(
+                "SELECT namespace FROM _recovery.pointers WHERE public_name = 'mart.orders'"
+            ).fetchall()
             if view and pointer and pointer[0][0].split(".")[-1] not in view[0][0]:
                 problems.append(f"view reads other than pointer {pointer[0][0]}")
             if not view and pointer:
@@ -565,6 +581,20 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
         ).fetchone()
         if last is None or tuple(last) != (ns, seq):
             problems.append(f"{public}: pointer {ns} (seq {seq}) without its history (last move {last})")
+    # a public name whose last move is its release: no pointer, a plain table, the release's event; and the
+    # reverse, a public name off its pointer without that release
+    for public, reason, pointed in con.execute(
+        "SELECT public_name, arg_max(reason, seq), bool_or(public_name IN (SELECT public_name FROM "
+        "_recovery.pointers)) FROM _recovery.pointer_history GROUP BY 1"
+    ).fetchall():
+        released = reason == "released"
+        if released == pointed:
+            problems.append(f"{public}: last move {reason!r}, pointer row {pointed}")
+        if released:
+            if public in views:
+                problems.append(f"{public} released, still a managed view")
+            if not con.execute("SELECT count(*) FROM _recovery.timeline WHERE kind = 'target_released'").fetchone()[0]:
+                problems.append(f"{public} released without its timeline event")
     for gen, token, fenced_at, g_token, events in con.execute(
         "SELECT f.generation, f.token, g.fenced_at, g.token, (SELECT count(*) FROM _recovery.timeline t WHERE "
         "t.kind = 'fence' AND json_extract_string(t.details, '$.generation') = f.generation) "
@@ -579,10 +609,11 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
             "SELECT incident_id, namespace, generation, status FROM _recovery.repair_plans"
         ).fetchall():
             published = status == "published"
-            pointed = bool(  # the pointer at it, or moved off it by a rollback since
+            pointed = bool(  # the pointer at it, or moved off it by a rollback (or the release) since
                 con.execute("SELECT count(*) FROM _recovery.pointers WHERE namespace = ?", [ns]).fetchone()[0]
                 or con.execute(
-                    "SELECT count(*) FROM _recovery.pointer_history WHERE from_namespace = ? AND reason = ?",
+                    "SELECT count(*) FROM _recovery.pointer_history WHERE from_namespace = ? AND reason IN (?, "
+                    "'released')",
                     [ns, f"rollback for {incident}"],
                 ).fetchone()[0]
             )
@@ -1176,6 +1207,11 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "restate:committed": "between",  # the first consumer restated, the second not yet
         "restate:checked": "new",
     },
+    "release": {  # the public name handed back: table, pointer, history, namespaces and event in one transaction
+        "release:table_released": "old",
+        "release:recorded": "old",
+        "release:committed": "new",
+    },
     "notify": {  # per consumer: the notice delivered, its key and event recorded, then the consumer stamped
         "notify:sent": "between",  # delivered, not recorded: the rerun delivers again (at least once)
         "notify:recorded": "between",
@@ -1183,13 +1219,9 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "notice:stamped": "between",
         "notice:committed": "between",  # the first consumer told and stamped, the second not yet
     },
-    "gate_fail": {  # wave 1's gate fails: its results and the expansion's stop
+    "stop": {  # wave 1's gate fails and stops the expansion (one transaction), then the repair resumed (another)
         "gate:recorded": "old",
-        "gate:committed": "new",
-    },
-    "stop": {  # the repair's expansion stopped (one transaction), then resumed (another)
-        "stop:recorded": "old",
-        "stop:committed": "between",  # stopped, not resumed yet
+        "gate:committed": "between",  # failed and stopped, not resumed yet
         "resume:recorded": "between",
         "resume:committed": "new",
     },

@@ -250,20 +250,9 @@ def build_wave(writer: Writer, plan: RepairPlan, wave: int, *, run_id: str | Non
         raise
 
 
-def stop_expansion(writer: Writer, plan: RepairPlan, reason: str, *, run_id: str | None = None) -> None:
-    """Stop the repair: no further wave, both generations kept, the reason on the timeline."""
-
-    def txn() -> None:
-        with writer.engine.transaction() as s:
-            stop_in(s, writer, plan, reason, run_id=run_id)
-            faults.checkpoint("stop:recorded")  # stopped and on the timeline, not committed
-
-    retrying(txn)
-    faults.checkpoint("stop:committed")
-
-
 def stop_in(s: Session, writer: Writer, plan: RepairPlan, reason: str, *, run_id: str | None = None) -> None:
-    """:func:`stop_expansion` inside the caller's transaction (a failed gate stops with its results)."""
+    """Stop the repair inside the caller's transaction (a failed gate's, so that no kill leaves its results
+    without the stop): no further wave, both generations kept, the reason on the timeline."""
     s.execute(
         f"UPDATE {PLANS} SET status = 'stopped', stopped_reason = ? WHERE incident_id = ?",
         [reason, plan.incident_id],
