@@ -2,8 +2,11 @@
 20+ per phase): adoption, fence, evidence build, a repair wave, publish with replay and
 restatement are each SIGKILLed during their work. At the commit: every named fault point in
 and right after the commits of every phase (containment's adoption and fence, the evidence
-bundle's record, the reconciliation, the repair's plan, canary and wave with their gate, publish,
-restatement, rollback and convergence verification) is killed once,
+bundle's record, the reconciliation, the repair's plan, canary and wave with their gate, a failed
+gate's stop, the expansion stopped and resumed, the replay to now, publish and a refused publish,
+restatement and its owners' notices, rollback, the release of the public name, convergence
+verification, the generation registry with its fence attempts, and ingestion during the repair) is
+killed once,
 injected there (``RECOVERY_FAULT_AT``), not by timing. After every kill the public view serves
 the old or the new result whole, the control plane agrees with the catalog and with itself (no
 torn state), and rerunning the step converges to what an uninterrupted run produced; after a
@@ -56,4 +59,11 @@ def test_every_commit_point_of_every_phase_killed_leaves_no_torn_state_and_the_r
         "publish": ["between", "new", "old"],
         "rollback": ["between", "new", "old"],
         "restate": ["between", "new", "old"],
+        "release": ["new", "old"],
+        "notify": ["between"],  # every point follows the notice's delivery: the rerun finishes (at least once)
+        "stop": ["between", "new", "old"],
+        "refuse": ["new", "old"],
+        "replay": ["new", "old"],
+        "register": ["between", "new", "old"],
+        "ingest": ["between", "new", "old"],
     }

@@ -24,6 +24,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from recovery.lib import faults
 from recovery.lib.control.plane import SCHEMA, control_plane_exists, ensure_control_plane, record_event, utcnow
 from recovery.lib.control.tables import NOTIFICATIONS, NOTIFICATIONS_DDL
 from recovery.lib.engine.base import Engine, Session
@@ -165,9 +166,11 @@ class Notifier:
         if self.already_delivered(alert.dedupe_key):
             return False
         self.channel.send(alert)
+        faults.checkpoint("notify:sent")  # delivered, its key not recorded: a rerun delivers it again
         self._seen.add(alert.dedupe_key)
         if self.engine is not None:
             self._record(alert, dataset)
+            faults.checkpoint("notify:committed")
         return True
 
     def _record(self, alert: Alert, dataset: str | None) -> None:
@@ -199,5 +202,6 @@ class Notifier:
                     summary=f"{alert.severity} alert to {alert.owner}: {alert.subject}",
                     details=json.dumps({"dedupe_key": alert.dedupe_key, "channel": self.channel.name}),
                 )
+                faults.checkpoint("notify:recorded")  # the key and its event, not committed
 
         retrying(txn)

@@ -119,14 +119,34 @@ def adopt(engine: Engine, spec: DatasetSpec, *, actor: str, incident_id: str | N
     return adoption
 
 
+def _released(s: Session, spec: DatasetSpec) -> tuple[str, int] | None:
+    """(namespace, rows) of the release that last moved the public name, when it did."""
+    last = s.fetchone(
+        f"SELECT from_namespace, reason FROM {SCHEMA}.pointer_history WHERE public_name = ? ORDER BY seq DESC LIMIT 1",
+        [str(spec.target.table_name)],
+    )
+    if last is None or last[1] != "released":
+        return None
+    rows = s.scalar(
+        f"SELECT CAST(json_extract(details, '$.rows') AS BIGINT) FROM {SCHEMA}.timeline WHERE kind = "
+        "'target_released' AND dataset = ? ORDER BY event_id DESC LIMIT 1",
+        [spec.dataset],
+    )
+    return last[0], int(rows or 0)
+
+
 def release(engine: Engine, spec: DatasetSpec, *, actor: str) -> tuple[str, int]:
     """Hand the public name back as a plain table holding the published rows. Returns the
-    namespace it was reading and the rows handed back. Refuses while a repair is unpublished."""
+    namespace it was reading and the rows handed back. Refuses while a repair is unpublished. A rerun
+    after the release committed returns what it handed back and writes nothing."""
     public = spec.target.table_name
 
     def txn() -> tuple[str, int]:
         with engine.transaction() as s:
             if not control_plane_exists(s) or not is_managed(s, spec):
+                done = _released(s, spec) if control_plane_exists(s) else None
+                if done is not None:  # released before (a rerun after a kill past the commit): nothing to do
+                    return done
                 raise RecoveryError(f"{public} is not managed by this package: nothing to release")
             building = s.scalar(
                 f"SELECT string_agg(namespace, ', ') FROM {SCHEMA}.namespaces "
@@ -141,6 +161,7 @@ def release(engine: Engine, spec: DatasetSpec, *, actor: str) -> tuple[str, int]
             ns = published_namespace(s, spec)
             seq = next_seq(s)
             s.release_table(public)
+            faults.checkpoint("release:table_released")  # a plain table at the public name, its pointer not yet gone
             rows, checksum = content_checksum(s, public.sql())
             s.execute(f"DELETE FROM {SCHEMA}.pointers WHERE public_name = ?", [str(public)])
             s.execute(
@@ -160,6 +181,9 @@ def release(engine: Engine, spec: DatasetSpec, *, actor: str) -> tuple[str, int]
                 f"the package's namespaces are kept as history",
                 details=json.dumps({"namespace": ns, "rows": rows, "checksum": checksum}),
             )
+            faults.checkpoint("release:recorded")  # everything written, not committed
             return ns, rows
 
-    return retrying(txn)
+    released = retrying(txn)
+    faults.checkpoint("release:committed")
+    return released

@@ -21,6 +21,7 @@ import json
 from recovery.lib import faults
 from recovery.lib.control.plane import SCHEMA, record_event, utcnow
 from recovery.lib.dataset_spec.partition_filter import in_partitions
+from recovery.lib.engine.base import Session
 from recovery.lib.errors import FencedGenerationError, RecoveryError
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.incident.model import Incident
@@ -250,26 +251,22 @@ def build_wave(writer: Writer, plan: RepairPlan, wave: int, *, run_id: str | Non
         raise
 
 
-def stop_expansion(writer: Writer, plan: RepairPlan, reason: str, *, run_id: str | None = None) -> None:
-    """Stop the repair: no further wave, both generations kept, the reason on the timeline."""
-
-    def txn() -> None:
-        with writer.engine.transaction() as s:
-            s.execute(
-                f"UPDATE {PLANS} SET status = 'stopped', stopped_reason = ? WHERE incident_id = ?",
-                [reason, plan.incident_id],
-            )
-            record_event(
-                s,
-                kind="repair_stopped",
-                dataset=writer.spec.dataset,
-                incident_id=plan.incident_id,
-                actor="repair",
-                run_id=run_id,
-                summary=f"expansion stopped, {plan.namespace} and {plan.from_namespace} both kept: {reason}",
-            )
-
-    retrying(txn)
+def stop_in(s: Session, writer: Writer, plan: RepairPlan, reason: str, *, run_id: str | None = None) -> None:
+    """Stop the repair inside the caller's transaction (a failed gate's, so that no kill leaves its results
+    without the stop): no further wave, both generations kept, the reason on the timeline."""
+    s.execute(
+        f"UPDATE {PLANS} SET status = 'stopped', stopped_reason = ? WHERE incident_id = ?",
+        [reason, plan.incident_id],
+    )
+    record_event(
+        s,
+        kind="repair_stopped",
+        dataset=writer.spec.dataset,
+        incident_id=plan.incident_id,
+        actor="repair",
+        run_id=run_id,
+        summary=f"expansion stopped, {plan.namespace} and {plan.from_namespace} both kept: {reason}",
+    )
 
 
 def resume(writer: Writer, plan: RepairPlan, *, actor: str, note: str) -> None:
@@ -290,5 +287,7 @@ def resume(writer: Writer, plan: RepairPlan, *, actor: str, note: str) -> None:
                 actor=actor,
                 summary=f"repair resumed: {note}",
             )
+            faults.checkpoint("resume:recorded")  # building again and on the timeline, not committed
 
     retrying(txn)
+    faults.checkpoint("resume:committed")

@@ -84,9 +84,13 @@ def replay_to_now(writer: Writer, plan: RepairPlan, *, stage: str, run_id: str |
 
     def txn() -> ReplayResult:
         with writer.engine.transaction() as s:
-            return _replay_now(s, writer, plan.incident_id, stage, run_id)[0]
+            replayed = _replay_now(s, writer, plan.incident_id, stage, run_id)[0]
+            faults.checkpoint("replay:recorded")  # replayed and the high watermark moved, not committed
+            return replayed
 
-    return retrying(txn)
+    replayed = retrying(txn)
+    faults.checkpoint("replay:committed")
+    return replayed
 
 
 def _replay_now(s, writer: Writer, incident_id: str, stage: str, run_id: str | None) -> tuple[ReplayResult, RepairPlan]:
@@ -241,8 +245,7 @@ def publish(
     try:
         result = retrying(txn)
     except _PreservationRefused as refused:
-        with writer.engine.transaction() as s:  # the refusal is kept; the replay and the move are not
-            _record_gate(s, refused.plan, refused.gate, committed_seq(s), run_id)
+        _record_refusal(writer, refused, actor=actor, run_id=run_id)  # kept; the replay and the move are not
         raise GateRefusedError(
             f"publish refused: {refused.gate.gate} found the repair generation would lose or double rows a "
             f"concurrent write put there ({refused.gate.details}); the public view still points at "
@@ -260,6 +263,39 @@ class _PreservationRefused(Exception):
     def __init__(self, plan: RepairPlan, gate: GateResult):
         super().__init__(gate.details)
         self.plan, self.gate = plan, gate
+
+
+def _record_refusal(writer: Writer, refused: _PreservationRefused, *, actor: str, run_id: str | None) -> None:
+    """The refused publish's failed gate and its timeline event, in one transaction; once per
+    commit clock: a rerun refused at the same state finds it recorded and adds nothing."""
+    plan, gate = refused.plan, refused.gate
+
+    def txn() -> None:
+        with writer.engine.transaction() as s:
+            seq = committed_seq(s)
+            if s.scalar(
+                f"SELECT count(*) FROM {GATES} WHERE incident_id = ? AND stage = 'publish' AND gate = ? "
+                "AND NOT passed AND evaluated_seq = ?",
+                [plan.incident_id, gate.gate, seq],
+            ):
+                return
+            _record_gate(s, plan, gate, seq, run_id)
+            faults.checkpoint("publish:refusal_gated")  # the failed gate written, its event not yet
+            record_event(
+                s,
+                kind="publish_refused",
+                dataset=writer.spec.dataset,
+                incident_id=plan.incident_id,
+                actor=actor,
+                run_id=run_id,
+                summary=f"publish of {plan.namespace} refused by {gate.gate} ({gate.details}); "
+                f"{writer.spec.target.table} still points at {plan.from_namespace}",
+                details=json.dumps({"gate": gate.gate, "seq": seq, "generation": plan.generation}),
+            )
+            faults.checkpoint("publish:refusal_recorded")  # everything written, not committed
+
+    retrying(txn)
+    faults.checkpoint("publish:refusal_committed")
 
 
 def _record_gate(s, plan: RepairPlan, gate: GateResult, seq: int, run_id: str | None) -> None:

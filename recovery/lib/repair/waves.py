@@ -21,7 +21,7 @@ from recovery.lib.engine.base import Session
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.pointers.namespaces import namespace_sql
-from recovery.lib.repair.build import stop_expansion
+from recovery.lib.repair.build import stop_in
 from recovery.lib.repair.gates import evaluate_gates
 from recovery.lib.repair.plan import RepairPlan, require_plan, wave_name
 from recovery.lib.repair.replay import committed_seq
@@ -67,14 +67,13 @@ def gate_wave(writer: Writer, incident_id: str, wave: int, *, run_id: str | None
                 + ("passed" if not failed else "FAILED " + ", ".join(r.gate for r in failed)),
                 details=json.dumps([r.__dict__ for r in results]),
             )
+            if failed:  # the expansion stops with the failed results: no kill can leave them without the stop
+                stop_in(s, writer, plan, f"{wave_name(wave)}: " + "; ".join(r.details for r in failed), run_id=run_id)
             faults.checkpoint("gate:recorded")  # everything written, not committed
             return plan, results
 
-    plan, results = retrying(txn)
+    _, results = retrying(txn)
     faults.checkpoint("gate:committed")
-    failed = [r for r in results if not r.passed]
-    if failed:
-        stop_expansion(writer, plan, f"{wave_name(wave)}: " + "; ".join(r.details for r in failed), run_id=run_id)
     return results
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from recovery.lib import faults
 from recovery.lib.consumers.outputs import RESTATEMENTS
 from recovery.lib.control.plane import SCHEMA, utcnow
 from recovery.lib.dataset_spec.models import Consumer, DatasetSpec
@@ -131,5 +132,7 @@ def _stamp(engine: Engine, spec: DatasetSpec, incident_id: str, consumer: str, k
                 f"AND notified_at IS DISTINCT FROM ?",
                 [at, incident_id, spec.dataset, consumer, at],
             )
+            faults.checkpoint("notice:stamped")  # the ledger and the restatement stamped, not committed
 
     retrying(txn)
+    faults.checkpoint("notice:committed")  # this consumer's notice stamped, the next ones not yet

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from recovery.lib import faults
 from recovery.lib.control.plane import SCHEMA
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.retry import retrying
@@ -74,6 +75,7 @@ def apply_changes(
         run_id=run_id,
         note="ingest upserts",
     )
+    faults.checkpoint("ingest:upserted")  # the upserts committed, the tombstones and the watermark not yet
     # the watermark is recorded with the second write, in its transaction: once both landed, every
     # change up to ``until`` is applied; after a crash between them, the window is still pending
     de = writer.write(
@@ -86,6 +88,7 @@ def apply_changes(
         source_watermark=until,
         watermark_basis="incremental ingestion through the writer",
     )
+    faults.checkpoint("ingest:tombstoned")  # the tombstones and the write log's watermark, not the generation's
 
     def advance() -> None:
         with writer.engine.transaction() as s:
@@ -96,4 +99,5 @@ def apply_changes(
             )
 
     retrying(advance)
+    faults.checkpoint("ingest:advanced")
     return IngestResult(generation, since, until, up.rows_inserted, de.rows_deleted, (up.seq, de.seq))

@@ -151,13 +151,16 @@ class Writer:
                     summary=f"{kind} generation {generation} registered"
                     + (f" writing namespace {ns}" if ns else " writing the published namespace"),
                 )
+                faults.checkpoint("register:recorded")  # the generation, its namespace and its event, not committed
                 return ns
 
         try:
-            return retrying(txn)
+            ns = retrying(txn)
         except FencedGenerationError as err:
             self.record_fence_attempt(generation, "register", run_id=run_id, detail=str(err))
             raise
+        faults.checkpoint("register:committed")
+        return ns
 
     def set_status(self, generation: str, status: str, *, ended_at: datetime | None = None) -> None:
         def txn() -> None:
@@ -169,6 +172,7 @@ class Writer:
                 )
 
         retrying(txn)
+        faults.checkpoint("status:committed")
 
     # ---- writes -------------------------------------------------------------------------
     def write(
@@ -225,7 +229,7 @@ class Writer:
 
         def txn() -> WriteResult:
             with self.engine.transaction() as s:
-                return self.write_in(
+                result = self.write_in(
                     s,
                     generation,
                     rows_sql,
@@ -241,6 +245,8 @@ class Writer:
                     source_watermark=source_watermark,
                     watermark_basis=watermark_basis,
                 )
+                faults.checkpoint("write:recorded")  # the rows and their write record, not committed
+                return result
 
         try:
             return retrying(txn)
@@ -633,8 +639,10 @@ class Writer:
                     summary=f"{action} by fenced generation {generation} refused",
                     details=json.dumps({"generation": generation, "action": action, "detail": detail}),
                 )
+                faults.checkpoint("fence_attempt:recorded")  # the attempt and its event, not committed
 
         retrying(txn)
+        faults.checkpoint("fence_attempt:committed")
 
 
 def _new_namespace(s: Session, spec: DatasetSpec, *, created_by: str, seq: int) -> str:
