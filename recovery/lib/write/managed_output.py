@@ -22,7 +22,8 @@ from recovery.lib.errors import RecoveryError
 from recovery.lib.identifiers import quote
 from recovery.lib.retry import retrying
 from recovery.lib.write.fencing import GENERATION_TAG
-from recovery.lib.write.writer import GenerationKind, Writer, WriteResult
+from recovery.lib.write.generations import GenerationKind
+from recovery.lib.write.writer import Writer, WriteResult
 
 BACKFILL_TAG = "dagster/backfill"
 SOURCE_WATERMARK_KEY = "recovery/source_watermark"
