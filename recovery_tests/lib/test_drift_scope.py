@@ -13,7 +13,7 @@ from recovery.lib.convergence.drift import compare_partitions, stage_sides
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import parse_spec
-from recovery_tests.small_dataset import build_small_dataset
+from recovery_tests.support.small_dataset import build_small_dataset
 
 COLUMNS = "partition, expected_rows, actual_rows, missing, extra, changed, duplicate, drift_keys, sample_keys"
 

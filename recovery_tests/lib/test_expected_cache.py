@@ -15,7 +15,7 @@ from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.expected_cache import CHANGED, KEPT, expected_rows, kept_watermark, stage_expected
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import parse_spec
-from recovery_tests.small_dataset import SOURCE_TABLE, build_small_dataset
+from recovery_tests.support.small_dataset import SOURCE_TABLE, build_small_dataset
 
 KEPT_TABLE = '_recovery."expected__orders"'
 

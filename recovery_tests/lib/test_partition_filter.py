@@ -9,7 +9,7 @@ import pytest
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.partition_filter import in_partitions
 from recovery.lib.spec import parse_spec
-from recovery_tests.small_dataset import build_small_dataset
+from recovery_tests.support.small_dataset import build_small_dataset
 
 VALUES = {
     "DATE": ["DATE '2024-01-01'", "DATE '2024-01-02'", "DATE '2024-02-29'"],

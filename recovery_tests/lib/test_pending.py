@@ -20,7 +20,7 @@ from recovery.lib.convergence.watermark import stage_partition_watermarks
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import parse_spec
-from recovery_tests.small_dataset import build_small_dataset
+from recovery_tests.support.small_dataset import build_small_dataset
 
 NEW = "region, order_no, rev, change, loaded_at, placed_at, qty, sku"
 

@@ -34,7 +34,7 @@ import yaml
 from filelock import FileLock
 
 from recovery.orchestration import LAUNCH_BACKFILL, Daemon, backfill_finished, workspace_context
-from recovery_tests.example_build import env
+from recovery_tests.support.example_build import env
 from recovery_tests.team_project import definitions as team
 from recovery_tests.team_project.truth import History, expected_rows, labels, mart_rows
 
@@ -192,7 +192,7 @@ def _on_call(root: Path, home: Path, instance: dg.DagsterInstance, backfill_id: 
     from recovery.defs.alerts.resources import NotifierResource
     from recovery.defs.intake.sensors import backfill_incident_sensor
     from recovery.defs.resources import warehouse_resource
-    from recovery_tests.foreign_warehouse import cli
+    from recovery_tests.support.foreign_warehouse import cli
 
     spec = root / "spec.yaml"
     with dg.build_sensor_context(
