@@ -13,6 +13,7 @@ import duckdb
 
 from recovery.lib.snapshot import expected_rows_sql
 from recovery_tests.support.repaired_small import build_damaged
+from recovery_tests.support.rows import present
 
 ROOT = Path(__file__).resolve().parents[2]
 PHASES = ["contain", "evidence", "assess", "repair", "publish", "restate", "verify", "reports"]
@@ -40,10 +41,12 @@ def test_recover_bench_runs_every_phase_on_a_small_dataset_and_reports_figures(t
     # the bench worked on a copy: the original is still damaged
     con = duckdb.connect(str(damaged.spec.warehouse.path), read_only=True)
     try:
-        still_damaged = con.execute(
-            f"SELECT count(*) FROM (SELECT * EXCLUDE (gen_id, landed_at) FROM mart.orders "
-            f"EXCEPT ALL ({expected_rows_sql(damaged.spec, None)}))"
-        ).fetchone()[0]
+        still_damaged = present(
+            con.execute(
+                f"SELECT count(*) FROM (SELECT * EXCLUDE (gen_id, landed_at) FROM mart.orders "
+                f"EXCEPT ALL ({expected_rows_sql(damaged.spec, None)}))"
+            ).fetchone()
+        )[0]
     finally:
         con.close()
     assert still_damaged > 0

@@ -18,6 +18,7 @@ import yaml
 
 from recovery_tests.support.example_build import env
 from recovery_tests.support.foreign_warehouse import cli
+from recovery_tests.support.rows import present
 
 DAYS = ["2025-05-01", "2025-05-02", "2025-05-03"]
 BACKFILL = "bfsales01"
@@ -163,11 +164,13 @@ def test_a_failed_dagster_backfill_id_resolves_to_its_runs_and_the_clobbered_wri
         assert r.code == 0 and "Traceback" not in r.out, (verb, r.out)
     con = duckdb.connect(str(root / "wh.duckdb"), read_only=True)
     try:
-        wrong = con.execute("""
+        wrong = present(
+            con.execute("""
             WITH truth AS (SELECT id, day, amount, rev FROM raw.events
                            QUALIFY row_number() OVER (PARTITION BY id ORDER BY rev DESC) = 1)
             SELECT count(*) FROM truth t FULL JOIN mart.sales s USING (id)
-            WHERE s.id IS NULL OR t.id IS NULL OR s.amount <> t.amount OR s.src_rev <> t.rev""").fetchone()[0]
+            WHERE s.id IS NULL OR t.id IS NULL OR s.amount <> t.amount OR s.src_rev <> t.rev""").fetchone()
+        )[0]
     finally:
         con.close()
     assert wrong == 0

@@ -173,6 +173,7 @@ def test_target_asset_retries_once_and_backfills_in_bounded_runs(example: dg.Def
     asset = example.resolve_assets_def(TARGET_KEY)
     policy = asset.backfill_policy
     assert policy is not None and policy.max_partitions_per_run == SCENARIO.max_partitions_per_run
+    assert isinstance(asset.node_def, dg.OpDefinition)
     retry = asset.node_def.retry_policy
     assert retry is not None and retry.max_retries == 1
 
@@ -198,6 +199,7 @@ def test_the_repair_is_launchable_and_its_gates_are_blocking_checks(definitions:
     assert {"plan_repair", "repair_canary", "repair_waves", "publish_repair", "rollback_incident"} <= jobs
     graph = definitions.resolve_asset_graph()
     generation = graph.get(dg.AssetKey(["repair", "generation"]))
+    assert isinstance(generation.partitions_def, dg.DynamicPartitionsDefinition)
     assert generation.partitions_def.name == "repair_partitions"
     checks = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
     spec_suites = [s.name for s in parse_spec(spec_path()).suites]

@@ -48,6 +48,7 @@ from recovery_tests.support.browser import (
     wait_for_run,
 )
 from recovery_tests.support.example_build import env as _env
+from recovery_tests.support.rows import present
 
 RECOVERY_JOBS = (
     "contain_backfill",
@@ -144,9 +145,9 @@ def _walk_the_ui(webserver: Webserver, pg) -> None:
         fenced = con.execute(
             "SELECT run_id FROM _recovery.timeline WHERE kind LIKE 'containment%' OR kind LIKE 'fence%'"
         ).fetchall()
-        status = con.execute("SELECT status FROM _recovery.generations WHERE generation = 'backfill-0042'").fetchone()[
-            0
-        ]
+        status = present(
+            con.execute("SELECT status FROM _recovery.generations WHERE generation = 'backfill-0042'").fetchone()
+        )[0]
     finally:
         con.close()
     assert status == "fenced"
@@ -294,10 +295,15 @@ def _contain_and_reconcile_shipments(webserver: Webserver, pg) -> None:
     # and the backfill's generation is fenced
     con = duckdb.connect(str(root / "warehouse.duckdb"), read_only=True)
     try:
-        adopted = con.execute("SELECT count(*) FROM _recovery.timeline WHERE kind = 'target_adopted'").fetchone()[0]
-        kind = con.execute(
-            "SELECT table_type FROM information_schema.tables WHERE table_schema = 'mart' AND table_name = 'shipments'"
-        ).fetchone()[0]
+        adopted = present(
+            con.execute("SELECT count(*) FROM _recovery.timeline WHERE kind = 'target_adopted'").fetchone()
+        )[0]
+        kind = present(
+            con.execute(
+                "SELECT table_type FROM information_schema.tables "
+                "WHERE table_schema = 'mart' AND table_name = 'shipments'"
+            ).fetchone()
+        )[0]
         status = con.execute("SELECT status FROM _recovery.generations WHERE generation = 'bf-0007'").fetchone()
     finally:
         con.close()

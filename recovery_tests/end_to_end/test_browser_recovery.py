@@ -54,6 +54,7 @@ from recovery_tests.support.browser import (
     screenshot,
     wait_for_run,
 )
+from recovery_tests.support.rows import present
 
 pytestmark = [
     pytest.mark.browser,
@@ -139,7 +140,7 @@ def _launch(pg, link: str, job: str, config: dict | None = None) -> str:
         pg.get_by_text("No errors").wait_for()
     launch.click()
     pg.wait_for_url(re.compile(r"/runs/[0-9a-f-]{36}"), timeout=60_000)
-    return re.search(r"/runs/([0-9a-f-]{36})", pg.url).group(1)
+    return present(re.search(r"/runs/([0-9a-f-]{36})", pg.url)).group(1)
 
 
 def _next_links(pg) -> dict[str, str]:

@@ -28,6 +28,7 @@ from recovery_tests.support.foreign_warehouse import (
     labels_vs_truth,
     published_vs_truth,
 )
+from recovery_tests.support.rows import present
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +50,12 @@ def test_responders_size_the_damage_before_containment_without_writing_to_the_wa
 
     shape_checks = []
     real = catalog_checks._check_shapes
-    monkeypatch.setattr(catalog_checks, "_check_shapes", lambda *a: shape_checks.append(1) or real(*a))
+
+    def counted(*a):
+        shape_checks.append(1)
+        return real(*a)
+
+    monkeypatch.setattr(catalog_checks, "_check_shapes", counted)
     before = file_digest(warehouse / "warehouse.duckdb")
     r = cli(tmp_path / "home", "reconcile", "--incident", str(warehouse / "incident.yaml"))
     assert r.code == 0, r.out
@@ -75,7 +81,9 @@ def test_evidence_is_built_before_containment_without_writing_to_the_warehouse(w
     assert cli(home, "evidence", "verify", "--incident", incident).code == 0
     assert file_digest(warehouse / "warehouse.duckdb") == before
     bundle = warehouse / "evidence" / "INC-SHIP-7"
-    (failed,) = duckdb.sql(f"SELECT count(*) FROM '{bundle / 'target' / 'current' / 'bf-0007.parquet'}'").fetchall()
+    (failed,) = present(
+        duckdb.sql(f"SELECT count(*) FROM '{bundle / 'target' / 'current' / 'bf-0007.parquet'}'")
+    ).fetchall()
     assert failed[0] > 0  # the failed load's rows, as found in the plain table
 
 
@@ -155,9 +163,9 @@ def test_the_whole_runbook_step_by_step_repairs_a_foreign_target_and_hands_it_ba
         with pytest.raises(duckdb.Error):
             con.execute("INSERT INTO mart.shipments SELECT * FROM mart.shipments LIMIT 1")
         adopted = json.loads(
-            con.execute("SELECT details FROM _recovery.timeline WHERE kind = 'target_adopted'").fetchone()[0]
+            present(con.execute("SELECT details FROM _recovery.timeline WHERE kind = 'target_adopted'").fetchone())[0]
         )
-        assert adopted["rows"] == con.execute("SELECT count(*) FROM mart.shipments__g0001").fetchone()[0]
+        assert adopted["rows"] == present(con.execute("SELECT count(*) FROM mart.shipments__g0001").fetchone())[0]
         assert adopted["checksum"] and "load_id" in adopted["columns"]
     finally:
         con.close()
@@ -216,9 +224,12 @@ def test_the_whole_runbook_step_by_step_repairs_a_foreign_target_and_hands_it_ba
     assert r.code == 0, r.out
     con = duckdb.connect(str(db))
     try:
-        kind = con.execute(
-            "SELECT table_type FROM information_schema.tables WHERE table_schema = 'mart' AND table_name = 'shipments'"
-        ).fetchone()[0]
+        kind = present(
+            con.execute(
+                "SELECT table_type FROM information_schema.tables "
+                "WHERE table_schema = 'mart' AND table_name = 'shipments'"
+            ).fetchone()
+        )[0]
         assert kind == "BASE TABLE"
         con.execute("INSERT INTO mart.shipments SELECT * FROM mart.shipments LIMIT 0")  # writable again
     finally:
@@ -370,7 +381,8 @@ def test_a_plain_sql_warehouse_with_date_partitions_no_registry_and_no_consumers
     assert "nothing to restate" in r.out and "Traceback" not in r.out
     con = duckdb.connect(str(root / "wh.duckdb"), read_only=True)
     try:  # the backfill's days equal the source (latest live version per key), computed here without the package
-        wrong = con.execute("""
+        wrong = present(
+            con.execute("""
             WITH latest AS (SELECT * FROM src.orders_cdc QUALIFY row_number() OVER (PARTITION BY order_id
                 ORDER BY seq DESC) = 1),
                  truth AS (SELECT order_id, order_date, CAST(total AS DECIMAL(10, 2)) AS total FROM latest
@@ -378,7 +390,8 @@ def test_a_plain_sql_warehouse_with_date_partitions_no_registry_and_no_consumers
                  published AS (SELECT order_id, order_date, total FROM dw.orders
                                WHERE order_date BETWEEN DATE '2024-03-05' AND DATE '2024-03-10')
             SELECT count(*) FROM ((SELECT * FROM truth EXCEPT ALL SELECT * FROM published)
-                                  UNION ALL (SELECT * FROM published EXCEPT ALL SELECT * FROM truth))""").fetchone()[0]
+                                  UNION ALL (SELECT * FROM published EXCEPT ALL SELECT * FROM truth))""").fetchone()
+        )[0]
     finally:
         con.close()
     assert wrong == 0

@@ -28,6 +28,7 @@ from recovery.lib.incident import check_incident, parse_incident
 from recovery.lib.spec import parse_spec
 from recovery.lib.writer import Writer
 from recovery_tests.support.example_build import build_example, copy_dataset, env
+from recovery_tests.support.rows import present
 
 SMALL_EVENTS = 20_000
 FAILED = "backfill-0042"
@@ -165,13 +166,15 @@ def test_a_fenced_generation_cannot_land_a_row_on_spark(recovered_twice):
     spec = parse_spec(recovered_twice["spark"])
     engine = open_engine(spec.warehouse)
     with engine.session(read_only=True) as s:
-        fenced_at, namespace = s.fetchone(
-            "SELECT fenced_at, coalesce(namespace, '') FROM _recovery.generations WHERE generation = ?", [FAILED]
+        fenced_at, namespace = present(
+            s.fetchone(
+                "SELECT fenced_at, coalesce(namespace, '') FROM _recovery.generations WHERE generation = ?", [FAILED]
+            )
         )
         assert fenced_at is not None
         before = s.scalar(f"SELECT count(*) FROM {spec.target.table_name.sql()}")
         dirs_before = s.fetchall(f"SELECT name, dirs FROM {CATALOG} ORDER BY name")
-    data_files = {p for p in Path(spec.warehouse.spark.data_path).rglob("*.parquet")}
+    data_files = {p for p in Path(present(spec.warehouse.spark).data_path).rglob("*.parquet")}
     rows = f"SELECT * EXCLUDE (_generation, _written_at) FROM {spec.target.table_name.sql()} LIMIT 5"
     with pytest.raises(FencedGenerationError):
         Writer(engine, spec, actor="test").write(FAILED, rows, mode="append")
@@ -179,7 +182,7 @@ def test_a_fenced_generation_cannot_land_a_row_on_spark(recovered_twice):
         assert s.scalar(f"SELECT count(*) FROM {spec.target.table_name.sql()}") == before
         assert s.fetchall(f"SELECT name, dirs FROM {CATALOG} ORDER BY name") == dirs_before
         assert s.scalar("SELECT count(*) FROM _recovery.fence_attempts WHERE generation = ?", [FAILED]) >= 1
-    assert {p for p in Path(spec.warehouse.spark.data_path).rglob("*.parquet")} == data_files, (
+    assert {p for p in Path(present(spec.warehouse.spark).data_path).rglob("*.parquet")} == data_files, (
         "the refused write left staged files behind"
     )
 

@@ -28,6 +28,7 @@ from recovery.lib.engine import open_engine
 from recovery.lib.engine.spark_engine import CATALOG
 from recovery.lib.spec import parse_spec
 from recovery_tests.support.foreign_warehouse import KEY, build_shipments, cli, fresh_copy, labels_vs_truth
+from recovery_tests.support.rows import present
 
 pytestmark = [
     pytest.mark.slow,
@@ -116,7 +117,7 @@ def _control_file(root: Path) -> tuple[dict[str, str], set[str], tuple]:
             "SELECT namespace, note FROM _recovery.namespaces WHERE public_name = 'mart.shipments' "
             "ORDER BY created_seq LIMIT 1"
         ).fetchone()
-    return catalog, in_control, adopted
+    return catalog, in_control, present(adopted)
 
 
 def _content_hash(table: pa.Table, order: list[str]) -> str:

@@ -27,6 +27,7 @@ import yaml
 from recovery.lib.incident import parse_incident
 from recovery_tests.support.example_build import env
 from recovery_tests.support.foreign_warehouse import cli
+from recovery_tests.support.rows import present
 from recovery_tests.team_project import definitions as team
 from recovery_tests.team_project.build import Built, build_once, ingest
 
@@ -165,7 +166,8 @@ def test_any_name_of_the_backfill_resolves_to_the_same_generations(built: Built)
     for name, incident in zip(names, resolved, strict=True):
         assert set(incident.failed_generations) - {name} == subject - {name}, name
         assert incident.dagster_backfill == built.backfill_id
-        assert (str(incident.partitions.start), str(incident.partitions.end)) == team.BACKFILL_RANGE
+        partitions = present(incident.partitions)
+    assert (str(partitions.start), str(partitions.end)) == team.BACKFILL_RANGE
 
 
 def test_contain_cancels_the_backfill_mid_flight_and_no_run_of_it_writes_after_the_fence(built: Built):
@@ -186,11 +188,11 @@ def test_contain_cancels_the_backfill_mid_flight_and_no_run_of_it_writes_after_t
     try:
         fences = dict(con.execute("SELECT generation, seq FROM _recovery.fences").fetchall())
         assert set(fences) >= {*info["run_ids"], f"backfill-{built.backfill_id}"}
-        assert con.execute("SELECT count(*) FROM _recovery.writes").fetchone()[0] == 0  # nothing written since
+        assert present(con.execute("SELECT count(*) FROM _recovery.writes").fetchone())[0] == 0  # nothing written since
         adopted = json.loads(
-            con.execute("SELECT details FROM _recovery.timeline WHERE kind = 'target_adopted'").fetchone()[0]
+            present(con.execute("SELECT details FROM _recovery.timeline WHERE kind = 'target_adopted'").fetchone())[0]
         )
-        assert con.execute("SELECT count(*) FROM clean.readings").fetchone()[0] == adopted["rows"]
+        assert present(con.execute("SELECT count(*) FROM clean.readings").fetchone())[0] == adopted["rows"]
     finally:
         con.close()
 
@@ -239,14 +241,14 @@ def test_the_io_manager_refuses_every_later_run_of_the_backfill(built: Built, tm
     ):
         assert not run.success
         failure = " ".join(
-            f"{e.step_failure_data.error.message} {e.step_failure_data.user_failure_data}"
+            f"{present(e.step_failure_data.error).message} {e.step_failure_data.user_failure_data}"
             for e in run.all_events
             if e.is_step_failure
         )
         assert generation in failure and why in failure and "nothing was written" in failure, failure
     con = duckdb.connect(str(db), read_only=True)
     try:
-        assert con.execute("SELECT count(*) FROM _recovery.writes").fetchone()[0] == 0
+        assert present(con.execute("SELECT count(*) FROM _recovery.writes").fetchone())[0] == 0
     finally:
         con.close()
 
@@ -288,7 +290,7 @@ def test_a_plain_writer_refused_by_the_contained_table_gets_the_sentence_on_its_
         for _ in range(2):  # a second tick finds it tagged already: one alert
             with dg.build_sensor_context(instance=instance, resources=resources) as context:
                 fencing_sensor(context)
-        tag = instance.get_run_by_id(result.run_id).tags[REFUSED_TAG]
+        tag = present(instance.get_run_by_id(result.run_id)).tags[REFUSED_TAG]
     assert tag.startswith("clean.readings is contained (incident INC-DRAFT-") and "ManagedDuckDBIOManager(" in tag
     sent = [json.loads(line) for line in alerts.read_text().splitlines()]
     assert [a["body"] for a in sent if result.run_id in a["subject"]] == [tag]
@@ -309,7 +311,8 @@ def test_labels_are_exact_against_the_independent_truth(recovered: Recovered):
 
 def test_the_run_that_died_after_deleting_is_the_backfills_damage_not_drift(recovered: Recovered):
     incident = parse_incident(recovered.incident)
-    assert str(incident.partitions.start) <= team.DYING_DAY <= str(incident.partitions.end)
+    partitions = present(incident.partitions)
+    assert str(partitions.start) <= team.DYING_DAY <= str(partitions.end)
     got = pd.read_parquet(recovered.reports / "reconciliation.parquet")
     dying = pd.date_range(team.DYING_DAY, periods=team.PER_RUN).date
     in_dying = got[got["expected_partition"].isin(dying)]

@@ -82,7 +82,7 @@ def test_backfill_is_a_real_dagster_backfill_with_one_dead_run_and_one_retry(fai
         assert r.status in (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE), (r.run_id, r.status)
 
     # runs cover the requested range (the range bug reaches the current partitions) in bounded chunks
-    covered = set()
+    covered: set[str] = set()
     for r in runs:
         lo, hi = r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"]
         part = [p for p in SCENARIO.requested_partitions() if lo <= p <= hi]

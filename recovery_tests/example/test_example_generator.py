@@ -13,6 +13,7 @@ import pytest
 
 from recovery.example.generator import generate
 from recovery.example.scenario import SCENARIO
+from recovery_tests.support.rows import present
 
 
 def _ts(value) -> str:
@@ -29,10 +30,12 @@ def table_hashes(path: Path) -> dict[str, str]:
         ).fetchall()
         out = {}
         for schema, name in tables:
-            out[f"{schema}.{name}"] = con.execute(
-                f"SELECT count(*) || ':' || coalesce(md5(string_agg(h, '' ORDER BY h)), '') "
-                f'FROM (SELECT md5(CAST(t AS VARCHAR)) AS h FROM "{schema}"."{name}" t)'
-            ).fetchone()[0]
+            out[f"{schema}.{name}"] = present(
+                con.execute(
+                    f"SELECT count(*) || ':' || coalesce(md5(string_agg(h, '' ORDER BY h)), '') "
+                    f'FROM (SELECT md5(CAST(t AS VARCHAR)) AS h FROM "{schema}"."{name}" t)'
+                ).fetchone()
+            )[0]
         return out
     finally:
         con.close()

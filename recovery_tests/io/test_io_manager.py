@@ -177,33 +177,30 @@ def test_source_version_is_optional_and_arrow_and_relations_write_too(orders):
     assert result.success
     assert {r[3] for r in shard_rows(db, shards[2])} == {None}
 
-    for kind in ("arrow", "relation"):
+    def as_arrow() -> pa.Table:
+        con = duckdb.connect(str(spec.warehouse.path), read_only=True)
+        try:
+            return con.sql(
+                f"SELECT * REPLACE (qty + 100 AS qty) FROM ({expected_rows_sql(spec, None)}) "
+                f"WHERE region = 'west' AND order_no % 3 = 0"
+            ).to_arrow_table()
+        finally:
+            con.close()
 
-        @dg.asset(key=["mart", "orders"])
-        def unpartitioned() -> pa.Table:  # upserts by key when the asset has no partitions
-            con = duckdb.connect(str(spec.warehouse.path), read_only=True)
-            try:
-                return con.sql(
-                    f"SELECT * REPLACE (qty + 100 AS qty) FROM ({expected_rows_sql(spec, None)}) "
-                    f"WHERE region = 'west' AND order_no % 3 = 0"
-                ).to_arrow_table()
-            finally:
-                con.close()
+    def as_relation() -> duckdb.DuckDBPyRelation:
+        con = duckdb.connect(str(spec.warehouse.path), read_only=True)
+        try:
+            table = con.sql(
+                f"SELECT * REPLACE (qty + 1000 AS qty) FROM ({expected_rows_sql(spec, None)}) "
+                f"WHERE region = 'west' AND order_no % 3 = 0"
+            ).to_arrow_table()
+        finally:
+            con.close()
+        return duckdb.from_arrow(table)
 
-        if kind == "relation":
-
-            @dg.asset(key=["mart", "orders"])
-            def unpartitioned() -> duckdb.DuckDBPyRelation:  # noqa: F811 (same asset, other type)
-                con = duckdb.connect(str(spec.warehouse.path), read_only=True)
-                try:
-                    table = con.sql(
-                        f"SELECT * REPLACE (qty + 1000 AS qty) FROM ({expected_rows_sql(spec, None)}) "
-                        f"WHERE region = 'west' AND order_no % 3 = 0"
-                    ).to_arrow_table()
-                finally:
-                    con.close()
-                return duckdb.from_arrow(table)
-
+    # upserts by key when the asset has no partitions, whether it returns an Arrow table or a relation
+    for kind, compute in (("arrow", as_arrow), ("relation", as_relation)):
+        unpartitioned = dg.asset(key=["mart", "orders"])(compute)
         run = dg.materialize([unpartitioned], resources=resources(spec_path, db))
         assert run.success, kind
         got = fetch(db, "SELECT DISTINCT gen_id, qty > 100 FROM mart.orders WHERE region = 'west' AND order_no % 3 = 0")

@@ -12,10 +12,12 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 from dagster_deltalake import LocalConfig
+from dagster_deltalake.io_manager import WriteMode
 from deltalake import DeltaTable, write_deltalake
 
 from recovery.io.lakehouse import FencedDeltaLakeIOManager
 from recovery.lib.lakehouse.fence import FENCE_PROPERTY
+from recovery_tests.support.rows import present
 
 SPEC = """\
 dataset: orders
@@ -60,7 +62,10 @@ def materialize(lake: Path, generation: str) -> dg.ExecuteInProcessResult:
         return rows([3], "2024-03-02")
 
     io = FencedDeltaLakeIOManager(
-        root_uri=str(lake / "lake"), storage_options=LocalConfig(), specs=[str(lake / "spec.yaml")], mode="append"
+        root_uri=str(lake / "lake"),
+        storage_options=LocalConfig(),
+        specs=[str(lake / "spec.yaml")],
+        mode=WriteMode.append,
     )
     return dg.materialize(
         [orders], resources={"io_manager": io}, tags={"recovery/generation": generation}, raise_on_error=False
@@ -83,6 +88,6 @@ def test_a_fenced_generation_is_refused_in_one_sentence_and_nothing_is_committed
     before = DeltaTable(path).version()
     result = materialize(lake, "bf-9")
     assert not result.success
-    failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error
+    failure = present(next(e for e in result.all_events if e.is_step_failure).step_failure_data.error)
     assert "generation 'bf-9' is fenced" in failure.message and "nothing was written" in failure.message
     assert DeltaTable(path).version() == before

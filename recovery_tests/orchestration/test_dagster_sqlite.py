@@ -14,6 +14,7 @@ import pytest
 
 from recovery import dagster_sqlite
 from recovery.dagster_sqlite import STORAGE_MODULES, EngineCache
+from recovery_tests.support.rows import present
 
 
 def test_dagsters_sqlite_storages_build_their_engines_through_the_cache():
@@ -51,7 +52,7 @@ def test_pooled_connections_commit_without_a_sync_per_statement_unless_asked(tmp
 
     def synchronous(cache: EngineCache, name: str) -> int:
         with cache.create_engine(f"sqlite:///{tmp_path / name}").connect() as conn:
-            return conn.exec_driver_sql("PRAGMA synchronous").scalar()
+            return present(conn.exec_driver_sql("PRAGMA synchronous").scalar())
 
     assert synchronous(EngineCache(), "normal.db") == 1  # NORMAL
     monkeypatch.setenv("RECOVERY_SQLITE_SYNC", "full")

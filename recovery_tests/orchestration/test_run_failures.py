@@ -8,6 +8,7 @@ import errno
 
 import dagster as dg
 
+from recovery.lib.errors import RunCrashedError
 from recovery.orchestration import run_failure
 
 
@@ -37,6 +38,7 @@ def test_a_full_disk_stops_the_run_with_what_to_do():
     assert err.exit_code == 3 and "\n" not in text
     assert text.startswith(f"preserve_evidence (run {result.run_id}) stopped: OSError:")
     assert "No space left on device" in text and "the disk is full" in text and "run the command again" in text
+    assert isinstance(err, RunCrashedError)
     assert "copies_to_a_full_disk" in err.detail  # the trace, for the log file
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from recovery.lib.identifiers import quote, quote_all
 from recovery.lib.recurrence.recompute import RecomputeContext
 from recovery.lib.snapshot import expected_rows_sql, latest_versions_sql, str_list
+from recovery_tests.support.rows import present
 
 # {rows}: the correct rows of the range. {source_upserts}: the latest upsert of every key, tombstones ignored.
 # {stale}: a snapshot one version behind (every key's last correction missed).
@@ -67,9 +68,10 @@ def _write(ctx: RecomputeContext, bug: str) -> None:
         else "false"
     )
     src = spec.source
+    watermark = present(ctx.watermark)  # the guarded launcher gives every recompute its watermark
     upserts = (
         f"SELECT * FROM {src.table_name.sql()} WHERE {quote(src.op)} IN ({str_list(src.upsert_ops)}) "
-        f"AND {quote(src.ingested_at)} <= TIMESTAMP '{ctx.watermark.isoformat(sep=' ')}' "
+        f"AND {quote(src.ingested_at)} <= TIMESTAMP '{watermark.isoformat(sep=' ')}' "
         f"QUALIFY row_number() OVER (PARTITION BY {quote_all(spec.key)} ORDER BY {quote(src.version)} DESC) = 1"
     )
     source_upserts = f"({expected_rows_sql(spec, ctx.watermark, source_relation=upserts)})"
@@ -79,7 +81,7 @@ def _write(ctx: RecomputeContext, bug: str) -> None:
         f"SELECT * EXCLUDE (__rn, __n) FROM (SELECT src.*, row_number() OVER (PARTITION BY {key} "
         f"ORDER BY {version} DESC) "
         f"AS __rn, count(*) OVER (PARTITION BY {key}) AS __n FROM {src.table_name.sql()} src "
-        f"WHERE {quote(src.ingested_at)} <= TIMESTAMP '{ctx.watermark.isoformat(sep=' ')}' "
+        f"WHERE {quote(src.ingested_at)} <= TIMESTAMP '{watermark.isoformat(sep=' ')}' "
         f"AND {quote(src.op)} IN ({str_list(src.upsert_ops)})) WHERE __rn = least(2, __n) "
         f"AND ({key}) NOT IN (SELECT ({key}) FROM ({latest}) WHERE {quote(src.op)} IN ({str_list(src.delete_ops)}))"
     )

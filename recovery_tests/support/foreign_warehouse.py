@@ -23,16 +23,19 @@ from rich.console import Console
 
 from recovery.config import PROJECT_ROOT
 from recovery_tests.support.example_build import env
+from recovery_tests.support.rows import present
 
 SHIPMENTS_DIR = PROJECT_ROOT / "sample_data" / "shipments"
 KEY = ["carrier_code", "tracking_no"]
 
 
 def generator():
-    spec = importlib.util.spec_from_file_location("shipments_build_warehouse", SHIPMENTS_DIR / "build_warehouse.py")
+    spec = present(
+        importlib.util.spec_from_file_location("shipments_build_warehouse", SHIPMENTS_DIR / "build_warehouse.py")
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses resolve their annotations through sys.modules
-    spec.loader.exec_module(module)
+    present(spec.loader).exec_module(module)
     return module
 
 

@@ -30,7 +30,7 @@ from recovery_tests.support.small_dataset import build_small_dataset, spec_dict
 
 FAILED = "bf-7"
 
-NASTY = [
+NASTY: list[object] = [
     None,
     "",
     " ",

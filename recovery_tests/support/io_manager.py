@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from recovery.io import ManagedDuckDBIOManager
+from recovery_tests.support.rows import present
 
 
 def resources(spec_path: Path, db: Path) -> dict:
@@ -16,7 +17,7 @@ def resources(spec_path: Path, db: Path) -> dict:
 
 def failure_message(result: dg.ExecuteInProcessResult) -> str:
     return " ".join(
-        e.step_failure_data.error.message + str(e.step_failure_data.user_failure_data)
+        present(e.step_failure_data.error).message + str(e.step_failure_data.user_failure_data)
         for e in result.all_events
         if e.is_step_failure
     )

@@ -8,6 +8,7 @@ from recovery.lib.catalog_checks import load_spec
 from recovery.lib.engine import open_engine
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.writer import Writer
+from recovery_tests.support.rows import present
 from recovery_tests.support.small_dataset import build_small_dataset
 
 
@@ -29,9 +30,9 @@ def read_export(path: str, out: dict) -> None:
         try:
             con = duckdb.connect(path, read_only=True)
             try:
-                gens, rows, low = con.execute(
-                    "SELECT count(DISTINCT gen_id), count(*), min(qty) FROM orders"
-                ).fetchone()
+                gens, rows, low = present(
+                    con.execute("SELECT count(DISTINCT gen_id), count(*), min(qty) FROM orders").fetchone()
+                )
             finally:
                 con.close()
             out["reads"] += 1

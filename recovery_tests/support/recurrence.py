@@ -18,6 +18,7 @@ from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import parse_spec
 from recovery.lib.writer import Writer
 from recovery_tests.support.example_build import copy_dataset
+from recovery_tests.support.rows import present
 from recovery_tests.support.small_dataset import build_small_dataset, spec_dict, write_spec
 
 APPROVER, SECOND = "head-of-data", "data-platform-lead"
@@ -31,7 +32,7 @@ def clean_baseline(spec_path: Path) -> Path:
     ns = writer.register_generation("baseline-clean", "repair", own_namespace=True)
     writer.write("baseline-clean", expected_rows_sql(spec, None), mode="append")
     with writer.engine.transaction() as s:
-        move_pointer(s, spec, ns, actor="test", reason="clean baseline for the recurrence tests")
+        move_pointer(s, spec, present(ns), actor="test", reason="clean baseline for the recurrence tests")
     return spec_path
 
 
@@ -165,7 +166,7 @@ def publish_baseline(spec_path: Path, *, ensure: bool) -> None:
     ns = writer.register_generation("baseline-clean", "repair", own_namespace=True)
     writer.write("baseline-clean", expected_rows_sql(spec, None), mode="append")
     with writer.engine.transaction() as s:
-        move_pointer(s, spec, ns, actor="test", reason="clean baseline for the recurrence matrix")
+        move_pointer(s, spec, present(ns), actor="test", reason="clean baseline for the recurrence matrix")
 
 
 def transactions_dataset(root: Path, failed_example) -> Dataset:

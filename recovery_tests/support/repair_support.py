@@ -25,6 +25,7 @@ from recovery.lib.repair.publish import PublishNotice, gate_candidate, publish
 from recovery.lib.repair.waves import gate_wave
 from recovery.lib.spec import DatasetSpec, parse_spec
 from recovery.lib.writer import Writer
+from recovery_tests.support.rows import present
 
 LIVE_START = datetime(2024, 7, 5, 6, 0, 0)  # the worked example's source ends just before this
 STEP = timedelta(minutes=1)
@@ -97,20 +98,24 @@ def read_public(spec_path: Path, failed: str, stop_file: Path, out: Path) -> Non
     spec = parse_spec(spec_path)
     engine = open_engine(spec.warehouse)
     gen = f'"{spec.target.metadata.generation}"'
-    seen = {"reads": 0, "old": 0, "new": 0, "mixed": 0, "errors": []}
+    seen: dict[str, int] = {"reads": 0, "old": 0, "new": 0, "mixed": 0}
+    errors: list[str] = []
     while not stop_file.exists():
         try:
             with engine.session(read_only=True) as s:
-                old, new = s.fetchone(
-                    f"SELECT count(*) FILTER (WHERE {gen} = ?) > 0, count(*) FILTER (WHERE {gen} LIKE 'repair-%') > 0 "
-                    f"FROM {spec.target.table_name.sql()}",
-                    [failed],
+                old, new = present(
+                    s.fetchone(
+                        f"SELECT count(*) FILTER (WHERE {gen} = ?) > 0, "
+                        f"count(*) FILTER (WHERE {gen} LIKE 'repair-%') > 0 "
+                        f"FROM {spec.target.table_name.sql()}",
+                        [failed],
+                    )
                 )
             seen["reads"] += 1
             seen["mixed" if old and new else "old" if old else "new" if new else "mixed"] += 1
         except Exception as err:  # noqa: BLE001 - every error is an observation
-            seen["errors"].append(repr(err)[:300])
-        out.write_text(json.dumps(seen))
+            errors.append(repr(err)[:300])
+        out.write_text(json.dumps({**seen, "errors": errors}))
         time.sleep(0.02)
 
 
@@ -124,7 +129,7 @@ def publish_once(spec_path: Path, incident_id: str, alerts: Path | None = None) 
 
 def current_plan(spec: DatasetSpec, incident_id: str) -> RepairPlan:
     with open_engine(spec.warehouse).session(read_only=True) as s:
-        return load_plan(s, incident_id)
+        return present(load_plan(s, incident_id))
 
 
 def repair_through_library(

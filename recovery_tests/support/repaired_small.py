@@ -27,6 +27,7 @@ from recovery.lib.namespaces import move_pointer
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec
 from recovery.lib.writer import Writer
+from recovery_tests.support.rows import present
 from recovery_tests.support.small_dataset import build_small_dataset, spec_dict, write_spec
 
 INCIDENT = "INC-small"
@@ -135,7 +136,7 @@ def build_damaged(root: Path, *, misfiled: bool = False) -> Repaired:
 
 def publish_repair(r: Repaired) -> str:
     """Rebuild the target from the source into the repair's own namespace and move the pointer to it."""
-    ns = r.writer.register_generation(REPAIR, "repair", own_namespace=True, source_watermark=now())
+    ns = present(r.writer.register_generation(REPAIR, "repair", own_namespace=True, source_watermark=now()))
     r.writer.write(REPAIR, expected_rows_sql(r.spec, None), mode="replace_partitions")
     with r.engine.transaction() as s:
         move_pointer(s, r.spec, ns, actor="test", reason=f"publish repair of {INCIDENT}")

@@ -8,6 +8,7 @@ says why, and no section reads "not run yet" for a phase the recovery ran.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def check_done_reports(
     evidence_dir: Path,
     run_ids: set[str],
     consumers: list[str],
-    computed_originals: set[str] = frozenset(),
+    computed_originals: Set[str] = frozenset(),
     qualified: dict[str, str] | None = None,
     concurrent_writes: bool = True,
 ) -> dict[str, dict]:
@@ -57,7 +58,7 @@ def check_done_reports(
     # timeline: authority, runs, containment and the evidence bundle re-checked against its manifest now
     tl = lists["timeline"]
     for item in TIMELINE_ITEMS:
-        if item in (qualified or {}):
+        if qualified and item in qualified:
             assert tl[item]["status"] == "qualified" and qualified[item] in tl[item]["why"], (item, tl[item])
         elif item != "retries":
             assert tl[item]["status"] == "verified", (item, tl[item])
@@ -136,10 +137,10 @@ class ReportPage(HTMLParser):
             self._ids.append((tag, a["id"], []))
 
     def handle_endtag(self, tag):
-        if tag in ("td", "th") and self._cell is not None:
+        if tag in ("td", "th") and self._cell is not None and self._row is not None:
             self._row.append("".join(self._cell).strip())
             self._cell = None
-        elif tag == "tr" and self._row is not None:
+        elif tag == "tr" and self._row is not None and self._table is not None:
             self.tables[self._table].append(self._row)
             self._row = None
         elif tag == "table":

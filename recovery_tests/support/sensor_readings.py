@@ -17,6 +17,7 @@ import shutil
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import duckdb
@@ -106,7 +107,7 @@ def mart_truth(log: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["sensor_id", "day"]).reset_index(drop=True)
 
 
-SPEC = {
+SPEC: dict[str, Any] = {
     "dataset": "readings",
     "warehouse": {"engine": "duckdb", "path": "warehouse.duckdb"},
     "source": {

@@ -31,6 +31,7 @@ from recovery.lib.engine import open_engine
 from recovery.lib.evidence import KEY_ENV, build_evidence, load_evidence_key, verify_bundle
 from recovery.lib.incident import check_incident, parse_incident
 from recovery_tests.support.example_build import copy_dataset, env
+from recovery_tests.support.rows import present
 
 MARKER = 7_777_777_777_771  # stands in for one customer's id everywhere before the bundle is built
 OP = "incident__evidence_bundle"
@@ -58,17 +59,21 @@ def plant_marker(warehouse: Path) -> int:
     """Give one customer (present in source and target) the marker id in every table that has the column."""
     con = duckdb.connect(str(warehouse))
     try:
-        victim = con.execute(
-            "SELECT t.customer_id FROM analytics.transactions t JOIN raw.transaction_events s USING (txn_id) "
-            "WHERE t._generation = 'backfill-0042' GROUP BY 1 ORDER BY count(*) DESC LIMIT 1"
-        ).fetchone()[0]
+        victim = present(
+            con.execute(
+                "SELECT t.customer_id FROM analytics.transactions t JOIN raw.transaction_events s USING (txn_id) "
+                "WHERE t._generation = 'backfill-0042' GROUP BY 1 ORDER BY count(*) DESC LIMIT 1"
+            ).fetchone()
+        )[0]
         tables = con.execute(
             "SELECT c.table_schema, c.table_name FROM information_schema.columns c JOIN information_schema.tables t "
             "USING (table_schema, table_name) WHERE c.column_name = 'customer_id' AND t.table_type = 'BASE TABLE'"
         ).fetchall()
         for schema, name in tables:
             con.execute(f'UPDATE "{schema}"."{name}" SET customer_id = ? WHERE customer_id = ?', [MARKER, victim])
-        return con.execute("SELECT count(*) FROM analytics.transactions WHERE customer_id = ?", [MARKER]).fetchone()[0]
+        return present(
+            con.execute("SELECT count(*) FROM analytics.transactions WHERE customer_id = ?", [MARKER]).fetchone()
+        )[0]
     finally:
         con.close()
 
@@ -145,7 +150,7 @@ def test_the_manifest_matches_every_file(case: Case):
         assert hashlib.sha256(data).hexdigest() == entry["sha256"], rel
         assert len(data) == entry["bytes"], rel
         if rel.endswith(".parquet"):
-            rows = con.execute("SELECT count(*) FROM read_parquet(?)", [str(case.bundle / rel)]).fetchone()[0]
+            rows = present(con.execute("SELECT count(*) FROM read_parquet(?)", [str(case.bundle / rel)]).fetchone())[0]
             assert rows == entry["rows"], rel
         elif rel.endswith(".jsonl"):
             assert len(data.decode().splitlines()) == entry["rows"], rel
@@ -188,12 +193,14 @@ def test_the_bundle_holds_what_the_runbook_asks_to_preserve(case: Case):
     # the failed generation's rows and delta-log entries are all there
     con = duckdb.connect()
     con.execute("ATTACH ? AS wh (READ_ONLY)", [str(case.root / "warehouse.duckdb")])
-    in_target = con.execute(
-        "SELECT count(*) FROM wh.analytics.transactions WHERE _generation = 'backfill-0042'"
-    ).fetchone()[0]
-    copied = con.execute(
-        "SELECT count(*) FROM read_parquet(?)", [str(case.bundle / "target/current/backfill-0042.parquet")]
-    ).fetchone()[0]
+    in_target = present(
+        con.execute("SELECT count(*) FROM wh.analytics.transactions WHERE _generation = 'backfill-0042'").fetchone()
+    )[0]
+    copied = present(
+        con.execute(
+            "SELECT count(*) FROM read_parquet(?)", [str(case.bundle / "target/current/backfill-0042.parquet")]
+        ).fetchone()
+    )[0]
     assert copied == in_target > 0
     con.close()
     # code version, incident file and spec as given
@@ -211,7 +218,7 @@ def test_the_bundle_holds_what_the_runbook_asks_to_preserve(case: Case):
         for run_id in case.backfill_run_ids:
             lines = (case.bundle / f"dagster/event_logs/{run_id}.jsonl").read_text().splitlines()
             assert len(lines) == len(instance.all_logs(run_id)) > 0
-            entry = dg.deserialize_value(lines[0])
+            entry = dg.deserialize_value(lines[0], dg.EventLogEntry)
             assert entry.run_id == run_id
     assert manifest["orchestrator"]["backfills"] == [case.backfill_id] and manifest["orchestrator"]["notes"] == []
 
@@ -338,17 +345,22 @@ def test_sensitive_columns_never_appear_in_clear_yet_still_join(case: Case):
             cols = [r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(f)]).fetchall()]
             if "customer_id" in cols:
                 hashed_files += 1
-                clear, malformed = con.execute(
-                    f"SELECT count(*) FILTER (WHERE customer_id IN ({raw_ids})), "
-                    "count(*) FILTER (WHERE customer_id IS NOT NULL AND NOT regexp_full_match(customer_id, "
-                    f"'[0-9a-f]{{64}}')) "
-                    f"FROM read_parquet(?)",
-                    [str(f)],
-                ).fetchone()
+                clear, malformed = present(
+                    con.execute(
+                        f"SELECT count(*) FILTER (WHERE customer_id IN ({raw_ids})), "
+                        "count(*) FILTER (WHERE customer_id IS NOT NULL AND NOT regexp_full_match(customer_id, "
+                        f"'[0-9a-f]{{64}}')) "
+                        f"FROM read_parquet(?)",
+                        [str(f)],
+                    ).fetchone()
+                )
                 assert (clear, malformed) == (0, 0), f
-            marker_rows = con.execute(
-                "SELECT count(*) FROM read_parquet(?) t WHERE contains(CAST(t AS VARCHAR), ?)", [str(f), str(MARKER)]
-            ).fetchone()[0]
+            marker_rows = present(
+                con.execute(
+                    "SELECT count(*) FROM read_parquet(?) t WHERE contains(CAST(t AS VARCHAR), ?)",
+                    [str(f), str(MARKER)],
+                ).fetchone()
+            )[0]
             assert marker_rows == 0, f
         else:
             text = f.read_bytes()
@@ -361,12 +373,14 @@ def test_sensitive_columns_never_appear_in_clear_yet_still_join(case: Case):
     marker_hash = hmac.new(key.secret.encode(), str(MARKER).encode(), hashlib.sha256).hexdigest()
     src = str(case.bundle / "source/snapshot_at_20240705T010000.parquet")
     tgt = str(case.bundle / "target/current/backfill-0042.parquet")
-    joined, same_customer, marker_pairs = con.execute(
-        "SELECT count(*), count(*) FILTER (WHERE s.customer_id = t.customer_id), "
-        "count(*) FILTER (WHERE s.customer_id = ? AND t.customer_id = ?) "
-        "FROM read_parquet(?) s JOIN read_parquet(?) t USING (txn_id)",
-        [marker_hash, marker_hash, src, tgt],
-    ).fetchone()
+    joined, same_customer, marker_pairs = present(
+        con.execute(
+            "SELECT count(*), count(*) FILTER (WHERE s.customer_id = t.customer_id), "
+            "count(*) FILTER (WHERE s.customer_id = ? AND t.customer_id = ?) "
+            "FROM read_parquet(?) s JOIN read_parquet(?) t USING (txn_id)",
+            [marker_hash, marker_hash, src, tgt],
+        ).fetchone()
+    )
     assert joined > 50_000 and same_customer == joined and marker_pairs > 0
     con.close()
     # the key itself is beside the warehouse, owner-only, and in no bundle file

@@ -23,6 +23,7 @@ from recovery.lib.engine import open_engine
 from recovery.lib.incident import check_incident, parse_incident
 from recovery.lib.phases import INCIDENT_TAG
 from recovery.lib.spec import parse_spec
+from recovery_tests.support.rows import present
 
 
 def test_partition_range_is_the_first_and_last_day_or_nothing():
@@ -82,11 +83,12 @@ def _check_draft(path: Path, incident_id: str, backfill_id: str, spec_path: Path
     assert incident.failed_generations == ["backfill-0042"]
     with dg.DagsterInstance.get() as instance:
         keys = (
-            instance.get_backfill(backfill_id)
-            .asset_backfill_data.target_subset.get_partitions_subset(TARGET_KEY)
+            present(present(instance.get_backfill(backfill_id)).asset_backfill_data)
+            .target_subset.get_partitions_subset(TARGET_KEY)
             .get_partition_keys()
         )
-    assert (str(incident.partitions.start), str(incident.partitions.end)) == (min(keys), max(keys))
+    partitions = present(incident.partitions)
+    assert (str(partitions.start), str(partitions.end)) == (min(keys), max(keys))
     assert incident.spec == spec_path.resolve() and incident.approved_by == []
     check_incident(incident)  # valid against the warehouse as it is
 

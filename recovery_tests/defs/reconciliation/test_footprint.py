@@ -24,6 +24,7 @@ from recovery.lib.reconcile.classify import partition_table, recon_table
 from recovery.lib.reconcile.labels import DAMAGE_LABELS
 from recovery.lib.reconcile.run import run_reconciliation
 from recovery.lib.snapshot import expected_rows_sql
+from recovery_tests.support.rows import present
 from recovery_tests.support.small_orders import ingested_small, latest_rows_sql, now
 
 ROW_COLUMNS = "* EXCLUDE (incident_id)"
@@ -58,10 +59,12 @@ def _footprint_keys(spec, gens: list[str], lo, hi) -> set[tuple]:
     g = ", ".join(f"'{x}'" for x in gens)
     con = duckdb.connect(str(spec.warehouse.path), read_only=True)
     try:
-        logged = con.execute(
-            "SELECT count(*) FROM duckdb_tables() WHERE schema_name = '_recovery' AND table_name = ?",
-            [f"delta__{spec.dataset}"],
-        ).fetchone()[0]
+        logged = present(
+            con.execute(
+                "SELECT count(*) FROM duckdb_tables() WHERE schema_name = '_recovery' AND table_name = ?",
+                [f"delta__{spec.dataset}"],
+            ).fetchone()
+        )[0]
         log = f'UNION SELECT {key} FROM _recovery."delta__{spec.dataset}" WHERE {gen} IN ({g}) ' if logged else ""
         rows = con.execute(
             f"SELECT {key} FROM {spec.target.table_name.sql()} WHERE {gen} IN ({g}) OR {part} BETWEEN ? AND ? {log}"
@@ -85,7 +88,7 @@ def _assert_footprint_is_the_full_run_restricted(spec, gens: list[str], partitio
     full_parts, fp_parts = _partitions(spec, "FULL"), _partitions(spec, "FP")
     assert fp_parts == {p: v for p, v in full_parts.items() if p is not None and lo <= p <= hi}
     # the whole run's damage outside the footprint is what it reports as drift
-    outside = {}
+    outside: dict[str, int] = {}
     for k, v in whole.items():
         if k not in keys:
             label = v[[c for c in _columns(spec)].index("label")]

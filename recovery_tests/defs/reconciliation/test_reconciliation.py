@@ -29,6 +29,7 @@ from recovery.lib.reconcile.labels import DAMAGE_LABELS
 from recovery.lib.reconcile.run import run_reconciliation
 from recovery.lib.snapshot import expected_rows_sql
 from recovery_tests.support.example_build import build_example, copy_dataset
+from recovery_tests.support.rows import present
 from recovery_tests.support.small_orders import ingested_small, latest_rows_sql, now
 
 FAILED = "backfill-0042"
@@ -100,7 +101,7 @@ def test_every_damaged_key_of_the_worked_example_gets_its_true_label(example_cop
         "actual_partition",
         "expected_partition",
     } <= set(cols)
-    assert con.execute(f"SELECT count(*) FROM '{files['parquet']}'").fetchone()[0] == summary.damaged_keys
+    assert present(con.execute(f"SELECT count(*) FROM '{files['parquet']}'").fetchone())[0] == summary.damaged_keys
 
 
 @pytest.mark.slow
@@ -118,10 +119,12 @@ def test_reconciliation_rerun_gives_identical_outputs(example_copy, tmp_path):
     _reconcile_example(example_copy, tmp_path / "b")
     con = duckdb.connect()
     digest = [
-        con.execute(
-            "SELECT md5(string_agg(CAST(r AS VARCHAR), '|' ORDER BY CAST(r AS VARCHAR))) "
-            f"FROM '{tmp_path / d / 'reconciliation.parquet'}' r"
-        ).fetchone()[0]
+        present(
+            con.execute(
+                "SELECT md5(string_agg(CAST(r AS VARCHAR), '|' ORDER BY CAST(r AS VARCHAR))) "
+                f"FROM '{tmp_path / d / 'reconciliation.parquet'}' r"
+            ).fetchone()
+        )[0]
         for d in ("a", "b")
     ]
     assert digest[0] == digest[1]
@@ -139,23 +142,29 @@ def test_impact_equals_consumer_on_truth_minus_consumer_on_damage(example_copy, 
             truth = consumer_sql(spec, c, "SELECT * FROM truth.expected")
             damaged = f"SELECT * FROM {consumer_table(spec, c).sql()}"
             key = ", ".join(c.key)
-            wrong = con.execute(
-                f"SELECT count(*) FROM (SELECT {key} FROM (({damaged}) EXCEPT ALL ({truth})) UNION SELECT {key} "
-                f"FROM (({truth}) EXCEPT ALL ({damaged})))"
-            ).fetchone()[0]
+            wrong = present(
+                con.execute(
+                    f"SELECT count(*) FROM (SELECT {key} FROM (({damaged}) EXCEPT ALL ({truth})) UNION SELECT {key} "
+                    f"FROM (({truth}) EXCEPT ALL ({damaged})))"
+                ).fetchone()
+            )[0]
             i = impacts[c.name]
             assert i.rows_changed + i.rows_missing + i.rows_extra == wrong, c.name
             col = c.materiality.column
             # per consumer key: a key published twice (a duplicated source row) counts its copies' sum
-            expected_total = con.execute(
-                f"SELECT sum(abs(coalesce(t.{col}, 0) - coalesce(d.{col}, 0))) FROM ({truth}) t "
-                f"FULL OUTER JOIN (SELECT {key}, sum({col}) AS {col} FROM ({damaged}) GROUP BY ALL) d USING ({key})"
-            ).fetchone()[0]
+            expected_total = present(
+                con.execute(
+                    f"SELECT sum(abs(coalesce(t.{col}, 0) - coalesce(d.{col}, 0))) FROM ({truth}) t "
+                    f"FULL OUTER JOIN (SELECT {key}, sum({col}) AS {col} FROM ({damaged}) GROUP BY ALL) d USING ({key})"
+                ).fetchone()
+            )[0]
             assert i.magnitude == pytest.approx(float(expected_total), rel=1e-9), c.name
-            n = con.execute(
-                f"SELECT count(*) FROM {impact_table(spec)} WHERE incident_id = ? AND consumer = ?",
-                [incident.incident_id, c.name],
-            ).fetchone()[0]
+            n = present(
+                con.execute(
+                    f"SELECT count(*) FROM {impact_table(spec)} WHERE incident_id = ? AND consumer = ?",
+                    [incident.incident_id, c.name],
+                ).fetchone()
+            )[0]
             assert n == wrong
     finally:
         con.close()
@@ -431,10 +440,13 @@ def test_a_partition_only_the_source_holds_is_registered_and_materialized_by_the
 
     spec = load_spec(example_copy)
     con = duckdb.connect(str(spec.warehouse.path))
-    emptied = str(con.execute("SELECT min(event_date) FROM analytics.transactions").fetchone()[0])
-    gone = con.execute(
-        "SELECT count(DISTINCT txn_id) FROM analytics.transactions__g0001 WHERE event_date = CAST(? AS DATE)", [emptied]
-    ).fetchone()[0]
+    emptied = str(present(con.execute("SELECT min(event_date) FROM analytics.transactions").fetchone())[0])
+    gone = present(
+        con.execute(
+            "SELECT count(DISTINCT txn_id) FROM analytics.transactions__g0001 WHERE event_date = CAST(? AS DATE)",
+            [emptied],
+        ).fetchone()
+    )[0]
     con.execute("DELETE FROM analytics.transactions__g0001 WHERE event_date = CAST(? AS DATE)", [emptied])
     con.close()
     assert gone > 0

@@ -44,7 +44,7 @@ from recovery.lib.repair.publish import gate_candidate, publish
 from recovery.lib.repair.tables import snapshot_table
 from recovery.lib.repair.waves import gate_wave
 from recovery.lib.spec import DatasetSpec
-from recovery.lib.writer import Writer
+from recovery.lib.writer import WriteMode, Writer
 from recovery_tests.support.repair_support import current_plan, repair_through_library
 from recovery_tests.support.repaired_small import FAILED, INCIDENT, build_damaged
 from recovery_tests.support.small_dataset import fetch
@@ -218,7 +218,7 @@ def _instance() -> dg.DagsterInstance:
     return dg.DagsterInstance.ephemeral()  # one for the module: an instance per run costs more than the run
 
 
-def _write(w: Write, writer: Writer, rows: list[Row], mode: str, shard: str | None = None) -> bool:
+def _write(w: Write, writer: Writer, rows: list[Row], mode: WriteMode, shard: str | None = None) -> bool:
     """Write ``rows`` as ingestion does, through the writer or a team's asset; False when refused
     (a replace whose rows hold a key that sits outside its partition), nothing written."""
     if not w.io_manager:
@@ -297,8 +297,8 @@ def _apply(w: Write, writer: Writer, model: Model, p: Prepared, source: Source, 
             b = base(key)
             if key in dropped or b is None:
                 continue
-            r = source.row(b, w.rev_step if i % 2 == 0 else 0, move=False)
-            rows.append(r if r is not None else b)
+            moved = source.row(b, w.rev_step if i % 2 == 0 else 0, move=False)
+            rows.append(moved if moved is not None else b)
         if (
             w.io_manager
         ):  # a partitioned asset writes its own partition's rows only (an older version may sit elsewhere)
@@ -341,9 +341,9 @@ def _apply(w: Write, writer: Writer, model: Model, p: Prepared, source: Source, 
     rows = []
     for k in picked:
         b = base(k)
-        r = source.row(b, w.rev_step, w.move) if b is not None else None
-        if r is not None:
-            rows.append(r)
+        moved = source.row(b, w.rev_step, w.move) if b is not None else None
+        if moved is not None:
+            rows.append(moved)
     if rows:
         source.flush(writer)
         _write(w, writer, rows, "upsert_keys")

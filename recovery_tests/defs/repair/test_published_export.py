@@ -22,6 +22,7 @@ from recovery.lib.namespaces import move_pointer
 from recovery.lib.published_export import export_dir, read_marker, refresh_published_export
 from recovery.lib.writer import Writer
 from recovery_tests.support.published_export import read_export, two_generations
+from recovery_tests.support.rows import present
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -36,7 +37,7 @@ def test_outside_readers_see_one_generation_whole_across_swaps_and_never_lock_th
     spec, w, ns = two_generations(tmp_path / "orders")
     swap(spec, w, ns["g-a"])
     path = str(export_dir(spec) / "current.duckdb")
-    rows = duckdb.connect(path, read_only=True).execute("SELECT count(*) FROM orders").fetchone()[0]
+    rows = present(duckdb.connect(path, read_only=True).execute("SELECT count(*) FROM orders").fetchone())[0]
     out = {"stop": threading.Event(), "reads": 0, "mixed": 0, "errors": [], "rows": rows}
     readers = [threading.Thread(target=read_export, args=(path, out)) for _ in range(2)]
     for t in readers:
@@ -50,7 +51,7 @@ def test_outside_readers_see_one_generation_whole_across_swaps_and_never_lock_th
         t.join(timeout=60)
     assert out["errors"] == [] and out["mixed"] == 0 and out["reads"] >= 1000
     # the file holds the generation the pointer names, and says so
-    marker = read_marker(spec)
+    marker = present(read_marker(spec))
     gen = "g-b" if swaps % 2 else "g-a"
     assert marker["namespace"] == ns[gen] and marker["rows"] == rows
     con = duckdb.connect(path, read_only=True)

@@ -30,6 +30,7 @@ from recovery.lib.reconcile.classify import partition_table, recon_table
 from recovery.lib.reports import REPORT_NAMES, build_reports, write_reports
 from recovery.lib.reports.recovery import SECTIONS
 from recovery_tests.support.report_checks import ReportPage
+from recovery_tests.support.rows import present
 
 REPORTS_KEY = dg.AssetKey(["incident", "reports"])
 
@@ -100,17 +101,21 @@ def test_reports_state_the_figures_the_control_plane_holds(reported, failed_exam
                 [incident.incident_id],
             ).fetchall()
         )
-        damaged_partitions = con.execute(
-            f"SELECT count(*) FROM {partition_table(spec)} WHERE incident_id = ? AND (damaged_keys > 0 "
-            "OR partially_updated "
-            f"OR count_mismatch OR total_mismatch OR written_after_fence)",
-            [incident.incident_id],
-        ).fetchone()[0]
-        compared, partially = con.execute(
-            f"SELECT count(*), count(*) FILTER (WHERE partially_updated) FROM {partition_table(spec)} "
-            "WHERE incident_id = ?",
-            [incident.incident_id],
-        ).fetchone()
+        damaged_partitions = present(
+            con.execute(
+                f"SELECT count(*) FROM {partition_table(spec)} WHERE incident_id = ? AND (damaged_keys > 0 "
+                "OR partially_updated "
+                f"OR count_mismatch OR total_mismatch OR written_after_fence)",
+                [incident.incident_id],
+            ).fetchone()
+        )[0]
+        compared, partially = present(
+            con.execute(
+                f"SELECT count(*), count(*) FILTER (WHERE partially_updated) FROM {partition_table(spec)} "
+                "WHERE incident_id = ?",
+                [incident.incident_id],
+            ).fetchone()
+        )
         material = dict(
             con.execute(
                 f"SELECT consumer, count(*) FILTER (WHERE material) FROM {impact_table(spec)} "
@@ -189,7 +194,7 @@ def test_reports_state_the_figures_the_control_plane_holds(reported, failed_exam
     # the asset's metadata carries the Markdown the UI shows
     with dg.DagsterInstance.get() as instance:
         event = instance.get_latest_materialization_event(REPORTS_KEY)
-    metadata = event.asset_materialization.metadata
+    metadata = present(present(event).asset_materialization).metadata
     assert isinstance(metadata["reconciliation_report"], dg.MarkdownMetadataValue)
     assert f"| duplicate | {labels['duplicate']:,} |" in metadata["reconciliation_report"].value
     assert {f"{n}_report" for n in REPORT_NAMES} <= set(metadata)

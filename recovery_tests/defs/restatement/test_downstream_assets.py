@@ -25,6 +25,7 @@ from filelock import FileLock
 from recovery.lib.asset_consumers import CAPTURED_AT_IMPACT
 from recovery.lib.control_plane import SCHEMA
 from recovery_tests.support.foreign_warehouse import cli
+from recovery_tests.support.rows import present
 from recovery_tests.support.sensor_readings import BACKFILL_DAYS, INCIDENT, MART, Built, build, change_log, mart_truth
 
 LEDGER = f'{SCHEMA}."restatement_ledger__readings"'
@@ -133,7 +134,7 @@ def test_restate_rematerializes_the_asset_through_dagster_and_the_ledger_holds_w
         assert runs[0].tags["recovery/incident"] == INCIDENT
         assert runs[0].tags["dagster/asset_partition_range_start"] == BACKFILL_DAYS[0]
         assert runs[0].tags["dagster/asset_partition_range_end"] == BACKFILL_DAYS[-1]
-        assert instance.get_latest_materialization_event(dg.AssetKey(MART)).run_id == runs[0].run_id
+        assert present(instance.get_latest_materialization_event(dg.AssetKey(MART))).run_id == runs[0].run_id
 
     # the reports: each Done row that reads the asset is verified from these records
     done = _checklists(b)

@@ -42,6 +42,7 @@ from recovery_tests.support.repaired_small import (
     build_repaired,
     publish_repair,
 )
+from recovery_tests.support.rows import present
 
 LEDGER_COLUMNS = (
     "incident_id, consumer, kind, owner, consumer_key, change, original_value, corrected_value, difference, "
@@ -97,7 +98,7 @@ def test_restated_consumers_equal_the_consumer_on_the_source_and_the_ledger_keep
         ]
 
         # the ledger: every key whose published value changed, the original value beside the corrected one
-        col = c.materiality.column
+        col = present(c.materiality).column
         cols = [x[0] for x in r.fetch(f"DESCRIBE SELECT * FROM {res.original_namespace}")]
         before = {
             str(row[0]): row for row in r.published_before[c.name]
@@ -153,7 +154,7 @@ def test_the_job_rerun_changes_nothing_and_each_owner_is_notified_once(tmp_path,
         assets=[restatement_asset(r.spec)],
         jobs=[dg.define_asset_job(RESTATE_JOB, selection=dg.AssetSelection.groups("restatement"))],
         resources={
-            "warehouse": warehouse_resource(r.spec_path),
+            "warehouse": warehouse_resource(str(r.spec_path)),
             "notifier": NotifierResource(kind="webhook", url=receiver.url),
         },
     )

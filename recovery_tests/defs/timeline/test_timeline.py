@@ -26,6 +26,7 @@ from recovery.lib.timeline import RUNBOOK_KINDS
 from recovery.lib.timeline.events import CommitClock, TimelineEvent, order_events
 from recovery.lib.writer import Writer
 from recovery_tests.support.example_build import copy_dataset, env
+from recovery_tests.support.rows import present
 
 GEN = "backfill-0042"
 INCIDENT = "INC-2024-031"
@@ -126,14 +127,16 @@ def test_writes_are_summarised_per_generation_and_run_not_row_by_row(case: Case)
 
     con = duckdb.connect(str(case.root / "warehouse.duckdb"), read_only=True)
     try:
-        groups = con.execute(
-            "SELECT count(*), sum(n), count(*) FILTER (WHERE generation = ?) FROM (SELECT generation, run_id, "
-            "count(*) AS n "
-            "FROM _recovery.writes WHERE seq >= (SELECT registered_seq FROM _recovery.generations "
-            "WHERE generation = ?) "
-            "GROUP BY ALL)",
-            [GEN, GEN],
-        ).fetchone()
+        groups = present(
+            con.execute(
+                "SELECT count(*), sum(n), count(*) FILTER (WHERE generation = ?) FROM (SELECT generation, run_id, "
+                "count(*) AS n "
+                "FROM _recovery.writes WHERE seq >= (SELECT registered_seq FROM _recovery.generations "
+                "WHERE generation = ?) "
+                "GROUP BY ALL)",
+                [GEN, GEN],
+            ).fetchone()
+        )
     finally:
         con.close()
     writes = case.events("writes")

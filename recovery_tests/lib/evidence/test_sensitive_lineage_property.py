@@ -21,6 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import duckdb
 import pytest
@@ -31,6 +32,7 @@ from hypothesis import strategies as st
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.consumers import materialize_consumer
 from recovery.lib.engine import open_engine
+from recovery.lib.engine.base import Session
 from recovery.lib.errors import SpecError
 from recovery.lib.evidence import build_evidence
 from recovery.lib.evidence.bundle import _INNER, _OUTER, _Files, hmac_pads
@@ -188,7 +190,7 @@ def _copy_and_grep(world: _World, sql: str, followed) -> list[str]:
     target = world.out / rel
     if target.exists():
         target.unlink()
-    files.table(_Session(world.con), TableCopy(rel, "SELECT * FROM consumer_out", "consumer"))
+    files.table(cast(Session, _Session(world.con)), TableCopy(rel, "SELECT * FROM consumer_out", "consumer"))
     rows = world.con.execute("SELECT CAST(t AS VARCHAR) FROM read_parquet(?) t", [str(target)]).fetchall()
     return [r[0] for r in rows if CLEAR.search(r[0] or "")]
 

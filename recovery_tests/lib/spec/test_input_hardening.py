@@ -22,6 +22,7 @@ from recovery.lib.errors import SpecError
 from recovery.lib.incident import check_incident, parse_incident
 from recovery.lib.spec import MAX_FILE_BYTES
 from recovery_tests.support.input_fuzz import FuzzTarget, build_fuzz_dataset, mutated_document, valid_incident
+from recovery_tests.support.rows import present
 from recovery_tests.support.small_dataset import file_sha256, spec_dict
 
 
@@ -177,10 +178,13 @@ def test_each_nasty_spec_is_one_spec_error_naming_the_field_and_nothing_is_writt
 
 @pytest.mark.parametrize("where", ["nul", "dev_zero", "directory", "too_big"])
 def test_the_spec_file_itself_nul_path_device_directory_or_huge_is_refused(where, dataset):
-    path = {"nul": str(dataset / "spec\x00.yaml"), "dev_zero": "/dev/zero", "directory": str(dataset)}.get(where)
+    path: str | Path
     if where == "too_big":
-        path = dataset / "big.yaml"
-        path.write_bytes(_dump(spec_dict()) + b"#" * (MAX_FILE_BYTES + 1))
+        big = dataset / "big.yaml"
+        big.write_bytes(_dump(spec_dict()) + b"#" * (MAX_FILE_BYTES + 1))
+        path = big
+    else:
+        path = {"nul": str(dataset / "spec\x00.yaml"), "dev_zero": "/dev/zero", "directory": str(dataset)}[where]
     with pytest.raises(SpecError) as info:
         load_spec(path)
     assert info.value.field == "spec" and "\n" not in str(info.value)
@@ -228,7 +232,7 @@ def test_the_valid_incident_passes_and_its_evidence_root_is_not_created(dataset)
     path.write_bytes(_dump(valid_incident()))
     inc = parse_incident(path)
     assert check_incident(inc).dataset == "orders"
-    assert inc.evidence_root == (dataset / "ev").resolve() and not inc.evidence_root.exists()
+    assert inc.evidence_root == (dataset / "ev").resolve() and not present(inc.evidence_root).exists()
 
 
 CLI_CASES = {

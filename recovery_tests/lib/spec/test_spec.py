@@ -8,7 +8,7 @@ import copy
 import random
 import shutil
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -399,7 +399,8 @@ _PLAUSIBLE = [
 
 
 def _paths(node, prefix=()) -> list[tuple]:
-    out = []
+    out: list[tuple] = []
+    items: Iterable[tuple[object, object]]
     if isinstance(node, dict):
         items = node.items()
     elif isinstance(node, list):

@@ -11,6 +11,7 @@ import traceback
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import cast
 
 import duckdb
 import pytest
@@ -18,7 +19,7 @@ import pytest
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.control_plane import SCHEMA
 from recovery.lib.engine import open_engine
-from recovery.lib.engine.base import RetryableConflict
+from recovery.lib.engine.base import Engine, RetryableConflict
 from recovery.lib.errors import FencedGenerationError, RecoveryError, SchemaMismatchError
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import DatasetSpec, parse_spec
@@ -347,7 +348,9 @@ def _race_once(spec: DatasetSpec, db: Path, i: int, order: str) -> dict:
     writer.register_generation(gen, "backfill")
     b_conflicted, a_paused, release_a, b_done = (threading.Event() for _ in range(4))
     start = threading.Barrier(2, timeout=20)
-    fencer = Writer(_ConflictSignallingEngine(open_engine(spec.warehouse), b_conflicted), spec, actor="fencer-b")
+    fencer = Writer(
+        cast(Engine, _ConflictSignallingEngine(open_engine(spec.warehouse), b_conflicted)), spec, actor="fencer-b"
+    )
     attempts: list[int] = []
     original = writer.write_in
 
