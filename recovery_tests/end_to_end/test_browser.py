@@ -128,7 +128,7 @@ def _walk_the_ui(webserver: Webserver, pg) -> None:
     # 3. launch, then wait for success in the instance and on the run page
     pg.get_by_role("button", name="Launch Run").click()
     pg.wait_for_url(re.compile(r"/runs/[0-9a-f-]{36}"), timeout=60_000)
-    run_id = re.search(r"/runs/([0-9a-f-]{36})", pg.url).group(1)
+    run_id = present(re.search(r"/runs/([0-9a-f-]{36})", pg.url)).group(1)
     try:
         run = wait_for_run(webserver.home, run_id)
     except AssertionError as err:
@@ -234,7 +234,7 @@ def _asset_job_launchpad(pg, base: str, job: str, button: str):
 
 
 def _wait_for_run_page(pg, webserver: Webserver, job: str, shot: str) -> dg.DagsterRun:
-    run_id = re.search(r"/runs/([0-9a-f-]{36})", pg.url).group(1)
+    run_id = present(re.search(r"/runs/([0-9a-f-]{36})", pg.url)).group(1)
     try:
         run = wait_for_run(webserver.home, run_id)
     except AssertionError as err:
@@ -483,7 +483,7 @@ def _refused_backfill_from_the_launchpad_to_the_alert_and_back(
     screenshot(pg, "05-guarded-backfill-launchpad", shots)
     dialog.get_by_role("button", name="Materialize").click()
     pg.wait_for_url(re.compile(r"/runs/[0-9a-f-]{36}"), timeout=60_000)
-    run_id = re.search(r"/runs/([0-9a-f-]{36})", pg.url).group(1)
+    run_id = present(re.search(r"/runs/([0-9a-f-]{36})", pg.url)).group(1)
     try:
         run = wait_for_run(server.home, run_id, timeout_s=300, status=dg.DagsterRunStatus.FAILURE)
     except AssertionError as err:
@@ -502,20 +502,22 @@ def _refused_backfill_from_the_launchpad_to_the_alert_and_back(
         dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(server.home))) as instance,
     ):
         checks = {
-            e.asset_check_evaluation.check_name: e.asset_check_evaluation
+            ev.check_name: ev
             for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+            if (ev := e.asset_check_evaluation) is not None
         }
         with dg.build_sensor_context(instance=instance, definitions=defs, resources=resources) as context:
             defs.resolve_sensor_def("asset_check_alert_sensor")(context)
     values = checks["values"]
     assert not values.passed and values.blocking
-    sentence = values.description.split("; preview: ")[0]
+    description = present(values.description)
+    sentence = description.split("; preview: ")[0]
     assert sentence.startswith("gate values refused: changed_share of amount_usd"), sentence
     alerts = [json.loads(line) for line in alerts_file.read_text().splitlines()]
     assert len(alerts) == sum(not c.passed for c in checks.values()), alerts
     (alert,) = [a for a in alerts if a["subject"].endswith(":values")]
     link = f"{base}/runs/{run_id}"
-    assert values.description in alert["body"] and link in alert["body"], alert
+    assert description in alert["body"] and link in alert["body"], alert
 
     # 3. the alert's link opens the run page, which says which gate refused and why
     pg.goto(link)

@@ -37,10 +37,10 @@ def builder():
     import importlib.util
     import sys
 
-    spec = importlib.util.spec_from_file_location("shipments_build_lakehouse", BUILDER)
+    spec = present(importlib.util.spec_from_file_location("shipments_build_lakehouse", BUILDER))
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    present(spec.loader).exec_module(module)
     return module
 
 
@@ -161,8 +161,8 @@ def delta_run(shared_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Del
     run.facts["foreign_in_scope_version"] = DeltaTable(str(table)).version()
     run.out["publish refused"] = cli(home, "publish", "--incident", incident)
     DeltaTable(str(table)).restore(before)
-    for verb in ("publish", "verify"):
-        run.out[verb] = cli(home, verb, "--incident", incident)
+    for step in ("publish", "verify"):
+        run.out[step] = cli(home, step, "--incident", incident)
     run.out["publish again"] = cli(home, "publish", "--incident", incident)
     run.facts["published_version"] = DeltaTable(str(table)).version()
     return run
@@ -278,7 +278,7 @@ def test_an_iceberg_table_is_contained_repaired_and_published_through_the_cli(tm
         "lake", uri=f"sqlite:///{root / 'lake' / 'catalog.db'}", warehouse=(root / "lake" / "warehouse").as_uri()
     )
     table = catalog.load_table("mart.shipments")
-    assert table.current_snapshot().summary.additional_properties["recovery.incident"] == INCIDENT
+    assert present(present(table.current_snapshot()).summary).additional_properties["recovery.incident"] == INCIDENT
     rows = table.scan().to_pandas()
     rows = rows.assign(cost_usd=rows["cost_usd"].astype(float))
     assert differences(rows, pd.read_parquet(root / "truth" / "expected.parquet")) == 0

@@ -24,6 +24,7 @@ from recovery.lib.incident import check_incident, parse_incident
 from recovery.lib.repair.plan import load_plan
 from recovery.lib.snapshot import expected_rows_sql
 from recovery_tests.support.report_checks import ReportPage, check_done_reports
+from recovery_tests.support.rows import present
 
 
 @pytest.fixture
@@ -72,7 +73,7 @@ def test_ingestion_during_the_repair_is_replayed_into_the_published_table_and_re
     public = spec.target.table_name.sql()
     meta = spec.target.metadata
     with engine.session(read_only=True) as s:
-        plan = load_plan(s, incident.incident_id)
+        plan = present(load_plan(s, incident.incident_id))
         assert plan.status == "published"
         # the window's changes reached the source and were ingested after the repair's low watermark,
         # into the namespace that was published then (not the repair's)

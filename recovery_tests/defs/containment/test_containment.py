@@ -16,6 +16,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -40,6 +41,7 @@ from recovery.lib.spec import parse_spec
 from recovery.lib.writer import Writer
 from recovery.orchestration import run_job
 from recovery_tests.support.containment import Env
+from recovery_tests.support.rows import present
 
 GEN = "backfill-0042"
 
@@ -56,8 +58,12 @@ def _contain(env: Env, **config) -> dg.ExecuteInProcessResult:
         return run_job(defs(), CONTAIN.job, instance, run_config=run_config)
 
 
-GOOD = {"incident_id": "INC-TEST-1", "failed_generations": [GEN], "requested_by": "data-platform-oncall"}
-BAD = {
+GOOD: dict[str, Any] = {
+    "incident_id": "INC-TEST-1",
+    "failed_generations": [GEN],
+    "requested_by": "data-platform-oncall",
+}
+BAD: dict[str, tuple[dict[str, Any], str, str]] = {
     "unknown generation": ({"failed_generations": ["backfill-9999"]}, "failed_generations[0]", "unknown"),
     "not a backfill": ({"failed_generations": ["ingest-2024-07-05"]}, "failed_generations[0]", "not a backfill"),
     "range outside the data": (
@@ -220,10 +226,10 @@ def test_the_sensor_stops_a_run_and_a_retry_launched_after_the_fence_once(env, t
             _evaluate_sensor(env, instance, alerts)
 
         for run in (relaunch, retry):
-            stopped = instance.get_run_by_id(run.run_id)
+            stopped = present(instance.get_run_by_id(run.run_id))
             assert stopped.status == dg.DagsterRunStatus.CANCELED
             assert stopped.tags["dagster/max_retries"] == "0" and stopped.tags["dagster/will_retry"] == "false"
-        assert instance.get_run_by_id(unrelated.run_id).status == dg.DagsterRunStatus.QUEUED
+        assert present(instance.get_run_by_id(unrelated.run_id)).status == dg.DagsterRunStatus.QUEUED
 
     attempts = env.fetch(f"SELECT run_id, action, detail FROM {SCHEMA}.fence_attempts WHERE generation = ?", [GEN])
     assert sorted(a[0] for a in attempts) == sorted([relaunch.run_id, retry.run_id])
@@ -297,8 +303,8 @@ def test_containment_killed_after_stopping_dagster_work_is_recorded_once_by_the_
         )
 
     with dg.DagsterInstance.get() as instance:  # stopped in Dagster, not a word on the timeline
-        assert instance.get_backfill(backfill_id).status == BulkActionStatus.CANCELING
-        assert {instance.get_run_by_id(r.run_id).status for r in queued} == {dg.DagsterRunStatus.CANCELED}
+        assert present(instance.get_backfill(backfill_id)).status == BulkActionStatus.CANCELING
+        assert {present(instance.get_run_by_id(r.run_id)).status for r in queued} == {dg.DagsterRunStatus.CANCELED}
     assert stops() == []
     assert [k for (k,) in env.fetch(f"SELECT kind FROM {SCHEMA}.timeline WHERE incident_id = 'INC-2024-031'")] == [
         "fence"
@@ -311,8 +317,11 @@ def test_containment_killed_after_stopping_dagster_work_is_recorded_once_by_the_
     )
     assert stops() == expected
     with dg.DagsterInstance.get() as instance:
-        assert instance.get_backfill(backfill_id).status in (BulkActionStatus.CANCELING, BulkActionStatus.CANCELED)
-        assert {instance.get_run_by_id(r.run_id).status for r in queued} == {dg.DagsterRunStatus.CANCELED}
+        assert present(instance.get_backfill(backfill_id)).status in (
+            BulkActionStatus.CANCELING,
+            BulkActionStatus.CANCELED,
+        )
+        assert {present(instance.get_run_by_id(r.run_id)).status for r in queued} == {dg.DagsterRunStatus.CANCELED}
     assert cli(["contain", "--incident", str(env.incident)]) == 0  # nothing more to record
     assert stops() == expected
     assert len(env.fetch(f"SELECT * FROM {SCHEMA}.fences WHERE generation = ?", [GEN])) == 1

@@ -35,6 +35,7 @@ from recovery.lib.spec import parse_spec
 from recovery.lib.writer import Writer
 from recovery.orchestration import Daemon, backfill_finished, launch_asset_backfill, run_job, workspace_context
 from recovery_tests.support.containment import Env  # the env fixture (conftest.py): a private copy, a fresh instance
+from recovery_tests.support.rows import present
 
 ITERATIONS = int(os.environ.get("RECOVERY_RACE_ITERATIONS", "3"))
 
@@ -58,7 +59,7 @@ def _all(engine, sql: str, params: list) -> list[tuple]:
 
 
 def _runs(instance: dg.DagsterInstance, generation: str, backfill_id: str) -> dict[str, dg.RunRecord]:
-    found = {}
+    found: dict[str, dg.RunRecord] = {}
     for tags in ({GENERATION_TAG: generation}, {"dagster/backfill": backfill_id}):
         found |= {r.dagster_run.run_id: r for r in instance.get_run_records(dg.RunsFilter(tags=tags))}
     return found
@@ -204,7 +205,7 @@ def test_no_row_of_a_fenced_generation_lands_while_its_real_backfill_is_in_fligh
                 runs=len(runs),
                 stopped_by_sensor=by_sensor,
                 stopped={r.run_id[:8]: r.status_before for r in stopped},
-                backfill=instance.get_backfill(backfills[g]).status.value,
+                backfill=present(instance.get_backfill(backfills[g])).status.value,
                 unfinished=[
                     r.dagster_run.status.value for r in runs.values() if r.dagster_run.status not in FINISHED_STATUSES
                 ],
@@ -230,13 +231,13 @@ def test_no_row_of_a_fenced_generation_lands_while_its_real_backfill_is_in_fligh
     # a run seen mid-way can still finish in the seconds containment takes (its next run is then
     # stopped while QUEUED); at least one iteration must have caught a run in flight: stopped
     # once its process was launched (STARTING/STARTED), or refused a write at the fence
-    in_flight = [
+    caught = [
         g
         for g, fig in figures.items()
         if {"STARTING", "STARTED"} & set({**fig["stopped"], **fig["stopped_by_sensor"]}.values())
         or fig["refused_attempts"] > 0
     ]
-    assert in_flight, summary
+    assert caught, summary
     print(summary)
 
 

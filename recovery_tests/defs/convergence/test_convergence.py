@@ -36,6 +36,7 @@ from recovery.lib.errors import SpecError
 from recovery.lib.ingest import apply_changes, ingestion_watermark
 from recovery.lib.phases import VERIFY
 from recovery_tests.support.repaired_small import Receiver, build_repaired, now
+from recovery_tests.support.rows import present
 
 
 @pytest.fixture
@@ -114,7 +115,7 @@ def test_a_late_event_not_applied_fails_verification_and_alerts_once_with_a_link
 ):
     monkeypatch.delenv("RECOVERY_UI_URL", raising=False)
     r = build_repaired(tmp_path / "orders")
-    watermark = ingestion_watermark(r.writer)
+    watermark = present(ingestion_watermark(r.writer))
     region, order_no, shard = r.fetch("SELECT region, order_no, shard FROM mart.orders ORDER BY placed_at LIMIT 1")[0]
     late_at = watermark - timedelta(seconds=5)  # landed behind the watermark: ingestion's window never sees it
     with r.engine.transaction() as s:
@@ -129,13 +130,13 @@ def test_a_late_event_not_applied_fails_verification_and_alerts_once_with_a_link
         result = defs.resolve_job_def(VERIFY_JOB).execute_in_process(instance=instance)
         checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
         assert checks[REPAIRED_CHECK].passed is False and checks[REPAIRED_CHECK].severity == dg.AssetCheckSeverity.ERROR
-        assert shard in checks[REPAIRED_CHECK].description
+        assert shard in present(checks[REPAIRED_CHECK].description)
         for _ in range(2):  # two ticks see the same failed evaluation: one alert
             with dg.build_sensor_context(
                 instance=instance, definitions=defs, resources=_resources(r, receiver.url)
             ) as context:
                 tick = asset_check_alert_sensor(context)
-        assert tick.cursor is not None
+        assert isinstance(tick, dg.SensorResult) and tick.cursor is not None
         with dg.build_sensor_context(
             instance=instance, definitions=defs, resources=_resources(r, receiver.url)
         ) as context:  # no cursor: the control plane remembers
@@ -189,7 +190,7 @@ def test_verify_cli_exits_1_while_a_partition_drifts_and_0_once_converged(tmp_pa
             "arg_max(sku, rev) FROM src.order_events WHERE (region, order_no) = (SELECT (region, order_no) "
             "FROM mart.orders "
             "ORDER BY ALL LIMIT 1) GROUP BY ALL",
-            [ingestion_watermark(r.writer) - timedelta(seconds=1)],
+            [present(ingestion_watermark(r.writer)) - timedelta(seconds=1)],
         )
     assert main(["verify", "--incident", str(r.incident_path)]) == 1
     out = capsys.readouterr().out
@@ -198,8 +199,8 @@ def test_verify_cli_exits_1_while_a_partition_drifts_and_0_once_converged(tmp_pa
     apply_changes(
         r.writer,
         "ingest-fix",
-        since=ingestion_watermark(r.writer) - timedelta(seconds=2),
-        until=ingestion_watermark(r.writer),
+        since=present(ingestion_watermark(r.writer)) - timedelta(seconds=2),
+        until=present(ingestion_watermark(r.writer)),
     )
     assert main(["verify", "--incident", str(r.incident_path)]) == 0
     assert main(["verify", "--incident", str(r.incident_path), "--recent", "0"]) == 2
