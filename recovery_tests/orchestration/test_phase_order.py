@@ -22,6 +22,7 @@ from recovery.lib.incident import check_incident, parse_incident
 from recovery.lib.namespaces import current_namespace
 from recovery.lib.phases import ASSESS, CONTAIN, PLAN, PUBLISH
 from recovery.lib.repair.plan import load_plan
+from recovery_tests.support.rows import present
 
 
 def _warehouse_digest(spec) -> list[tuple]:
@@ -84,15 +85,15 @@ def test_publish_launched_after_containment_alone_is_refused_inside_its_run(
         assert not result.success
         (failure,) = [e for e in result.all_events if e.is_step_failure]
         assert failure.step_key == PUBLISH.nodes[0]
-        refusal = failure.step_failure_data.user_failure_data
-        assert refusal.description == sentence
-        assert {k: v.value for k, v in refusal.metadata.items()} == {
+        user_failure = present(failure.step_failure_data.user_failure_data)
+        assert user_failure.description == sentence
+        assert {k: v.value for k, v in user_failure.metadata.items()} == {
             "phase": "publish",
             "requires": "contain, assess, wave",
             "missing": "assessed, built",
             "run_first": "assess_incident",
         }
-        assert failure.step_failure_data.error.cls_name == "Failure"  # a decision, not an unexpected exception
+        assert present(failure.step_failure_data.error).cls_name == "Failure"  # a decision, not an unexpected exception
         assert not [e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
         assert not [e for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
 
@@ -148,10 +149,11 @@ def test_publish_after_a_publish_is_a_no_op_that_changes_no_gate(tmp_path, monke
         def evaluations() -> dict[str, tuple[str, bool, str | None]]:
             """Each gate's latest evaluation (a passed or failed one): the run that made it, passed, its sentence."""
             done = {AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED}
-            out = {}
+            out: dict[str, tuple[str, bool, str | None]] = {}
             for key in gates:
                 (latest,) = instance.event_log_storage.get_asset_check_execution_history(key, limit=1, status=done)
-                ev = latest.event.dagster_event.event_specific_data
+                ev = present(present(latest.event).dagster_event).event_specific_data
+                assert isinstance(ev, dg.AssetCheckEvaluation), ev
                 out[key.name] = (latest.run_id, ev.passed, ev.description)
             return out
 
@@ -173,7 +175,7 @@ def test_publish_after_a_publish_is_a_no_op_that_changes_no_gate(tmp_path, monke
     assert _warehouse_digest(spec) == before
     with open_engine(spec.warehouse).session(read_only=True) as s:
         assert current_namespace(s, spec) == namespace
-        assert load_plan(s, incident.incident_id).status == "published"
+        assert present(load_plan(s, incident.incident_id)).status == "published"
     code, out = _cli(["publish", "--incident", str(incident.incident_path)])
     assert code == 0 and "already published" in out and "nothing to do" in out
 
@@ -204,13 +206,16 @@ def test_the_incident_is_chosen_once_and_every_later_phase_reads_it_from_the_run
             instance=instance, run_config=CONTAIN.run_config(path), raise_on_error=False
         )
         assert contained.success
-        assert instance.get_run_by_id(contained.run_id).tags[INCIDENT_TAG] == path  # a re-execution keeps it
+        assert present(instance.get_run_by_id(contained.run_id)).tags[INCIDENT_TAG] == path  # a re-execution keeps it
 
         validated: list[str] = []
         real = incident_config.check_incident
-        monkeypatch.setattr(
-            incident_config, "check_incident", lambda inc: validated.append(inc.incident_id) or real(inc)
-        )
+
+        def counted(inc):
+            validated.append(inc.incident_id)
+            return real(inc)
+
+        monkeypatch.setattr(incident_config, "check_incident", counted)
         assessed = code_location.resolve_job_def(ASSESS.job).execute_in_process(
             instance=instance,
             tags={**incident_tags(path), **reconciliation_tags(instance, spec)},
@@ -219,7 +224,7 @@ def test_the_incident_is_chosen_once_and_every_later_phase_reads_it_from_the_run
         assert assessed.success, [e.message for e in assessed.all_events if e.is_failure]
         assert validated == [incident.incident_id]  # three steps, one validation
         assert Launcher(incident, spec, instance=instance, definitions=code_location).state().assessed
-        assert instance.get_run_by_id(assessed.run_id).run_config.get("ops", {}) == {}  # nothing typed
+        assert present(instance.get_run_by_id(assessed.run_id)).run_config.get("ops", {}) == {}  # nothing typed
         logs = [e.message for e in instance.all_logs(assessed.run_id) if e.message]
         assert any(f"{PLAN.job}/playground/setup?tags[0][key]=recovery%2Fincident" in m for m in logs), logs
 
@@ -239,15 +244,16 @@ def test_the_incident_is_chosen_once_and_every_later_phase_reads_it_from_the_run
         assert not bare.success
         (failure,) = [e for e in bare.all_events if e.is_step_failure]
         assert failure.step_key == TIMELINE.nodes[0]
-        refusal = failure.step_failure_data.user_failure_data
-        assert refusal.description == (
+        refused = present(failure.step_failure_data.user_failure_data)
+        error = present(failure.step_failure_data.error)
+        assert refused.description == (
             "recovery/incident: no incident was chosen for this run. Fix: launch it from the draft incident's link "
             "(or a link a phase's run logged), or set the run tag recovery/incident to the incident file"
         )
-        assert "\n" not in refusal.description and refusal.metadata["field"].value == INCIDENT_TAG
-        assert failure.step_failure_data.error.cls_name == "Failure"
-        assert failure.step_failure_data.error.stack == []  # a decision: the run page shows no stack trace
+        assert "\n" not in refused.description and refused.metadata["field"].value == INCIDENT_TAG
+        assert error.cls_name == "Failure"
+        assert error.stack == []  # a decision: the run page shows no stack trace
         assert not [e for e in bare.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
         read = run_failure(bare, TIMELINE.job)  # the CLI reads it as bad input: exit 2, not a gate's no
-        assert type(read) is RecoveryError and read.exit_code == 2 and refusal.description in str(read)
+        assert type(read) is RecoveryError and read.exit_code == 2 and refused.description in str(read)
     assert _warehouse_digest(spec) == before

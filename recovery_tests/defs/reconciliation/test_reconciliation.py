@@ -282,6 +282,7 @@ def test_out_of_order_without_a_write_log_is_read_from_the_metadata_columns(tmp_
                            HAVING count(*) >= 2 AND arg_max(change, rev) = 'put' ORDER BY 4""").fetchall()
     newest = con.execute("""SELECT region, order_no FROM src.order_events GROUP BY ALL
                             HAVING arg_max(change, rev) = 'put' ORDER BY max(loaded_at) DESC LIMIT 1""").fetchone()
+    assert newest is not None
     con.close()
     key = lambda r: f"region = '{r[0]}' AND order_no = {r[1]}"  # noqa: E731
     ooo_k, stale_k = multi[0], multi[1]
@@ -389,7 +390,7 @@ def test_reconcile_cli_and_assess_job_run_through_dagster(example_copy, tmp_path
             [event] = instance.fetch_materializations(
                 dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
             ).records
-            meta = event.asset_materialization.metadata
+            meta = present(event.asset_materialization).metadata
             assert meta["partition/labels"].value == by_partition.get(partition, {})
             assert meta["partition/damaged_keys"].value == sum(by_partition.get(partition, {}).values())
             assert meta["damaged_keys"].value == summary["damaged_keys"]
@@ -421,7 +422,9 @@ def test_reconcile_cli_and_assess_job_run_through_dagster(example_copy, tmp_path
     assert impact["consumers_affected"].value == 5
     # the consumers, the restatement of each, and the restatement of the Dagster assets downstream of the
     # target are reached through the asset graph
-    assert sorted(impact["lineage_downstream_of_target"].value) == sorted(
+    lineage = impact["lineage_downstream_of_target"].value
+    assert isinstance(lineage, list)
+    assert sorted(lineage) == sorted(
         [f"consumers/{c.name}" for c in spec.downstream]
         + [f"restatement/{c.name}" for c in spec.downstream]
         + ["restatement/downstream_assets"]
@@ -459,13 +462,15 @@ def test_a_partition_only_the_source_holds_is_registered_and_materialized_by_the
         [event] = instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=key, asset_partitions=[emptied]), limit=1
         ).records
-    meta = event.asset_materialization.metadata
+    meta = present(event.asset_materialization).metadata
     # like every partition's, its materialization carries the run's figures beside its own
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert meta["damaged_keys"].value == summary["damaged_keys"] > 0
     # every expected key of the emptied partition is now absent from the target
-    absent = sum(n for label, n in meta["partition/labels"].value.items() if label in ("missing", "deleted"))
-    assert absent > gone // 2 and meta["partition/damaged_keys"].value >= absent
+    labels, damaged = meta["partition/labels"].value, meta["partition/damaged_keys"].value
+    assert isinstance(labels, dict) and isinstance(damaged, int)
+    absent = sum(n for label, n in labels.items() if label in ("missing", "deleted"))
+    assert absent > gone // 2 and damaged >= absent
 
 
 def test_a_classification_reading_the_kept_expected_rows_labels_every_key_as_the_change_log_does(
@@ -555,7 +560,12 @@ def test_the_diff_chooses_its_build_sides_only_around_a_transform_that_joins_not
     writer.write("bf-10", f"SELECT * REPLACE (qty + 1 AS qty) FROM ({changed})", mode="upsert_keys")
     taken = []
     original = DuckDBSession.joins_as_written
-    monkeypatch.setattr(DuckDBSession, "joins_as_written", lambda self: taken.append(1) or original(self))
+
+    def counted(self):
+        taken.append(1)
+        return original(self)
+
+    monkeypatch.setattr(DuckDBSession, "joins_as_written", counted)
     with open_engine(spec.warehouse).session() as s:
         reconcile(s, ReconcileInputs(spec, ("bf-10",), incident_id="INC-sides", persist=False))
         labels = s.fetchall("SELECT region, order_no, label FROM __recon")

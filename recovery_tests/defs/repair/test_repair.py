@@ -37,6 +37,7 @@ from recovery_tests.support.repair_support import (
     repair_through_library,
     stage_live_events,
 )
+from recovery_tests.support.rows import present
 
 ROOT = Path(__file__).resolve().parents[3]
 INCIDENT = "INC-2024-031"
@@ -304,7 +305,7 @@ def test_an_unexplained_difference_in_a_wave_stops_the_expansion_and_keeps_both_
     # found by the canary partitions' fingerprints, then named key by key
     assert f"1 earlier partition(s) changed since their gate: ['{victim}']" in results["repair_reconciliation"].details
     stopped = current_plan(spec, INCIDENT)
-    assert stopped.status == "stopped" and "wave 1" in stopped.stopped_reason
+    assert stopped.status == "stopped" and "wave 1" in present(stopped.stopped_reason)
     with pytest.raises(RecoveryError, match="stopped"):
         build_wave(writer, stopped, 2)
     with pytest.raises(RecoveryError, match="stopped"):
@@ -383,17 +384,16 @@ def test_a_bad_row_in_the_repair_generation_fails_a_blocking_check_and_publish_d
                 run_publish(Launcher(incident, spec, instance=instance))
             run = instance.get_runs(dg.RunsFilter(job_name="publish_repair"))[0]
             evaluations = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
-            checks = {
-                e.dagster_event.event_specific_data.check_name: e.dagster_event.event_specific_data.passed
-                for e in evaluations
-            }
+            checks = {ev.check_name: ev.passed for e in evaluations if (ev := e.asset_check_evaluation) is not None}
             published = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
     assert checks["repair_keys"] is False and checks["repair_fencing"] is False
     assert checks["repair_partitioning"] is True
-    assert [e.dagster_event.asset_key.path for e in published] == [["repair", "candidate"]]  # publication blocked
+    assert [present(present(e.dagster_event).asset_key).path for e in published] == [
+        ["repair", "candidate"]
+    ]  # publication blocked
     with open_engine(spec.warehouse).session() as s:
         assert current_namespace(s, spec) == plan.from_namespace
-        assert load_plan(s, INCIDENT).status == "building"
+        assert present(load_plan(s, INCIDENT)).status == "building"
     with pytest.raises(RecoveryError, match="publish refused"):
         publish(Writer(open_engine(spec.warehouse), spec), INCIDENT)
 
