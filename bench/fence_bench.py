@@ -1,7 +1,7 @@
 """``python -m bench fence [--fences N] [--json FILE]``: how long a fence takes to commit while another
 process writes continuously into the same DuckDB file.
 
-The small orders dataset (``recovery_tests/repaired_small.py``); N backfill generations are
+The small orders dataset (``recovery_tests/support/repaired_small.py``); N backfill generations are
 registered first. Then a writer process (``python -m bench.fence_bench writer``) runs write
 transactions back to back through the package's writer (``Writer.write``, ``upsert_keys`` of a
 region's rows, with its retries), and this process fences the N generations one after the other,
@@ -53,7 +53,7 @@ def measure(base: Path, fences: int) -> dict:
     from recovery.lib.catalog_checks import load_spec
     from recovery.lib.engine import open_engine
     from recovery.lib.write.writer import Writer
-    from recovery_tests.repaired_small import build_damaged
+    from recovery_tests.support.repaired_small import build_damaged
 
     build_damaged(base / "orders")
     spec_path = base / "orders" / "spec.yaml"

@@ -1,6 +1,6 @@
 """``python -m bench fuzz [--cases N] [--kind spec|incident] [--json FILE]``: fuzz spec and
 incident files in process (Hypothesis; the property and the mutations of
-``recovery_tests/input_fuzz.py``) and report, per file kind, the cases run, how they ended,
+``recovery_tests/support/input_fuzz.py``) and report, per file kind, the cases run, how they ended,
 uncaught exceptions and writes. Exit status 1 unless every kind ran its cases with 0
 uncaught exceptions, 0 multi-line errors and 0 writes (``make fuzz``: 10,000 per kind)."""
 
@@ -17,7 +17,7 @@ from hypothesis import seed as hypothesis_seed
 from rich.console import Console
 from rich.table import Table
 
-from recovery_tests.input_fuzz import FuzzTarget, build_fuzz_dataset, mutated_document
+from recovery_tests.support.input_fuzz import FuzzTarget, build_fuzz_dataset, mutated_document
 
 
 def fuzz(kind: str, cases: int, seed: int) -> dict:

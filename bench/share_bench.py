@@ -56,7 +56,7 @@ def _swaps(spec, writer, ns: dict, n: int, *, export: bool = False) -> list[floa
 
 
 def main(argv: list[str]) -> int:
-    from recovery_tests.test_published_export import read_export, two_generations
+    from recovery_tests.support.published_export import read_export, two_generations
 
     ap = argparse.ArgumentParser(prog="python -m bench share")
     ap.add_argument("--swaps", type=int, default=200)

@@ -18,7 +18,7 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 LOCATION_NAME = "backfill_recovery"
 """The package's code location, as ``workspace.yaml``'s ``location_name`` and pyproject's ``code_location_name``
-spell it (``recovery_tests/test_definitions.py`` checks that they agree): launchpad links name it."""
+spell it (``recovery_tests/defs/test_definitions.py`` checks that they agree): launchpad links name it."""
 EXAMPLE_SPEC = PROJECT_ROOT / "sample_data" / "transactions" / "spec.yaml"
 EXAMPLE_OUTPUTS = ("*.duckdb*", "evidence", "reports", "incidents")
 """What ``make run`` leaves beside the example's spec (warehouse, WAL, evidence key, bundles,

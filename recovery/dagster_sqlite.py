@@ -29,7 +29,7 @@ Installed when ``recovery.orchestration`` is imported (the CLI, the code locatio
 the tests all import it); other instances (Postgres) are untouched. ``RECOVERY_SQLITE_POOL=off``
 leaves Dagster as it ships (to compare, or should a Dagster release disagree with it).
 If a Dagster release stops looking up ``create_engine`` in those modules, that module is
-left as shipped and ``recovery_tests/test_dagster_sqlite.py`` fails, so the hook is
+left as shipped and ``recovery_tests/orchestration/test_dagster_sqlite.py`` fails, so the hook is
 re-examined then.
 """
 

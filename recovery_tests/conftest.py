@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery_tests.example_build import BuiltExample, build_example, copy_dataset
+from recovery_tests.support.example_build import BuiltExample, build_example, copy_dataset
 
 DEMO_EVENTS = 200_000
 

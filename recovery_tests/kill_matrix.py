@@ -77,9 +77,9 @@ def build_templates(base: Path) -> dict[str, Path]:
     from recovery.lib.snapshot import expected_rows_sql
     from recovery.lib.write.ingest import apply_changes
     from recovery.lib.write.writer import Writer
-    from recovery_tests.input_fuzz import build_fuzz_dataset, valid_incident
-    from recovery_tests.repair_support import current_plan, repair_through_library
-    from recovery_tests.repaired_small import INCIDENT, build_damaged, now
+    from recovery_tests.support.input_fuzz import build_fuzz_dataset, valid_incident
+    from recovery_tests.support.repair_support import current_plan, repair_through_library
+    from recovery_tests.support.repaired_small import INCIDENT, build_damaged, now
 
     out = {}
     out["adopt"] = build_fuzz_dataset(base / "adopt")  # mart.orders is a plain table
@@ -211,7 +211,7 @@ def run_phase(phase: str, d: Path) -> None:
         build_evidence(incident, check_incident(incident), writer.engine, RunHistory("none"), actor="kill-matrix")
     elif phase == "wave":
         from recovery.lib.repair.build import build_wave
-        from recovery_tests.repair_support import current_plan
+        from recovery_tests.support.repair_support import current_plan
 
         build_wave(writer, current_plan(spec, "INC-small"), 1)  # the template has the canary (wave 0) built
     elif phase == "assess":  # the key-by-key reconciliation, recorded
@@ -226,7 +226,7 @@ def run_phase(phase: str, d: Path) -> None:
     elif phase == "canary":  # the canary built, then gated
         from recovery.lib.repair.build import build_wave
         from recovery.lib.repair.waves import gate_wave
-        from recovery_tests.repair_support import current_plan
+        from recovery_tests.support.repair_support import current_plan
 
         build_wave(writer, current_plan(spec, "INC-small"), 0)
         gate_wave(writer, "INC-small", 0)
@@ -239,7 +239,7 @@ def run_phase(phase: str, d: Path) -> None:
         rollback(Writer(writer.engine, spec, actor="rollback"), "INC-small", decision)
     elif phase == "candidate":  # the whole generation replayed to now and gated
         from recovery.lib.repair.publish import gate_candidate
-        from recovery_tests.repair_support import current_plan
+        from recovery_tests.support.repair_support import current_plan
 
         gate_candidate(writer, current_plan(spec, "INC-small"))
     elif phase == "verify":
@@ -262,7 +262,7 @@ def run_phase(phase: str, d: Path) -> None:
             raise AssertionError("the publish was not refused")
     elif phase == "replay":  # the candidate's replay to now on its own (as the candidate asset's first step)
         from recovery.lib.repair.publish import replay_to_now
-        from recovery_tests.repair_support import current_plan
+        from recovery_tests.support.repair_support import current_plan
 
         replay_to_now(writer, current_plan(spec, "INC-small"), stage="candidate")
     elif phase == "release":  # the public name handed back as a plain table (recovery release)
@@ -281,7 +281,7 @@ def run_phase(phase: str, d: Path) -> None:
     elif phase == "stop":  # wave 1's gate fails (a row lost after its build) and stops the expansion; then resumed
         from recovery.lib.repair.build import resume
         from recovery.lib.repair.waves import gate_wave
-        from recovery_tests.repair_support import current_plan
+        from recovery_tests.support.repair_support import current_plan
 
         if all(r.passed for r in gate_wave(writer, "INC-small", 1)):
             raise AssertionError("wave 1's gate passed")
@@ -299,7 +299,7 @@ def run_phase(phase: str, d: Path) -> None:
             raise AssertionError("the fenced generation was registered again")
     elif phase == "ingest":  # ingestion's late changes applied while the repair builds
         from recovery.lib.write.ingest import apply_changes
-        from recovery_tests.repaired_small import now
+        from recovery_tests.support.repaired_small import now
 
         apply_changes(writer, "ingest-2", until=now())
     elif phase == "restate":
@@ -959,7 +959,7 @@ def _preimport() -> None:
     import recovery.lib.restatement.restate  # noqa: F401
     import recovery.lib.write.fencing  # noqa: F401
     import recovery.lib.write.ingest  # noqa: F401
-    import recovery_tests.repair_support  # noqa: F401
+    import recovery_tests.support.repair_support  # noqa: F401
 
 
 def child(phase: str, d: Path, ready: Path) -> None:

@@ -12,7 +12,7 @@ from recovery.lib import catalog_checks
 from recovery.lib.catalog_checks import check_against_warehouse, checked_once
 from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.errors import SpecError
-from recovery_tests.small_dataset import SOURCE_TABLE, build_small_dataset
+from recovery_tests.support.small_dataset import SOURCE_TABLE, build_small_dataset
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from recovery.lib.dataset_spec.models import DatasetSpec, parse_spec
 from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.identifiers import quote, quote_all, str_list, ts_literal
 from recovery.lib.snapshot import latest_versions_sql
-from recovery_tests.small_dataset import SOURCE_TABLE, build_small_dataset
+from recovery_tests.support.small_dataset import SOURCE_TABLE, build_small_dataset
 
 
 def _ranked(spec: DatasetSpec, watermark: datetime | None, include_deleted: bool, keys: str | None) -> str:

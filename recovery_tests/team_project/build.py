@@ -34,7 +34,8 @@ import yaml
 from filelock import FileLock
 
 from recovery.orchestration import LAUNCH_BACKFILL, Daemon, backfill_finished, workspace_context
-from recovery_tests.example_build import env
+from recovery_tests.support.example_build import env
+from recovery_tests.support.rows import present
 from recovery_tests.team_project import definitions as team
 from recovery_tests.team_project.truth import History, expected_rows, labels, mart_rows
 
@@ -192,7 +193,7 @@ def _on_call(root: Path, home: Path, instance: dg.DagsterInstance, backfill_id: 
     from recovery.defs.alerts.resources import NotifierResource
     from recovery.defs.intake.sensors import backfill_incident_sensor
     from recovery.defs.resources import warehouse_resource
-    from recovery_tests.foreign_warehouse import cli
+    from recovery_tests.support.foreign_warehouse import cli
 
     spec = root / "spec.yaml"
     with dg.build_sensor_context(
@@ -203,6 +204,7 @@ def _on_call(root: Path, home: Path, instance: dg.DagsterInstance, backfill_id: 
         },
     ) as context:
         tick = backfill_incident_sensor(context)
+    assert isinstance(tick, dg.SkipReason), tick  # the sensor drafts the incident and skips its run
     draft = root / "incidents" / f"INC-DRAFT-{backfill_id}.yaml"
     drafted = draft.read_text() if draft.exists() else None  # as the sensor wrote it
     first = cli(
@@ -302,7 +304,7 @@ def build(root: Path, home: Path) -> Built:
             runs = instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
             history = History(frozenset(before["reading_id"]), frozenset(r.run_id for r in runs), frozenset(gated))
             final_states = _run_states(instance, backfill_id)
-            backfill_status = instance.get_backfill(backfill_id).status.value
+            backfill_status = present(instance.get_backfill(backfill_id)).status.value
     truth = root / "truth"
     truth.mkdir()
     con = _connect(db)

@@ -6,7 +6,7 @@ library can name a job in a message or a launchpad config, e.g. a draft incident
 The definitions name their jobs from this table and refuse an early launch inside
 the run (``recovery.defs.containment.config.incident_for_step``); the CLI verbs and
 ``recovery recover`` launch the same phases in ``RUNBOOK`` order and refuse with the
-same sentence before any run is created. ``recovery_tests/lib/test_phases.py`` checks
+same sentence before any run is created. ``recovery_tests/lib/incident/test_phases.py`` checks
 every name against the code location, ``test_phase_declarations.py`` that no job name
 or phase order is written a second time.
 """

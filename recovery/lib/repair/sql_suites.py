@@ -12,7 +12,7 @@ returns the cursor result *after* handing its connection back to the pool, and
 duckdb-engine's rows are gone by then (every expectation fails with
 ``MetricResolutionError: list index out of range``). ``BufferedExecutionEngine``
 overrides that one method to buffer the rows inside the connection
-(``result.freeze()()``); ``recovery_tests/test_sql_suites.py`` fails if upstream changes
+(``result.freeze()()``); ``recovery_tests/lib/repair/test_sql_suites.py`` fails if upstream changes
 the method it replaces, so the override is re-examined then.
 
 SQLAlchemy does not open the file again: its connections are the recovery session's own

@@ -33,7 +33,7 @@ def _engine(path: Path, **kw) -> DuckDBEngine:
 
 def _interrupt_before(real):
     """``real``, whose first call is interrupted before it runs."""
-    calls = []
+    calls: list[object] = []
 
     def wrapper(*args, **kwargs):
         if not calls:
@@ -58,7 +58,7 @@ class _InterruptedOnFirstStatement:
 
 
 def _connect_interrupted_once():
-    calls = []
+    calls: list[object] = []
 
     def connect(*args, **kwargs):
         conn = duckdb.connect(*args, **kwargs)

@@ -1,0 +1,116 @@
+"""Dagster's SQLite storages reuse one pooled engine per file in a process, and stay correct:
+another process sees every event at once, a deleted or re-created instance is never written
+through an old handle, and open files stay bounded."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from recovery import dagster_sqlite
+from recovery.dagster_sqlite import STORAGE_MODULES, EngineCache
+from recovery_tests.support.rows import present
+
+
+def test_dagsters_sqlite_storages_build_their_engines_through_the_cache():
+    import recovery.orchestration  # noqa: F401 - installs the cache
+
+    for name in STORAGE_MODULES:
+        assert importlib.import_module(name).create_engine == dagster_sqlite.ENGINES.create_engine, name
+
+
+def test_one_engine_per_file_a_replaced_file_gets_a_new_one_and_the_oldest_is_disposed(tmp_path: Path):
+    cache = EngineCache(max_engines=2)
+    a, b, c = (tmp_path / f"{n}.db" for n in "abc")
+    first = cache.create_engine(f"sqlite:///{a}")
+    with first.connect() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (x INT)")
+        conn.commit()
+    assert cache.create_engine(f"sqlite:///{a}") is first
+    a.unlink()
+    a.write_bytes(b"")  # a new file at the same path (a wiped instance)
+    second = cache.create_engine(f"sqlite:///{a}")
+    assert second is not first
+    with second.connect() as conn:  # the new, empty file: the old table is not there
+        assert conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar() == 0
+    cache.create_engine(f"sqlite:///{b}")
+    cache.create_engine(f"sqlite:///{c}")
+    assert len(cache) == 2
+    assert cache.create_engine(f"sqlite:///{a}") is not second  # evicted as least recently used
+    memory = cache.create_engine("sqlite://")
+    assert memory is not cache.create_engine("sqlite://") and len(cache) == 2  # not a file: not cached
+
+
+def test_pooled_connections_commit_without_a_sync_per_statement_unless_asked(tmp_path: Path, monkeypatch):
+    """WAL with ``synchronous=NORMAL``: a commit no longer waits for the disk (the last commits
+    may be lost on power loss, never the file's consistency); ``RECOVERY_SQLITE_SYNC=full`` restores Dagster's."""
+
+    def synchronous(cache: EngineCache, name: str) -> int:
+        with cache.create_engine(f"sqlite:///{tmp_path / name}").connect() as conn:
+            return present(conn.exec_driver_sql("PRAGMA synchronous").scalar())
+
+    assert synchronous(EngineCache(), "normal.db") == 1  # NORMAL
+    monkeypatch.setenv("RECOVERY_SQLITE_SYNC", "full")
+    assert synchronous(EngineCache(), "full.db") == 2  # FULL, SQLite's default
+
+
+READ_RUNS = """
+import sys, dagster as dg
+with dg.DagsterInstance.from_ref(dg._core.instance.InstanceRef.from_dir(sys.argv[1])) as instance:
+    runs = instance.get_runs()
+    print(len(runs), sum(len(instance.all_logs(r.run_id)) for r in runs))
+"""
+
+
+@dg.op
+def _step() -> int:
+    return 1
+
+
+@dg.job
+def _tiny():
+    _step()
+
+
+def _other_process_sees(home: Path) -> tuple[int, int]:
+    out = subprocess.run([sys.executable, "-c", READ_RUNS, str(home)], capture_output=True, text=True, check=True)
+    runs, events = out.stdout.split()
+    return int(runs), int(events)
+
+
+def test_another_process_sees_each_run_and_a_recreated_instance_starts_empty(tmp_path: Path):
+    import shutil
+
+    import recovery.orchestration  # noqa: F401 - installs the cache
+
+    home = tmp_path / "home"
+    for expected_runs in (1, 2):
+        home.mkdir(exist_ok=True)
+        with dg.DagsterInstance.from_ref(dg._core.instance.InstanceRef.from_dir(str(home))) as instance:
+            result = _tiny.execute_in_process(instance=instance)
+            assert result.success
+            events = len(instance.all_logs(result.run_id))
+        runs, seen = _other_process_sees(home)
+        assert runs == expected_runs and seen >= events > 0
+    shutil.rmtree(home)  # the same path, a new instance: nothing of the old one shows, and it works
+    home.mkdir()
+    with dg.DagsterInstance.from_ref(dg._core.instance.InstanceRef.from_dir(str(home))) as instance:
+        assert instance.get_runs() == []
+        assert _tiny.execute_in_process(instance=instance).success
+    assert _other_process_sees(home)[0] == 1
+
+
+@pytest.mark.parametrize("value", ["off", "0"])
+def test_the_pool_can_be_switched_off(value: str, monkeypatch):
+    import recovery.orchestration  # noqa: F401
+
+    monkeypatch.setenv("RECOVERY_SQLITE_POOL", value)
+    module = importlib.import_module(STORAGE_MODULES[0])
+    monkeypatch.setattr(module, "create_engine", dagster_sqlite._create_engine)
+    dagster_sqlite.install()
+    assert module.create_engine is dagster_sqlite._create_engine
