@@ -162,9 +162,11 @@ def main(mode: str, spec_path: str, gens: str, out: str | None = None) -> None:
     elif mode == "datacompy":
         import datacompy
 
+        from recovery.lib.engine.duckdb_engine import duckdb_connection
+
         with open_engine(spec.warehouse).session(read_only=True) as s:
-            expected = s.conn.execute(f"SELECT * FROM {PEER_SCHEMA}.expected").df()
-            actual = s.conn.execute(f"SELECT * FROM {PEER_SCHEMA}.actual").df()
+            expected = duckdb_connection(s).execute(f"SELECT * FROM {PEER_SCHEMA}.expected").df()
+            actual = duckdb_connection(s).execute(f"SELECT * FROM {PEER_SCHEMA}.actual").df()
         cmp = datacompy.Compare(expected, actual, join_columns=spec.key)
         n = len(cmp.df1_unq_rows) + len(cmp.df2_unq_rows.drop_duplicates(subset=spec.key)) + len(cmp.all_mismatch())
         wall = time.perf_counter() - t0

@@ -25,6 +25,7 @@ from recovery.example.truth import build_truth
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.control_plane import SCHEMA
 from recovery.lib.engine import open_engine
+from recovery.lib.engine.duckdb_engine import duckdb_connection
 from recovery.lib.errors import RecoveryError
 from recovery.lib.spec import parse_spec
 from recovery.lib.writer import Writer, retrying
@@ -47,7 +48,7 @@ def _release(spec, until, producer=release_live_events) -> int:
 
     def txn() -> int:
         with engine.transaction() as s:
-            return producer(s.conn, until)
+            return producer(duckdb_connection(s), until)
 
     return retrying(txn)
 

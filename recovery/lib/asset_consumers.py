@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from recovery.lib.consumer_outputs import CONSUMER_SCHEMA, ensure_tables
 from recovery.lib.control_plane import SCHEMA, dataset_table, has_dataset_table, next_seq, utcnow
 from recovery.lib.engine.base import Session
-from recovery.lib.identifiers import TableName, quote, str_list, ts_literal
+from recovery.lib.identifiers import TableName, quote, sql_literal, str_list, ts_literal
 from recovery.lib.managed_names import ManagedName, build
 from recovery.lib.reconcile.inputs import partition_table, recon_table
 from recovery.lib.spec import AssetConsumerSpec, DatasetSpec
@@ -93,10 +93,11 @@ def impact_table(spec: DatasetSpec) -> str:
 
 def _ensure(s: Session, spec: DatasetSpec) -> None:
     ensure_tables(s)
-    s.execute(
-        f"CREATE TABLE IF NOT EXISTS {impact_table(spec)} (incident_id VARCHAR, asset VARCHAR, table_name VARCHAR, "
-        f"kind VARCHAR, owner VARCHAR, partitions VARCHAR[], rows_reached BIGINT, original_namespace VARCHAR, "
-        f"basis VARCHAR, scope VARCHAR, traced_at TIMESTAMP, run_id VARCHAR)"
+    s.create_table(
+        impact_table(spec),
+        "incident_id VARCHAR, asset VARCHAR, table_name VARCHAR, "
+        "kind VARCHAR, owner VARCHAR, partitions VARCHAR[], rows_reached BIGINT, original_namespace VARCHAR, "
+        "basis VARCHAR, scope VARCHAR, traced_at TIMESTAMP, run_id VARCHAR",
     )
 
 
@@ -185,10 +186,12 @@ def trace_asset(
         )
         basis = CAPTURED_AT_IMPACT if original else "none: the asset's table did not exist when the impact was assessed"
     rows = rows_in(s, c, scope)
-    s.execute(f"DELETE FROM {impact_table(spec)} WHERE incident_id = ? AND asset = ?", [incident_id, c.asset])
-    s.execute(
-        f"INSERT INTO {impact_table(spec)} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
+    s.replace_rows(
+        impact_table(spec),
+        [n for n, _ in s.columns(impact_table(spec))],
+        remove=f"incident_id = {sql_literal(incident_id)} AND asset = {sql_literal(c.asset)}",
+        insert="SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?",
+        params=[
             incident_id,
             c.asset,
             str(c.table_name),

@@ -17,7 +17,7 @@ from recovery.lib.consumers import consumer_sql, consumer_table
 from recovery.lib.control_plane import dataset_table
 from recovery.lib.engine.base import Session
 from recovery.lib.expected_cache import drop_staged, stage_expected
-from recovery.lib.identifiers import quote
+from recovery.lib.identifiers import quote, sql_literal
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.spec import Consumer, DatasetSpec, DownstreamSpec
 
@@ -112,12 +112,13 @@ def assess_impact(
 ) -> list[ConsumerImpact]:
     """Write per-key differences of every consumer to the control plane; return per-consumer impact."""
     table = impact_table(spec)
-    s.execute(
-        f"CREATE TABLE IF NOT EXISTS {table} (incident_id VARCHAR, consumer VARCHAR, consumer_key VARCHAR, "
-        "change VARCHAR, "
-        f"original_value DOUBLE, corrected_value DOUBLE, difference DOUBLE, material BOOLEAN)"
+    s.create_table(
+        table,
+        "incident_id VARCHAR, consumer VARCHAR, consumer_key VARCHAR, change VARCHAR, "
+        "original_value DOUBLE, corrected_value DOUBLE, difference DOUBLE, material BOOLEAN",
     )
-    s.execute(f"DELETE FROM {table} WHERE incident_id = ?", [incident_id])
+    columns = [n for n, _ in s.columns(table)]
+    s.replace_rows(table, columns, remove=f"incident_id = {sql_literal(incident_id)}")
     # the expected rows, once for every consumer: each consumer's corrected side reads them, and
     # computing them per consumer resolved the whole change log again each time
     if spec.downstream:
@@ -133,7 +134,7 @@ def assess_impact(
             values = [n for n, _ in s.columns(consumer_table(spec, c).sql()) if n not in c.key]
         corrected = consumer_sql(spec, c, "SELECT * FROM __impact_expected")
         impact = consumer_impact_sql(spec, c, watermark, values, original_relation=original, corrected_sql=corrected)
-        s.execute(f"INSERT INTO {table} SELECT ?, * FROM ({impact})", [incident_id])
+        s.replace_rows(table, columns, insert=f"SELECT ?, * FROM ({impact})", params=[incident_id])
     drop_staged(s, "__impact_expected")
     return impact_summary(s, spec, incident_id=incident_id)
 

@@ -41,10 +41,12 @@ def _next_number(s: Session, spec: DatasetSpec) -> int:
 
 
 def _ensure_delta(s: Session, spec: DatasetSpec, ns: str) -> None:
-    s.execute(
-        f"CREATE TABLE IF NOT EXISTS {delta_table(spec.dataset)} AS SELECT *, CAST(NULL AS BIGINT) AS _delta_seq, "
+    s.materialize(
+        delta_table(spec.dataset),
+        "SELECT *, CAST(NULL AS BIGINT) AS _delta_seq, "
         f"CAST(NULL AS VARCHAR) AS _delta_op, CAST(NULL AS VARCHAR) AS _delta_namespace FROM {namespace_sql(ns)} "
-        "LIMIT 0"
+        "LIMIT 0",
+        keep_existing=True,
     )
 
 
@@ -54,7 +56,7 @@ def new_namespace(s: Session, spec: DatasetSpec, *, created_by: str, seq: int) -
     if published is None:
         raise RecoveryError(f"dataset {spec.dataset!r} has no published namespace; run Writer.ensure() first")
     ns = _namespace_name(spec, _next_number(s, spec))
-    s.execute(f"CREATE TABLE {namespace_sql(ns)} AS SELECT * FROM {namespace_sql(published)} LIMIT 0")
+    s.materialize(namespace_sql(ns), f"SELECT * FROM {namespace_sql(published)} LIMIT 0")
     register_namespace(s, target_name(spec), ns, seq=seq, actor=created_by, status="building", note="")
     return ns
 
@@ -81,9 +83,10 @@ def create_or_adopt(s: Session, spec: DatasetSpec, *, actor: str) -> str:
         _infer_generations(s, spec, ns, seq)
         note, reason = "adopted from a plain table", "adopted"
     else:
-        s.execute(
-            f"CREATE TABLE {namespace_sql(ns)} AS SELECT *, CAST(NULL AS VARCHAR) AS {quote(meta.generation)}, "
-            f"CAST(NULL AS TIMESTAMP) AS {quote(meta.written_at)} FROM ({expected_rows_sql(spec, None)}) LIMIT 0"
+        s.materialize(
+            namespace_sql(ns),
+            f"SELECT *, CAST(NULL AS VARCHAR) AS {quote(meta.generation)}, "
+            f"CAST(NULL AS TIMESTAMP) AS {quote(meta.written_at)} FROM ({expected_rows_sql(spec, None)}) LIMIT 0",
         )
         note, reason = "created empty", "created"
     faults.checkpoint("adopt:renamed")  # the table moved into its namespace, nothing at the public name yet

@@ -50,10 +50,7 @@ def stage_sides(s: Session, spec: DatasetSpec, watermark: datetime | None) -> li
     drop_staged(s, "__cv_e")
     kind = "TEMP VIEW" if isinstance(s, DuckDBSession) else "OR REPLACE TEMP TABLE"  # Spark: as it always was
     s.execute(f"CREATE {kind} __cv_e AS SELECT *, CAST({part} AS VARCHAR) AS __p FROM ({relation})")
-    s.execute(
-        f"CREATE OR REPLACE TEMP VIEW __cv_t AS SELECT *, CAST({part} AS VARCHAR) AS __p "
-        f"FROM {spec.target.table_name.sql()}"
-    )
+    s.temp_view("__cv_t", f"SELECT *, CAST({part} AS VARCHAR) AS __p FROM {spec.target.table_name.sql()}")
     return [c for c, _ in s.columns("__cv_e") if c not in spec.key and c != "__p"]
 
 
@@ -66,7 +63,7 @@ def compare_partitions(
     partition (pending changes, which ingestion has not reached yet)."""
     key = quote_all(spec.key)
     part = quote(spec.target.partition)
-    s.execute("CREATE OR REPLACE TEMP TABLE __cv_scope AS SELECT DISTINCT unnest(CAST(? AS VARCHAR[])) AS p", [scope])
+    s.temp_table("__cv_scope", "SELECT DISTINCT unnest(CAST(? AS VARCHAR[])) AS p", [scope])
     compared = quote_all(spec.key + values)
     if isinstance(s, DuckDBSession):
         # a partition whose rows hash to the same sum (and count) on both sides holds the same rows:
@@ -94,9 +91,7 @@ def compare_partitions(
             FROM __cv_scope sc LEFT JOIN ec ON ec.p = sc.p LEFT JOIN tc ON tc.p = sc.p"""
         )
         differing = scope
-    s.execute(
-        "CREATE OR REPLACE TEMP TABLE __cv_compared AS SELECT DISTINCT unnest(CAST(? AS VARCHAR[])) AS p", [differing]
-    )
+    s.temp_table("__cv_compared", "SELECT DISTINCT unnest(CAST(? AS VARCHAR[])) AS p", [differing])
     # the keys with a row in a differing partition on either side, every row of each compared (a key
     # moved into or out of scope is drift too); when those partitions are most of the table, the whole
     # table is compared instead and the rows out of scope dropped at the end, the same result without
@@ -107,18 +102,18 @@ def compare_partitions(
     elif 2 * len(set(differing)) >= partitions:
         t_rows, e_rows = "SELECT * FROM __cv_t", "SELECT * FROM __cv_e"
     else:
-        s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __cv_keys AS "
+        s.temp_table(
+            "__cv_keys",
             f"SELECT {key} FROM __cv_e WHERE __p IN (SELECT p FROM __cv_compared) "
-            f"UNION SELECT {key} FROM __cv_t WHERE __p IN (SELECT p FROM __cv_compared)"
+            f"UNION SELECT {key} FROM __cv_t WHERE __p IN (SELECT p FROM __cv_compared)",
         )
         t_rows = f"SELECT * FROM __cv_t SEMI JOIN __cv_keys USING ({key})"
         e_rows = f"SELECT * FROM __cv_e SEMI JOIN __cv_keys USING ({key})"
     same = same_row_sql(spec, values)
     if t_rows is None:  # every partition in scope hashes alike on both sides: no key to compare
-        s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __cv_keydiff AS SELECT {key}, CAST(NULL AS VARCHAR) AS p, "
-            f"CAST(NULL AS VARCHAR) AS status FROM __cv_t WHERE false"
+        s.temp_table(
+            "__cv_keydiff",
+            f"SELECT {key}, CAST(NULL AS VARCHAR) AS p, CAST(NULL AS VARCHAR) AS status FROM __cv_t WHERE false",
         )
     else:
         s.execute(
@@ -152,4 +147,4 @@ def compare_partitions(
         FROM __cv_counts sc LEFT JOIN kd ON kd.p = sc.p"""
     )
     for t in ("__cv_keys", "__cv_keydiff", "__cv_counts", "__cv_compared"):
-        s.execute(f"DROP TABLE IF EXISTS {t}")
+        s.drop_relation(t)

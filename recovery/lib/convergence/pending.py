@@ -48,14 +48,15 @@ def stage_pending(
     src = spec.source
     empty = f"SELECT {key}, CAST(NULL AS VARCHAR) AS p, 0 AS changes, CAST(NULL AS TIMESTAMP) AS oldest, 0 AS overdue"
     if floor is None:  # an empty source: nothing can be pending
-        s.execute(f"CREATE OR REPLACE TEMP TABLE {PENDING} AS {empty} FROM __cv_t WHERE false")
+        s.temp_table(PENDING, f"{empty} FROM __cv_t WHERE false")
         return
     at = quote(src.ingested_at)
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __cv_late AS SELECT {quote_all(src.key)}, CAST({at} AS TIMESTAMP) AS __at "
-        f"FROM {src.table_name.sql()} WHERE {at} > {ts_literal(floor)}"
+    s.temp_table(
+        "__cv_late",
+        f"SELECT {quote_all(src.key)}, CAST({at} AS TIMESTAMP) AS __at "
+        f"FROM {src.table_name.sql()} WHERE {at} > {ts_literal(floor)}",
     )
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __cv_late_keys AS SELECT DISTINCT {key} FROM __cv_late")
+    s.temp_table("__cv_late_keys", f"SELECT DISTINCT {key} FROM __cv_late")
     s.execute(
         f"""CREATE OR REPLACE TEMP TABLE {PENDING} AS
         WITH t AS (SELECT * FROM __cv_t SEMI JOIN __cv_late_keys USING ({key})),
@@ -75,7 +76,7 @@ def stage_pending(
         GROUP BY ALL"""
     )
     for t in ("__cv_late", "__cv_late_keys"):
-        s.execute(f"DROP TABLE IF EXISTS {t}")
+        s.drop_relation(t)
 
 
 def pending_totals(s: Session, spec: DatasetSpec) -> tuple[int, datetime | None, int]:

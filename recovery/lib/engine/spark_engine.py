@@ -14,11 +14,13 @@ compare-and-set fail, the transaction rolls back, and the staged directory is de
 unseen: fencing is still enforced at write time. Publishing is one pointer move, the
 ``CREATE OR REPLACE VIEW`` row committed with the pointer row.
 
-Statements arrive in the phases' dialect. One that names no Spark relation runs in
-the control store unchanged (full transactions, ``RETURNING``); any other runs its
-query on Spark (control-plane tables it reads are shipped as small temporary views),
-with DML rewritten as copy-on-write: ``INSERT`` appends a directory, ``DELETE`` and
-``UPDATE`` write the relation's new content, ``CREATE TABLE AS`` writes a new version.
+Statements arrive in the phases' dialect (DuckDB SQL, see :class:`~recovery.lib.engine.base.Session`).
+One that names no Spark relation runs in the control store unchanged (full transactions,
+``RETURNING``); a query that reads Spark relations is transpiled by sqlglot and runs on Spark
+(control-plane tables it reads are shipped as small temporary views). Writes to Spark
+relations are never SQL text: the named operations (``materialize``, ``replace_rows``,
+``update_rows``, ``swap_pointer``, ...) write each new version as Parquet directories, and
+DML text naming a Spark relation is refused.
 """
 
 from __future__ import annotations
@@ -41,19 +43,18 @@ from recovery.lib.engine.base import Engine, Session
 from recovery.lib.engine.duckdb_engine import ENGINE_SECONDS, DuckDBEngine, DuckDBSession
 from recovery.lib.engine.spark_sql import (
     CONTROL_SCHEMA,
-    Statement,
     bind,
     flat_name,
     full_name,
     is_data_relation,
-    is_temp,
+    is_query,
     parse,
+    query_of,
     relations,
-    statement,
     to_spark,
 )
 from recovery.lib.errors import RecoveryError
-from recovery.lib.identifiers import TableName
+from recovery.lib.identifiers import TableName, quote_all
 
 CATALOG = f"{CONTROL_SCHEMA}.spark_objects"
 _CATALOG_DDL = [
@@ -198,7 +199,6 @@ class SparkWarehouseSession(Session):
         self.ship_epoch = 0
         self._shipped: dict[str, int] = {}
         self._cache: dict[str, SparkObject | None] = {}
-        self.conn = control.conn
 
     # ---- catalog ----------------------------------------------------------------------
     def lookup(self, schema: str, name: str) -> SparkObject | None:
@@ -364,7 +364,13 @@ class SparkWarehouseSession(Session):
         takes the control store's statements."""
         t = exp.to_table(table_sql, dialect="duckdb")
         if not self._on_spark(t):
-            super().replace_rows(table_sql, columns, remove=remove, insert=insert, params=params)
+            query = self._query(insert, params) if insert is not None else None
+            if query is None or not self._touches_spark(query):
+                super().replace_rows(table_sql, columns, remove=remove, insert=insert, params=params)
+                return
+            if remove is not None:
+                super().replace_rows(table_sql, columns, remove=remove)
+            self._into_control(f"INSERT INTO {table_sql} ({quote_all(list(columns))})", query)
             return
         schema, name, key = t.db, t.name, full_name(t.db, t.name)
         obj = self._relation(schema, name, key)
@@ -378,6 +384,174 @@ class SparkWarehouseSession(Session):
             self._bind_variables(query)
             dirs.append(self._write_dir(self._aligned(self._df(query), obj, list(columns)), schema, name))
         self._stage(key, SparkObject("table", dirs, obj.schema_json))
+
+    def _query(self, select_sql: str, params: Sequence[Any] | None = None) -> exp.Expression:
+        """A SELECT of the phases' dialect, its parameters and session variables bound."""
+        query = parse(bind(select_sql, params))
+        self._bind_variables(query)
+        return query
+
+    def _into_control(self, head: str, query: exp.Expression) -> None:
+        """``head`` (a control-plane ``INSERT INTO t (...)`` or ``CREATE ... AS``) over rows Spark
+        computed: the result is collected and registered in the control store for the statement."""
+        rows = _shippable(self._df(query).toArrow())
+        name = f"__shipped_{uuid.uuid4().hex[:8]}"
+        self.control.conn.register(name, rows)
+        try:
+            self._control(f"{head} SELECT * FROM {name}")
+        finally:
+            self.control.conn.unregister(name)
+
+    def _control(self, sql: str, params: Sequence[Any] | None = None, want: str = "none"):
+        """A statement for the control store, as it is: what it reads may have changed."""
+        self.ship_epoch += 1
+        return self._in_control(parse(sql), sql, params, want)
+
+    def _drop_spark_temp(self, name: str) -> None:
+        view = self.spark_temps.pop(name, None)
+        if view:
+            self.spark.catalog.dropTempView(view)
+
+    def materialize(
+        self,
+        table_sql: str,
+        select_sql: str,
+        params: Sequence[Any] | None = None,
+        *,
+        keep_existing: bool = False,
+    ) -> None:
+        """A Spark relation's new version: the rows written as one directory, staged as its catalog
+        row. A control-plane table takes the control store's statement, over rows Spark computed
+        when the query reads Spark relations."""
+        t = exp.to_table(table_sql, dialect="duckdb")
+        query = self._query(select_sql, params)
+        if not self._on_spark(t):
+            if not self._touches_spark(query):
+                super().materialize(table_sql, select_sql, params, keep_existing=keep_existing)
+                return
+            head = "CREATE TABLE IF NOT EXISTS" if keep_existing else "CREATE OR REPLACE TABLE"
+            self._into_control(f"{head} {table_sql} AS", query)
+            return
+        key = full_name(t.db, t.name)
+        if keep_existing and self.lookup(t.db, t.name) is not None:
+            return
+        df = self._df(query)
+        new = self._write_dir(df, t.db, t.name)
+        self._stage(key, SparkObject("table", [new], df.schema.json()))
+
+    def create_table(self, table_sql: str, columns_sql: str) -> None:
+        """A Spark relation: an empty version whose schema is the column definitions as DuckDB types
+        them (a scratch in-memory DuckDB reads them), staged as its catalog row."""
+        t = exp.to_table(table_sql, dialect="duckdb")
+        if not self._on_spark(t):
+            super().create_table(table_sql, columns_sql)
+            return
+        if self.lookup(t.db, t.name) is not None:
+            return
+        import duckdb
+
+        scratch = duckdb.connect()
+        try:
+            scratch.execute(f"CREATE TABLE __shape ({columns_sql})")
+            df = self._frame(scratch.sql("SELECT * FROM __shape").to_arrow_table())
+        finally:
+            scratch.close()
+        new = self._write_dir(df, t.db, t.name)
+        self._stage(full_name(t.db, t.name), SparkObject("table", [new], df.schema.json()))
+
+    def temp_table(self, name: str, select_sql: str, params: Sequence[Any] | None = None) -> None:
+        """Over Spark relations: the result written to the session's scratch directory and read back
+        as a temporary view of that name. Otherwise a control-store temp table."""
+        bare = exp.to_table(name, dialect="duckdb").name
+        query = self._query(select_sql, params)
+        self._drop_spark_temp(bare)
+        if not self._touches_spark(query):
+            super().temp_table(name, select_sql, params)
+            return
+        path = self._write_dir(self._df(query), "_temp", bare, root=self.scratch)
+        view = flat_name("t", str(id(self)), bare)
+        self.spark.read.parquet(path).createOrReplaceTempView(view)
+        self.spark_temps[bare] = view
+
+    def collect_table(self, name: str, select_sql: str, params: Sequence[Any] | None = None) -> None:
+        """The (small) result collected into a control-store temp table."""
+        bare = exp.to_table(name, dialect="duckdb").name
+        query = self._query(select_sql, params)
+        self._drop_spark_temp(bare)
+        if not self._touches_spark(query):
+            super().temp_table(name, select_sql, params)
+            return
+        self._into_control(f"CREATE OR REPLACE TEMP TABLE {name} AS", query)
+
+    def temp_view(self, name: str, select_sql: str) -> None:
+        """Over Spark relations: a Spark temporary view of the transpiled query. Otherwise the control store's."""
+        bare = exp.to_table(name, dialect="duckdb").name
+        query = self._query(select_sql)
+        self._drop_spark_temp(bare)
+        if not self._touches_spark(query):
+            super().temp_view(name, select_sql)
+            return
+        view = flat_name("t", str(id(self)), bare)
+        sql = to_spark(query, self._view_for, self._star_columns)
+        self.spark.sql(f"CREATE OR REPLACE TEMP VIEW `{view}` AS {sql}")
+        self.spark_temps[bare] = view
+
+    def drop_relation(self, name_sql: str, *, view: bool = False) -> None:
+        """A Spark relation's catalog row goes (its directories stay until a vacuum); a temporary
+        one its view; anything else the control store drops."""
+        t = exp.to_table(name_sql, dialect="duckdb")
+        if not t.db and t.name in self.spark_temps:
+            self._drop_spark_temp(t.name)
+            return
+        if t.db and is_data_relation(t.db, t.name):
+            if self.lookup(t.db, t.name) is not None:
+                self._stage(full_name(t.db, t.name), None)
+            return
+        super().drop_relation(name_sql, view=view)
+
+    def update_rows(
+        self,
+        table_sql: str,
+        assignments: Sequence[tuple[str, str]],
+        *,
+        where: str | None = None,
+        params: Sequence[Any] | None = None,
+    ) -> None:
+        """A Spark relation's new version, each assigned column a ``CASE`` over the predicate (a NULL
+        predicate keeps the row's value). A control-plane table takes ``UPDATE`` as it is."""
+        t = exp.to_table(table_sql, dialect="duckdb")
+        if not self._on_spark(t):
+            super().update_rows(table_sql, assignments, where=where, params=params)
+            return
+        from pyspark.sql.types import StructType
+
+        obj = self._relation(t.db, t.name, full_name(t.db, t.name))
+        shape = self._query(
+            f"SELECT {', '.join(e for _, e in assignments)} FROM {table_sql}" + (f" WHERE {where}" if where else ""),
+            params,
+        )
+        sets = {c.lower(): e for (c, _), e in zip(assignments, shape.expressions)}
+        found = shape.args.get("where")
+        cond = exp.func("coalesce", exp.paren(found.this.copy()), exp.false()) if found is not None else exp.true()
+        cols = []
+        for f in StructType.fromJson(json.loads(obj.schema)).fields:
+            col: exp.Expression = exp.column(f.name, quoted=True)
+            if f.name.lower() in sets:
+                col = exp.Case(ifs=[exp.If(this=cond.copy(), true=sets[f.name.lower()].copy())], default=col)
+            cols.append(exp.alias_(col, f.name, quoted=True))
+        select = exp.select(*cols).from_(t.copy())
+        new = self._write_dir(self._aligned(self._df(select), obj, None), t.db, t.name)
+        self._stage(full_name(t.db, t.name), SparkObject("table", [new], obj.schema_json))
+
+    def export_parquet(self, select_sql: str, path: str, params: Sequence[Any] | None = None) -> int:
+        """Over Spark relations: the result collected as Arrow and written with zstd."""
+        query = self._query(select_sql, params)
+        if not self._touches_spark(query):
+            return super().export_parquet(select_sql, path, params)
+        table = self._df(query).toArrow()
+        with ENGINE_SECONDS.timing("-- export to " + path):
+            pq.write_table(table, path, compression="zstd")
+        return table.num_rows
 
     def adopt_table(self, table: TableName, namespace: str, add_columns: Sequence[tuple[str, str]] = ()) -> None:
         """The table's catalog row moves to the namespace's name, its directories untouched (no
@@ -444,12 +618,12 @@ class SparkWarehouseSession(Session):
         return self._run(sql, params, want="arrow")
 
     def arrow_batches(self, sql: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
-        st = statement(sql)
-        if not self._touches_spark(st.tree):
+        query = parse(sql)
+        if not self._touches_spark(query):
             yield from self.control.arrow_batches(sql, batch_rows)
             return
         # bounded memory: Spark writes the result, then it is read back a batch at a time
-        path = self._write_dir(self._df(st.required_query), "_results", uuid.uuid4().hex, root=self.scratch)
+        path = self._write_dir(self._df(query), "_results", uuid.uuid4().hex, root=self.scratch)
         files = sorted(Path(path).glob("*.parquet"))
         for f in files:
             yield from pq.ParquetFile(f).iter_batches(batch_rows)
@@ -478,31 +652,49 @@ class SparkWarehouseSession(Session):
 
     # ---- statements -------------------------------------------------------------------
     def _run(self, sql: str, params: Sequence[Any] | None, want: str = "none"):
-        st = statement(sql)
-        on_spark = self._touches_spark(st.tree) or (st.target is not None and self._on_spark(st.target))
-        if st.kind == "create_table" and st.target is not None and not st.target.db and is_temp(st.tree):
-            on_spark = st.query is not None and self._touches_spark(st.query)
-        if st.kind == "create_view" and st.target is not None and not st.target.db:
-            on_spark = st.query is not None and self._touches_spark(st.query)
-        if not on_spark:
-            return self._run_in_control(st, sql, params, want)
-        st = statement(bind(sql, params))
-        self._bind_variables(st.tree)
-        if st.kind in ("update", "delete") and not self._on_spark(st.required_target):
-            return self._run_in_control_pulling(st, want)
-        handler = getattr(self, f"_spark_{st.kind}", None)
-        if handler is None:
-            raise NotImplementedError(f"the Spark engine cannot run this statement yet: {sql[:200]}")
-        return handler(st, want)
+        """A query reading Spark relations runs on Spark (transpiled); any statement that names no
+        Spark relation runs in the control store as it is. A write to a Spark relation as SQL text
+        is refused: the named operations of :class:`Session` make it."""
+        tree = parse(sql)
+        if not self._touches_spark(tree):
+            if not is_query(tree):
+                self.ship_epoch += 1
+                target = tree.this.this if isinstance(tree, exp.Create) and isinstance(tree.this, exp.Schema) else None
+                target = tree.this if isinstance(tree, exp.Create) and isinstance(tree.this, exp.Table) else target
+                if isinstance(target, exp.Table) and not target.db:  # a control-store temp now stands for the name
+                    self._drop_spark_temp(target.name)
+            return self._in_control(tree, sql, params, want)
+        if query_of(tree) is None:
+            raise SparkStatementError(
+                "a statement that writes a Spark relation goes through a Session operation (create_table, "
+                "materialize, temp_table, collect_table, replace_rows, update_rows, drop_relation, temp_view, "
+                f"swap_pointer, export_parquet), not SQL text: {sql[:300]}"
+            )
+        bound = parse(bind(sql, params))
+        self._bind_variables(bound)
+        query = query_of(bound)
+        assert query is not None  # the same statement, its parameters bound
+        if isinstance(tree, exp.Describe):
+            return self._spark_describe(query, want)
+        return self._result(self._df(query), want)
 
-    def _catalog_views(self, st: Statement, sql: str) -> str:
+    def _in_control(self, tree: exp.Expression, sql: str, params: Sequence[Any] | None, want: str):
+        sql = self._catalog_views(tree, sql)
+        if want == "rows":
+            return self.control.fetchall(sql, params)
+        if want == "arrow":
+            return self.control.arrow(sql, params)
+        self.control.execute(sql, params)
+        return None
+
+    def _catalog_views(self, tree: exp.Expression, sql: str) -> str:
         """``information_schema.tables``/``columns`` answered for both stores: the control
         store's own rows plus one per Spark relation (and column), registered as relations."""
-        wanted = {t.name.lower() for t in relations(st.tree) if (t.db or "").lower() == "information_schema"}
+        wanted = {t.name.lower() for t in relations(tree) if (t.db or "").lower() == "information_schema"}
         if not wanted & {"tables", "columns"}:
             return sql
         objects = self.control.fetchall(f"SELECT name, kind FROM {CATALOG} ORDER BY name")
-        tree = st.tree.copy()
+        tree = tree.copy()
         for name in wanted & {"tables", "columns"}:
             own = self.control.arrow(f"SELECT * FROM information_schema.{name}")
             rows: list[dict] = []
@@ -552,57 +744,6 @@ class SparkWarehouseSession(Session):
                     else parse(f"SELECT {bind('?', [value])}").expressions[0]
                 )
 
-    def _run_in_control_pulling(self, st: Statement, want: str):
-        """A control-plane ``UPDATE``/``DELETE`` whose subqueries read Spark relations: each
-        such subquery runs on Spark and its (small) result stands in for it in the control store."""
-        tree = st.tree.copy()
-        names = []
-        candidates = [sub for sub in tree.find_all(exp.Subquery) if self._touches_spark(sub.this)]
-        bodies = {id(sub.this) for sub in candidates}
-
-        def inside_another(node: exp.Expression) -> bool:
-            parent = node.parent
-            while parent is not None:
-                if id(parent) in bodies:
-                    return True
-                parent = parent.parent
-            return False
-
-        for sub in [c for c in candidates if not inside_another(c)]:  # an outer one is pulled whole
-            try:
-                rows = _shippable(self._df(sub.this).toArrow())
-            except SparkStatementError as err:
-                raise NotImplementedError(
-                    f"a correlated subquery over Spark relations in a control-plane {st.kind.upper()}: {err}"
-                ) from None
-            name = f"__pulled_{uuid.uuid4().hex[:8]}"
-            self.control.conn.register(name, rows)
-            names.append(name)
-            sub.set("this", parse(f"SELECT * FROM {name}"))
-        try:
-            text = tree.sql("duckdb")
-            if self._touches_spark(parse(text)):
-                raise NotImplementedError(
-                    f"a control-plane {st.kind.upper()} reading Spark relations outside a subquery: {text[:300]}"
-                )
-            return self._run_in_control(statement(text), text, None, want)
-        finally:
-            for name in names:
-                self.control.conn.unregister(name)
-
-    def _run_in_control(self, st: Statement, sql: str, params, want: str):
-        sql = self._catalog_views(st, sql)
-        if st.kind not in ("select", "describe"):
-            self.ship_epoch += 1
-            if st.target is not None and not st.target.db and st.kind in ("create_table", "create_view"):
-                self.spark_temps.pop(st.target.name, None)
-        if want == "rows":
-            return self.control.fetchall(sql, params)
-        if want == "arrow":
-            return self.control.arrow(sql, params)
-        self.control.execute(sql, params)
-        return None
-
     def _result(self, df, want: str):
         if want == "rows":
             with ENGINE_SECONDS.timing("-- spark collect"):
@@ -612,11 +753,8 @@ class SparkWarehouseSession(Session):
                 return df.toArrow()
         return None
 
-    def _spark_select(self, st: Statement, want: str):
-        return self._result(self._df(st.required_query), want)
-
-    def _spark_describe(self, st: Statement, want: str):
-        fields = self._df(st.required_query).schema.fields
+    def _spark_describe(self, query: exp.Expression, want: str):
+        fields = self._df(query).schema.fields
         rows = [(f.name, duckdb_type(f.dataType), "YES", None, None, None) for f in fields]
         if want == "arrow":
             return pa.table(
@@ -626,20 +764,6 @@ class SparkWarehouseSession(Session):
                 }
             )
         return rows
-
-    def _spark_copy(self, st: Statement, want: str):
-        files = st.tree.args.get("files") or []
-        if not files:
-            raise NotImplementedError("COPY without a destination")
-        path = files[0].name if isinstance(files[0], exp.Literal) else files[0].this.name
-        table = self._df(st.required_query).toArrow()
-        with ENGINE_SECONDS.timing("-- copy to " + path):
-            pq.write_table(table, path, compression="zstd")
-        return [(table.num_rows,)] if want == "rows" else None
-
-    def _target(self, st: Statement) -> tuple[str, str, str]:
-        t = st.required_target
-        return t.db, t.name, full_name(t.db, t.name)
 
     def _aligned(self, df, obj: SparkObject, columns: list[str] | None):
         """The rows cast to the relation's schema, by name (column list) or by position."""
@@ -662,25 +786,6 @@ class SparkWarehouseSession(Session):
             ]
         )
 
-    def _spark_insert(self, st: Statement, want: str):
-        if not self._on_spark(st.required_target):  # control-plane target, rows computed on Spark
-            rows = _shippable(self._df(st.required_query).toArrow())
-            name = f"__shipped_{uuid.uuid4().hex[:8]}"
-            self.control.conn.register(name, rows)
-            try:
-                tree = st.tree.copy()
-                tree.set("expression", parse(f"SELECT * FROM {name}"))
-                self.ship_epoch += 1
-                return self._run_in_control(statement(tree.sql("duckdb")), tree.sql("duckdb"), None, want)
-            finally:
-                self.control.conn.unregister(name)
-        schema, name, key = self._target(st)
-        obj = self._relation(schema, name, key)
-        cols = [c.name for c in st.tree.this.expressions] if isinstance(st.tree.this, exp.Schema) else None
-        new = self._write_dir(self._aligned(self._df(st.required_query), obj, cols), schema, name)
-        self._stage(key, SparkObject("table", obj.dirs + [new], obj.schema_json))
-        return [] if want == "rows" else None
-
     def _relation(self, schema: str, name: str, key: str) -> SparkObject:
         if not schema:
             raise NotImplementedError(f"writing Spark temporary table {name} in place")
@@ -688,106 +793,6 @@ class SparkWarehouseSession(Session):
         if obj is None or obj.kind != "table":
             raise RecoveryError(f"table {key} does not exist in the Spark warehouse")
         return obj
-
-    def _rewrite(self, st: Statement, obj: SparkObject, select: exp.Select) -> None:
-        schema, name, key = self._target(st)
-        new = self._write_dir(self._aligned(self._df(select), obj, None), schema, name)
-        self._stage(key, SparkObject("table", [new], obj.schema_json))
-
-    def _spark_delete(self, st: Statement, want: str):
-        schema, name, key = self._target(st)
-        obj = self._relation(schema, name, key)
-        where = st.tree.args.get("where")
-        source = st.required_target.copy()
-        select = exp.select("*").from_(source)
-        if where is not None:
-            select = select.where(exp.not_(exp.func("coalesce", exp.paren(where.this.copy()), exp.false())))
-        else:
-            select = select.where(exp.false())
-        self._rewrite(st, obj, select)
-        return [] if want == "rows" else None
-
-    def _spark_update(self, st: Statement, want: str):
-        schema, name, key = self._target(st)
-        obj = self._relation(schema, name, key)
-        if st.tree.args.get("from_") or st.tree.args.get("returning"):
-            raise NotImplementedError("UPDATE ... FROM / RETURNING on a Spark relation")
-        from pyspark.sql.types import StructType
-
-        fields = [f.name for f in StructType.fromJson(json.loads(obj.schema)).fields]
-        sets = {e.this.name.lower(): e.expression for e in st.tree.expressions}
-        where = st.tree.args.get("where")
-        cond = exp.func("coalesce", exp.paren(where.this.copy()), exp.false()) if where is not None else exp.true()
-        cols = []
-        for f in fields:
-            col: exp.Expression = exp.column(f, quoted=True)
-            if f.lower() in sets:
-                col = exp.Case(ifs=[exp.If(this=cond.copy(), true=sets[f.lower()].copy())], default=col)
-            cols.append(exp.alias_(col, f, quoted=True))
-        self._rewrite(st, obj, exp.select(*cols).from_(st.required_target.copy()))
-        return [] if want == "rows" else None
-
-    def _spark_create_table(self, st: Statement, want: str):
-        schema, name, key = self._target(st)
-        temp = not schema
-        exists = name in self.spark_temps if temp else self.lookup(schema, name) is not None
-        if exists and st.tree.args.get("exists"):
-            return None
-        if exists and not st.tree.args.get("replace"):
-            raise RecoveryError(f"table {key} already exists")
-        if st.query is not None:
-            df = self._df(st.query)
-        else:  # column definitions: let the control store's parser type them
-            ddl = st.tree.copy()
-            ddl.set("this", exp.Schema(this=exp.to_identifier("__shape"), expressions=st.tree.this.expressions))
-            ddl.set("properties", None)
-            ddl.set("exists", False)
-            ddl.set("replace", False)
-            import duckdb
-
-            scratch = duckdb.connect()
-            scratch.execute(ddl.sql("duckdb"))
-            df = self._frame(scratch.sql("SELECT * FROM __shape").to_arrow_table())
-            scratch.close()
-        if temp:
-            path = self._write_dir(df, "_temp", name, root=self.scratch)
-            view = flat_name("t", str(id(self)), name)
-            self.spark.read.parquet(path).createOrReplaceTempView(view)
-            self.spark_temps[name] = view
-            return None
-        new = self._write_dir(df, schema, name)
-        self._stage(key, SparkObject("table", [new], df.schema.json()))
-        return None
-
-    def _spark_create_view(self, st: Statement, want: str):
-        schema, name, key = self._target(st)
-        if not schema:
-            view = flat_name("t", str(id(self)), name)
-            sql = to_spark(st.required_query, self._view_for, self._star_columns)
-            self.spark.sql(f"CREATE OR REPLACE TEMP VIEW `{view}` AS {sql}")
-            self.spark_temps[name] = view
-            return None
-        if self.lookup(schema, name) is not None and not st.tree.args.get("replace"):
-            if st.tree.args.get("exists"):
-                return None
-            raise RecoveryError(f"view {key} already exists")
-        self._df(st.required_query).schema  # analyse now: a view that cannot resolve is refused here
-        self._stage(key, SparkObject("view", view_sql=st.required_query.sql("duckdb")))
-        return None
-
-    def _spark_drop(self, st: Statement, want: str):
-        schema, name, key = self._target(st)
-        if not schema:
-            view = self.spark_temps.pop(name, None)
-            if view:
-                self.spark.catalog.dropTempView(view)
-            return None
-        if self.lookup(schema, name) is None:
-            if st.tree.args.get("exists"):
-                return None
-            raise RecoveryError(f"relation {key} does not exist")
-        self._stage(key, None)
-        return None
 
 
 class SparkEngine(Engine):

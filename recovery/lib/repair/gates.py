@@ -268,9 +268,10 @@ def evaluate_gates(
     if overlaid:
         # computed once (it overlays the snapshot with the replayed delta): the key-by-key gate and the
         # partition totals both read it
-        s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __gate_reference AS SELECT * FROM "
-            f"({reference_sql(s, spec, plan, through_seq, writer)}) WHERE {in_partitions(s, spec, scope)}"
+        s.temp_table(
+            "__gate_reference",
+            f"SELECT * FROM "
+            f"({reference_sql(s, spec, plan, through_seq, writer)}) WHERE {in_partitions(s, spec, scope)}",
         )
         reference = "SELECT * FROM __gate_reference"
     elif set(scope) <= set(plan.rebuild):
@@ -303,7 +304,7 @@ def evaluate_gates(
     for r in suite_results:
         results.append(GateResult(r.name, r.passed, r.unexpected, r.describe()))
     if overlaid:
-        s.execute("DROP TABLE __gate_reference")
+        s.drop_relation("__gate_reference")
     seq = committed_seq(s)
     for g in results:
         s.execute(
@@ -331,15 +332,15 @@ def _suites_in_engine(
     small table. Uniqueness and every aggregate are thus over the whole scope, not per batch."""
     runner = SqlSuiteRunner(s.conn, builtin + declared + [partition_suite()])
     # created in the caller's transaction: a failure rolls them back with it
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __gate_rows AS {row_frame_sql(s, spec, plan, scope, payload=False)}")
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __gate_partition_totals AS {totals_sql}")
+    s.temp_table("__gate_rows", f"{row_frame_sql(s, spec, plan, scope, payload=False)}")
+    s.temp_table("__gate_partition_totals", f"{totals_sql}")
     results = runner.validate("SELECT * FROM __gate_rows", builtin)
     if declared:
         ns = namespace_sql(plan.namespace)
         results |= runner.validate(f"SELECT * FROM {ns} WHERE {in_partitions(s, spec, scope)}", declared)
     results |= runner.validate("SELECT * FROM __gate_partition_totals", [partition_suite()])
-    s.execute("DROP TABLE __gate_rows")
-    s.execute("DROP TABLE __gate_partition_totals")
+    s.drop_relation("__gate_rows")
+    s.drop_relation("__gate_partition_totals")
     return list(results.values())
 
 

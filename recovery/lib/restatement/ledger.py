@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from recovery.lib.control_plane import SCHEMA, dataset_table
 from recovery.lib.engine.base import Session
-from recovery.lib.identifiers import TableName, quote
+from recovery.lib.identifiers import TableName, quote, sql_literal
 from recovery.lib.impact import consumer_impact_sql
 from recovery.lib.notify import NOTIFICATIONS, NOTIFICATIONS_DDL
 from recovery.lib.spec import Consumer, DatasetSpec
@@ -45,11 +45,11 @@ def notice_key(spec: DatasetSpec, incident_id: str, consumer: str) -> str:
 
 def ensure_ledger(s: Session, spec: DatasetSpec) -> None:
     s.execute(NOTIFICATIONS_DDL)
-    s.execute(
-        f"""CREATE TABLE IF NOT EXISTS {ledger_table(spec)} (
-            incident_id VARCHAR, consumer VARCHAR, kind VARCHAR, owner VARCHAR, consumer_key VARCHAR, change VARCHAR,
+    s.create_table(
+        ledger_table(spec),
+        """incident_id VARCHAR, consumer VARCHAR, kind VARCHAR, owner VARCHAR, consumer_key VARCHAR, change VARCHAR,
             original_value DOUBLE, corrected_value DOUBLE, difference DOUBLE, material BOOLEAN, decision VARCHAR,
-            original_namespace VARCHAR, corrected_namespace VARCHAR, notified_at TIMESTAMP)"""
+            original_namespace VARCHAR, corrected_namespace VARCHAR, notified_at TIMESTAMP""",
     )
 
 
@@ -74,8 +74,9 @@ def write_ledger(
     """Replace the incident's ledger rows for consumer ``c``; the caller owns the transaction."""
     ensure_ledger(s, spec)
     table = ledger_table(spec)
-    s.execute(f"DELETE FROM {table} WHERE incident_id = ? AND consumer = ?", [incident_id, c.name])
+    remove = f"incident_id = {sql_literal(incident_id)} AND consumer = {sql_literal(c.name)}"
     if original_namespace is None:  # never published before: nobody saw a wrong value
+        s.replace_rows(table, [], remove=remove)
         return
     original = TableName.parse(original_namespace).sql()
     corrected = TableName.parse(corrected_namespace).sql()
@@ -85,14 +86,17 @@ def write_ledger(
         spec, c, None, values, original_relation=original, corrected_sql=f"SELECT * FROM {corrected}"
     )
     flip = _sign_change(c.kind)
-    s.execute(
-        f"""INSERT INTO {table}
+    s.replace_rows(
+        table,
+        [n for n, _ in s.columns(table)],
+        remove=remove,
+        insert=f"""
             SELECT ?, i.consumer, ?, ?, i.consumer_key, i.change, i.original_value, i.corrected_value, i.difference,
                    i.material OR {flip} AS material,
                    CASE WHEN {flip} THEN ? WHEN i.material THEN ? ELSE ? END AS decision,
                    ?, ?, n.delivered_at
             FROM ({impact}) i LEFT JOIN {NOTIFICATIONS} n ON n.dedupe_key = ?""",
-        [
+        params=[
             incident_id,
             c.kind,
             c.owner,
