@@ -193,7 +193,7 @@ def drop_staged(s: Session, name: str) -> None:
     """Drop what ``stage_expected`` made of ``name`` (a view or a table), if anything."""
     kind = _temp_kind(s, name) if isinstance(s, DuckDBSession) else "table"
     if kind:
-        s.execute(f"DROP {kind.upper()} IF EXISTS {name}")
+        s.drop_relation(name, view=kind == "view")
 
 
 def _temp_kind(s: Session, name: str) -> str | None:

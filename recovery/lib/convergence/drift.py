@@ -48,8 +48,11 @@ def stage_sides(s: Session, spec: DatasetSpec, watermark: datetime | None) -> li
     # caught up on every read
     relation = expected_rows(s, spec, watermark, keep=True)
     drop_staged(s, "__cv_e")
-    kind = "TEMP VIEW" if isinstance(s, DuckDBSession) else "OR REPLACE TEMP TABLE"  # Spark: as it always was
-    s.execute(f"CREATE {kind} __cv_e AS SELECT *, CAST({part} AS VARCHAR) AS __p FROM ({relation})")
+    cv_e = f"SELECT *, CAST({part} AS VARCHAR) AS __p FROM ({relation})"
+    if isinstance(s, DuckDBSession):
+        s.temp_view("__cv_e", cv_e)
+    else:  # Spark: as it always was
+        s.temp_table("__cv_e", cv_e)
     s.temp_view("__cv_t", f"SELECT *, CAST({part} AS VARCHAR) AS __p FROM {spec.target.table_name.sql()}")
     return [c for c, _ in s.columns("__cv_e") if c not in spec.key and c != "__p"]
 

@@ -133,7 +133,7 @@ def _sync_source(engine: Engine, spec: DatasetSpec, table: LakehouseTable) -> No
             return
         columns = duckdb_columns(log.schema(), "source.lakehouse")
         s.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(name.schema)}")
-        s.execute(f"CREATE OR REPLACE VIEW {name.sql()} AS {files_sql(log.files(head), columns)}")
+        s.swap_pointer(name.sql(), files_sql(log.files(head), columns))
         s.execute(f"DELETE FROM {TABLES} WHERE dataset = ? AND role = 'source'", [spec.dataset])
         s.execute(
             f"INSERT INTO {TABLES} VALUES (?, 'source', ?, ?, ?, ?)",
