@@ -74,24 +74,26 @@ def compare_partitions(
         # a row in a partition that differs, and it is still counted in each partition it sits in), where
         # comparing every key joins the whole table. Spark's 32-bit hash is too narrow for this: it
         # compares every key.
-        s.execute(
-            f"""CREATE OR REPLACE TEMP TABLE __cv_counts AS
+        s.temp_table(
+            "__cv_counts",
+            f"""
             WITH ef AS (SELECT __p AS p, count(*) AS n, sum(hash({compared})) AS h FROM __cv_e
                         WHERE __p IN (SELECT p FROM __cv_scope) GROUP BY 1),
                  tf AS (SELECT __p AS p, count(*) AS n, sum(hash({compared})) AS h FROM __cv_t
                         WHERE __p IN (SELECT p FROM __cv_scope) GROUP BY 1)
             SELECT sc.p, coalesce(ef.n, 0) AS e_n, coalesce(tf.n, 0) AS t_n,
                    coalesce(ef.n, 0) = coalesce(tf.n, 0) AND ef.h IS NOT DISTINCT FROM tf.h AS same
-            FROM __cv_scope sc LEFT JOIN ef ON ef.p = sc.p LEFT JOIN tf ON tf.p = sc.p"""
+            FROM __cv_scope sc LEFT JOIN ef ON ef.p = sc.p LEFT JOIN tf ON tf.p = sc.p""",
         )
         differing = [r[0] for r in s.fetchall("SELECT p FROM __cv_counts WHERE NOT same ORDER BY p")]
     else:
-        s.execute(
-            """CREATE OR REPLACE TEMP TABLE __cv_counts AS
+        s.temp_table(
+            "__cv_counts",
+            """
             WITH ec AS (SELECT __p AS p, count(*) AS n FROM __cv_e WHERE __p IN (SELECT p FROM __cv_scope) GROUP BY 1),
                  tc AS (SELECT __p AS p, count(*) AS n FROM __cv_t WHERE __p IN (SELECT p FROM __cv_scope) GROUP BY 1)
             SELECT sc.p, coalesce(ec.n, 0) AS e_n, coalesce(tc.n, 0) AS t_n, false AS same
-            FROM __cv_scope sc LEFT JOIN ec ON ec.p = sc.p LEFT JOIN tc ON tc.p = sc.p"""
+            FROM __cv_scope sc LEFT JOIN ec ON ec.p = sc.p LEFT JOIN tc ON tc.p = sc.p""",
         )
         differing = scope
     s.temp_table("__cv_compared", "SELECT DISTINCT unnest(CAST(? AS VARCHAR[])) AS p", [differing])
@@ -119,8 +121,9 @@ def compare_partitions(
             f"SELECT {key}, CAST(NULL AS VARCHAR) AS p, CAST(NULL AS VARCHAR) AS status FROM __cv_t WHERE false",
         )
     else:
-        s.execute(
-            f"""CREATE OR REPLACE TEMP TABLE __cv_keydiff AS
+        s.temp_table(
+            "__cv_keydiff",
+            f"""
         WITH t0 AS ({t_rows}),
              dup AS (SELECT {key}, count(*) AS __n FROM t0 GROUP BY ALL HAVING count(*) > 1),
              t AS (SELECT t0.*, coalesce(dup.__n, 1) AS __n, true AS __in_t FROM t0 LEFT JOIN dup USING ({key})),
@@ -132,10 +135,11 @@ def compare_partitions(
         SELECT * FROM (
             SELECT DISTINCT {key}, p, status FROM (SELECT *, unnest(list_distinct([t_p, e_p])) AS p FROM d
                 WHERE status IS NOT NULL)
-            WHERE p IN (SELECT p FROM __cv_scope)){f" ANTI JOIN {leave_out} USING ({key}, p)" if leave_out else ""}"""
+            WHERE p IN (SELECT p FROM __cv_scope)){f" ANTI JOIN {leave_out} USING ({key}, p)" if leave_out else ""}""",
         )
-    s.execute(
-        f"""CREATE OR REPLACE TEMP TABLE __cv_drift AS
+    s.temp_table(
+        "__cv_drift",
+        f"""
         WITH kd AS (SELECT p, count(DISTINCT ({key})) FILTER (WHERE status = 'missing') AS missing,
                            count(DISTINCT ({key})) FILTER (WHERE status = 'extra') AS extra,
                            count(DISTINCT ({key})) FILTER (WHERE status = 'changed') AS changed,
@@ -147,7 +151,7 @@ def compare_partitions(
                coalesce(kd.missing, 0) AS missing, coalesce(kd.extra, 0) AS extra, coalesce(kd.changed, 0) AS changed,
                coalesce(kd.duplicate, 0) AS duplicate, coalesce(kd.drift_keys, 0) AS drift_keys,
                coalesce(kd.sample_keys, CAST([] AS VARCHAR[])) AS sample_keys
-        FROM __cv_counts sc LEFT JOIN kd ON kd.p = sc.p"""
+        FROM __cv_counts sc LEFT JOIN kd ON kd.p = sc.p""",
     )
     for t in ("__cv_keys", "__cv_keydiff", "__cv_counts", "__cv_compared"):
         s.drop_relation(t)

@@ -223,7 +223,9 @@ def reconciliation_gate(
     same = " AND ".join(f"a.{quote(c)} IS NOT DISTINCT FROM r.{quote(c)}" for c in cols)
     # a key's copies counted by a grouping of the few duplicated keys joined back, not a window over every
     # row (which partitions and sorts every row)
-    s.execute(f"""CREATE OR REPLACE TEMP TABLE __gate_diff AS
+    s.temp_table(
+        "__gate_diff",
+        f"""
         WITH a0 AS (SELECT * FROM {ns} WHERE {in_partitions(s, spec, scope)}{only}),
              dup AS (SELECT {key}, count(*) AS __n FROM a0 GROUP BY ALL HAVING count(*) > 1),
              a AS (SELECT a0.*, coalesce(dup.__n, 1) AS __n FROM a0 LEFT JOIN dup USING ({key})),
@@ -231,7 +233,8 @@ def reconciliation_gate(
         SELECT {key}, CASE WHEN a.__n IS NULL THEN 'missing' WHEN r.__in_ref IS NULL THEN 'extra'
                            WHEN a.__n > 1 THEN 'duplicate' ELSE 'changed' END AS kind
         FROM a FULL OUTER JOIN r USING ({key})
-        WHERE a.__n IS NULL OR r.__in_ref IS NULL OR a.__n > 1 OR NOT ({same})""")
+        WHERE a.__n IS NULL OR r.__in_ref IS NULL OR a.__n > 1 OR NOT ({same})""",
+    )
     counts = dict(s.fetchall("SELECT kind, count(DISTINCT (" + key + ")) FROM __gate_diff GROUP BY 1"))
     sample = [list(r) for r in s.fetchall(f"SELECT {key}, kind FROM __gate_diff ORDER BY ALL LIMIT 5")]
     n = sum(counts.values())
