@@ -57,8 +57,9 @@ def stage_pending(
         f"FROM {src.table_name.sql()} WHERE {at} > {ts_literal(floor)}",
     )
     s.temp_table("__cv_late_keys", f"SELECT DISTINCT {key} FROM __cv_late")
-    s.execute(
-        f"""CREATE OR REPLACE TEMP TABLE {PENDING} AS
+    s.temp_table(
+        PENDING,
+        f"""
         WITH t AS (SELECT * FROM __cv_t SEMI JOIN __cv_late_keys USING ({key})),
              e AS (SELECT * FROM __cv_e SEMI JOIN __cv_late_keys USING ({key})),
              t_rows AS (SELECT {key}, count(*) AS n FROM t GROUP BY ALL),
@@ -73,7 +74,7 @@ def stage_pending(
                count(*) FILTER (WHERE l.__at < {ts_literal(overdue_before)}) AS overdue
         FROM kp JOIN __cv_late l USING ({key}) LEFT JOIN {PARTITION_WATERMARKS} w ON w.p = kp.p
         WHERE kp.p IS NOT NULL AND l.__at > coalesce(w.watermark, {ts_literal(floor)})
-        GROUP BY ALL"""
+        GROUP BY ALL""",
     )
     for t in ("__cv_late", "__cv_late_keys"):
         s.drop_relation(t)

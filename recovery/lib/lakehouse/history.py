@@ -350,8 +350,7 @@ def _net_rows(s: Session, commits: list[Commit], columns: list[tuple[str, str]])
         "__lh_net",
         f"{' UNION ALL '.join(parts)}"
         if parts
-        else f"CREATE OR REPLACE TEMP TABLE __lh_net AS SELECT *, CAST(NULL AS BIGINT) AS __v, "
-        f"CAST(NULL AS HUGEINT) AS __n FROM ({files_sql([], columns)})",
+        else f"SELECT *, CAST(NULL AS BIGINT) AS __v, CAST(NULL AS HUGEINT) AS __n FROM ({files_sql([], columns)})",
     )
 
 

@@ -121,12 +121,13 @@ def fold_delta(
         for c in columns
     )
     for rank in range(1, rounds + 1):
-        s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __fold_state_{rank % 2} AS SELECT {picked}, "
+        s.temp_table(
+            f"__fold_state_{rank % 2}",
+            f"SELECT {picked}, "
             f"CASE WHEN {up} THEN true WHEN {down} THEN false ELSE o.__present END AS __present, o.__started, "
             f"CASE WHEN {up} THEN true WHEN {down} THEN false ELSE o.__from_entry END AS __from_entry "
             f"FROM __fold_state_{(rank - 1) % 2} o LEFT JOIN (SELECT * FROM __fold_entries WHERE __rank = {rank}) e "
-            f"ON {' AND '.join(f'e.{quote(k)} = o.{quote(k)}' for k in spec.key)}"
+            f"ON {' AND '.join(f'e.{quote(k)} = o.{quote(k)}' for k in spec.key)}",
         )
     s.temp_table(out, f"SELECT * FROM __fold_state_{rounds % 2}")
     for t in ("__fold_state_0", "__fold_state_1", "__fold_entries"):
