@@ -296,12 +296,8 @@ class SparkQuerySession(Session):
         is refused: the named operations of :class:`Session` make it."""
         tree = parse(sql)
         if not self._touches_spark(tree):
-            if not is_query(tree):
+            if not is_query(tree):  # it may change what a shipped control-plane table holds
                 self.ship_epoch += 1
-                target = tree.this.this if isinstance(tree, exp.Create) and isinstance(tree.this, exp.Schema) else None
-                target = tree.this if isinstance(tree, exp.Create) and isinstance(tree.this, exp.Table) else target
-                if isinstance(target, exp.Table) and not target.db:  # a control-store temp now stands for the name
-                    self._drop_spark_temp(target.name)
             return self._in_control(tree, sql, params, want)
         if query_of(tree) is None:
             raise SparkStatementError(
