@@ -115,27 +115,31 @@ def _infer_generations(s: Session, spec: DatasetSpec, ns: str, seq: int) -> None
     cols = (
         "generation, dataset, kind, status, started_at, ended_at, source_watermark, token, writes, "
         "registered_seq, inferred, note"
-    )
+    ).split(", ")
     if reg:
-        s.execute(
-            f"INSERT INTO {SCHEMA}.generations ({cols}) "
-            f"SELECT generation, ? AS dataset, kind, 'complete' AS status, started_at, ended_at, source_watermark, "
-            f"1 AS token, 0 AS writes, ? AS registered_seq, false AS inferred, 'from ' || basis AS note "
+        s.replace_rows(
+            f"{SCHEMA}.generations",
+            cols,
+            insert="SELECT generation, ? AS dataset, kind, 'complete' AS status, started_at, ended_at, "
+            "source_watermark, 1 AS token, 0 AS writes, ? AS registered_seq, false AS inferred, "
+            f"'from ' || basis AS note "
             f"FROM ({reg}) WHERE generation NOT IN (SELECT generation FROM {SCHEMA}.generations) "
             f"QUALIFY row_number() OVER (PARTITION BY generation ORDER BY started_at) = 1",
-            [spec.dataset, seq],
+            params=[spec.dataset, seq],
         )
-    s.execute(
-        f"INSERT INTO {SCHEMA}.generations ({cols}) "
-        "SELECT g AS generation, ? AS dataset, 'unknown' AS kind, 'complete' AS status, first_write AS started_at, "
-        "last_write AS ended_at, CAST(NULL AS TIMESTAMP) AS source_watermark, 1 AS token, 0 AS writes, "
+    s.replace_rows(
+        f"{SCHEMA}.generations",
+        cols,
+        insert="SELECT g AS generation, ? AS dataset, 'unknown' AS kind, 'complete' AS status, "
+        "first_write AS started_at, last_write AS ended_at, CAST(NULL AS TIMESTAMP) AS source_watermark, "
+        "1 AS token, 0 AS writes, "
         "? AS registered_seq, true AS inferred, 'inferred from rows of an adopted table' AS note "
         f"FROM (SELECT {quote(meta.generation)} AS g, "
         f"min({quote(meta.written_at)}) AS first_write, "
         f"max({quote(meta.written_at)}) AS last_write FROM {namespace_sql(ns)} "
         f"WHERE {quote(meta.generation)} IS NOT NULL GROUP BY 1) "
         f"WHERE g NOT IN (SELECT generation FROM {SCHEMA}.generations)",
-        [spec.dataset, seq],
+        params=[spec.dataset, seq],
     )
 
 
