@@ -8,7 +8,7 @@ import shutil
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -31,8 +31,14 @@ from recovery.lib.engine.spark_sql import (
 from recovery.lib.engine.spark_start import _SPARK
 from recovery.lib.errors import RecoveryError
 
-if TYPE_CHECKING:
-    from recovery.lib.engine.spark_engine import SparkEngine
+
+class SparkWarehouse(Protocol):
+    """What a session needs of its engine (:class:`~recovery.lib.engine.spark_engine.SparkEngine`,
+    which imports this module): the data root and the process's SparkSession."""
+
+    data_root: Path
+
+    def spark(self) -> Any: ...
 
 
 class SparkQuerySession(Session):
@@ -40,7 +46,7 @@ class SparkQuerySession(Session):
 
     dialect = "duckdb"  # the dialect the phases write; translated for Spark here
 
-    def __init__(self, engine: SparkEngine, control: DuckDBSession, *, transactional: bool):
+    def __init__(self, engine: SparkWarehouse, control: DuckDBSession, *, transactional: bool):
         self.engine = engine
         self.control = control
         self.transactional = transactional
