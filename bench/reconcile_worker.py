@@ -28,11 +28,16 @@ def _literal(path: str) -> str:
     return "'" + path.replace("'", "''") + "'"
 
 
-def _out_literal(out: str | None, mode: str) -> str:
-    """The output Parquet file a mode writes its keys to, as a SQL literal; the modes that write one need it."""
+def _out_path(out: str | None, mode: str) -> str:
+    """The output Parquet file a mode writes its keys to; the modes that write one need it."""
     if out is None:
         raise SystemExit(f"mode {mode!r} writes its keys to a Parquet file: give its path as the fourth argument")
-    return _literal(out)
+    return out
+
+
+def _out_literal(out: str | None, mode: str) -> str:
+    """:func:`_out_path` as a SQL literal."""
+    return _literal(_out_path(out, mode))
 
 
 def payload_columns(s, spec) -> list[str]:
@@ -109,12 +114,9 @@ def main(mode: str, spec_path: str, gens: str, out: str | None = None) -> None:
         }
         wall = time.perf_counter() - t0
         engine = open_engine(spec.warehouse)
-        with engine.session(read_only=True) as s:  # on Spark too: its session runs the COPY as Arrow to Parquet
+        with engine.session(read_only=True) as s:  # on Spark too: its session writes the rows as Arrow to Parquet
             table = recon_table(spec, summary.contained)
-            s.execute(
-                f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH') "
-                f"TO {_out_literal(out, mode)} (FORMAT parquet)"
-            )
+            s.export_parquet(f"SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH'", _out_path(out, mode))
         if spec.warehouse.engine == "spark":
             result["jvm_peak_rss_mb"] = stop_jvm(engine)
     elif mode == "footprint":
@@ -132,17 +134,14 @@ def main(mode: str, spec_path: str, gens: str, out: str | None = None) -> None:
         wall = time.perf_counter() - t0
         with open_engine(spec.warehouse).session(read_only=True) as s:
             table = recon_table(spec, summary.contained)
-            s.execute(
-                f"COPY (SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH-FP') "
-                f"TO {_out_literal(out, mode)} (FORMAT parquet)"
-            )
+            s.export_parquet(f"SELECT {key}, label FROM {table} WHERE incident_id = 'BENCH-FP'", _out_path(out, mode))
     elif mode == "floor":
         from bench.floor import floor_sql
 
         with open_engine(spec.warehouse).session(read_only=True) as s:
             sql = floor_sql(spec, failed, [c for c, _ in s.columns(spec.target.table_name.sql())])
             target = _out_literal(out, mode)
-            s.execute(f"COPY ({sql}) TO {target} (FORMAT parquet)")
+            s.export_parquet(sql, _out_path(out, mode))
             wall = time.perf_counter() - t0
             result = {"damaged_keys": s.scalar(f"SELECT count(*) FROM read_parquet({target})")}
     elif mode == "reladiff":
@@ -162,9 +161,11 @@ def main(mode: str, spec_path: str, gens: str, out: str | None = None) -> None:
     elif mode == "datacompy":
         import datacompy
 
+        from recovery.lib.engine.duckdb_engine import duckdb_connection
+
         with open_engine(spec.warehouse).session(read_only=True) as s:
-            expected = s.conn.execute(f"SELECT * FROM {PEER_SCHEMA}.expected").df()
-            actual = s.conn.execute(f"SELECT * FROM {PEER_SCHEMA}.actual").df()
+            expected = duckdb_connection(s).execute(f"SELECT * FROM {PEER_SCHEMA}.expected").df()
+            actual = duckdb_connection(s).execute(f"SELECT * FROM {PEER_SCHEMA}.actual").df()
         cmp = datacompy.Compare(expected, actual, join_columns=spec.key)
         n = len(cmp.df1_unq_rows) + len(cmp.df2_unq_rows.drop_duplicates(subset=spec.key)) + len(cmp.all_mismatch())
         wall = time.perf_counter() - t0

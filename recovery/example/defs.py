@@ -128,8 +128,9 @@ def transactions_history(context: dg.AssetExecutionContext, warehouse: Warehouse
     snapshot = snapshot or utcnow()
     todo = [date.fromisoformat(k) for k in context.partition_keys if checkpoint.get(k) != "done"]
     stage = stage_table(context.run.run_id)
-    with writer.engine.transaction() as s:
-        s.execute(f"CREATE OR REPLACE TABLE {stage} AS {stage_sql(todo, snapshot)}" if todo else "SELECT 1")
+    if todo:
+        with writer.engine.transaction() as s:
+            s.materialize(stage, stage_sql(todo, snapshot))
     done = 0
     for key in context.partition_keys:
         if checkpoint.get(key) == "done":
@@ -161,7 +162,7 @@ def transactions_history(context: dg.AssetExecutionContext, warehouse: Warehouse
         _save_checkpoint(writer, context.run.run_id, checkpoint)
         time.sleep(pause)
     with writer.engine.transaction() as s:
-        s.execute(f"DROP TABLE IF EXISTS {stage}")
+        s.drop_relation(stage)
     return dg.MaterializeResult(metadata={"generation": generation, "partitions_written": done})
 
 

@@ -26,6 +26,7 @@ from recovery.lib.catalog_checks import load_spec
 from recovery.lib.control.plane import SCHEMA
 from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.engine import open_engine
+from recovery.lib.engine.duckdb_engine import duckdb_connection
 from recovery.lib.errors import RecoveryError
 from recovery.lib.retry import retrying
 from recovery.lib.write.writer import Writer
@@ -48,7 +49,7 @@ def _release(spec, until, producer=release_live_events) -> int:
 
     def txn() -> int:
         with engine.transaction() as s:
-            return producer(s.conn, until)
+            return producer(duckdb_connection(s), until)
 
     return retrying(txn)
 

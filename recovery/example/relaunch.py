@@ -27,7 +27,7 @@ def faulty_2_3_0(ctx: RecomputeContext) -> None:
     engine = ctx.writer.engine
     with engine.transaction() as s:
         s.execute("CREATE SCHEMA IF NOT EXISTS example")
-        s.execute(f"CREATE OR REPLACE TABLE {stage} AS {stage_sql(partitions, ctx.watermark)}")
+        s.materialize(stage, f"{stage_sql(partitions, ctx.watermark)}")
     checkpoint: dict[str, str] = {}
     try:
         for p in partitions:
@@ -49,4 +49,4 @@ def faulty_2_3_0(ctx: RecomputeContext) -> None:
                         raise
     finally:
         with engine.transaction() as s:
-            s.execute(f"DROP TABLE IF EXISTS {stage}")
+            s.drop_relation(stage)

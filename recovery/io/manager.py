@@ -31,6 +31,7 @@ from recovery.defs.resources import warehouse_resource
 from recovery.io.handlers import ArrowTypeHandler, PandasTypeHandler, RelationTypeHandler
 from recovery.lib.control.plane import utcnow
 from recovery.lib.dataset_spec.models import parse_spec
+from recovery.lib.engine.duckdb_engine import duckdb_connection
 from recovery.lib.errors import FencedGenerationError, RecoveryError
 from recovery.lib.write.managed_output import (
     SOURCE_WATERMARK_KEY,
@@ -97,9 +98,9 @@ class ManagedDbIOManager(DbIOManager):
             )
             with writer.engine.transaction() as s:
                 s.execute(f"CREATE SCHEMA IF NOT EXISTS {STAGE_SCHEMA}")
-                s.execute(f"DROP TABLE IF EXISTS {stage}")  # a stage a killed attempt left: never added to
+                s.drop_relation(stage)  # a stage a killed attempt left: never added to
                 handler_metadata = self._resolve_handler(type(obj)).handle_output(
-                    context, TableSlice(table=name, schema=schema), obj, s.conn
+                    context, TableSlice(table=name, schema=schema), obj, duckdb_connection(s)
                 )
             result = write_output(
                 writer,
@@ -159,7 +160,7 @@ class ManagedDbIOManager(DbIOManager):
         )
         engine = warehouse_resource(spec_path).engine()
         with engine.session(read_only=True) as s:
-            return self._resolve_handler(load_type).load_input(context, slice_, s.conn)
+            return self._resolve_handler(load_type).load_input(context, slice_, duckdb_connection(s))
 
 
 def _unwrap(value: object) -> object:

@@ -23,7 +23,7 @@ from recovery.cli import main as cli
 from recovery.launch.recover import run_recovery
 from recovery.lib.dataset_spec.models import parse_spec
 from recovery.lib.engine import open_engine
-from recovery.lib.engine.spark_engine import CATALOG, SparkEngine, SparkWarehouseSession
+from recovery.lib.engine.spark_engine import CATALOG, SparkEngine, SparkStatementError, SparkWarehouseSession
 from recovery.lib.errors import FencedGenerationError
 from recovery.lib.incident.model import check_incident, parse_incident
 from recovery.lib.write.writer import Writer
@@ -190,18 +190,17 @@ def test_a_fenced_generation_cannot_land_a_row_on_spark(recovered_twice):
 def test_a_spark_transaction_that_fails_leaves_no_version_behind(tmp_path: Path):
     engine = SparkEngine(str(tmp_path / "control.duckdb"), str(tmp_path / "data"))
     with engine.transaction() as s:
-        s.execute("CREATE TABLE raw.t (k INTEGER, v VARCHAR)")
-        s.execute("INSERT INTO raw.t VALUES (1, 'a'), (2, 'b')")
+        s.create_table("raw.t", "k INTEGER, v VARCHAR")
+        s.replace_rows("raw.t", ["k", "v"], insert="SELECT * FROM (VALUES (1, 'a'), (2, 'b'))")
     with engine.transaction() as s:  # a row whose condition is NULL is not updated (SQL's WHERE)
-        s.execute("UPDATE raw.t SET v = 'z' WHERE v <> CAST(NULL AS VARCHAR) OR k = 2")
-        s.execute("UPDATE raw.t SET v = 'b' WHERE k = 2")
+        s.update_rows("raw.t", [("v", "'z'")], where="v <> CAST(NULL AS VARCHAR) OR k = 2")
+        s.update_rows("raw.t", [("v", "'b'")], where="k = 2")
     with engine.session(read_only=True) as s:
         assert s.fetchall("SELECT k, v FROM raw.t ORDER BY k") == [(1, "a"), (2, "b")]
     before = {str(p) for p in (tmp_path / "data" / "raw" / "t").iterdir()}
     with pytest.raises(RuntimeError):
         with engine.transaction() as s:
-            s.execute("DELETE FROM raw.t WHERE k = 1")
-            s.execute("INSERT INTO raw.t VALUES (3, 'c')")
+            s.replace_rows("raw.t", ["k", "v"], remove="k = 1", insert="SELECT 3, 'c'")
             assert s.fetchall("SELECT k FROM raw.t ORDER BY k") == [(2,), (3,)]  # the transaction sees its writes
             raise RuntimeError("the job failed half-way")
     with engine.session(read_only=True) as s:
@@ -214,28 +213,81 @@ def test_a_spark_transaction_that_fails_leaves_no_version_behind(tmp_path: Path)
 
 def test_the_write_primitives_are_native_on_spark_one_version_per_change(tmp_path: Path, monkeypatch):
     """The writer's change and the pointer move reach Spark as primitives (ADR 0001), not as DuckDB
-    DML parsed back: same rows as on DuckDB (``recovery_tests/lib/engine``), one catalog version."""
+    DML text: same rows as on DuckDB (``recovery_tests/lib/engine``), one catalog version."""
     engine = SparkEngine(str(tmp_path / "control.duckdb"), str(tmp_path / "data"))
     with engine.transaction() as s:
-        s.execute("CREATE TABLE raw.t (k INTEGER, p VARCHAR, v VARCHAR)")
-        s.execute("INSERT INTO raw.t VALUES (1, 'a', 'x'), (2, 'a', 'y'), (3, 'b', 'z'), (4, NULL, 'n')")
+        s.create_table("raw.t", "k INTEGER, p VARCHAR, v VARCHAR")
+        s.replace_rows(
+            "raw.t",
+            ["k", "p", "v"],
+            insert="SELECT * FROM (VALUES (1, 'a', 'x'), (2, 'a', 'y'), (3, 'b', 'z'), (4, NULL, 'n'))",
+        )
 
-    def parsed_back(*_args, **_kwargs):
-        raise AssertionError("a write primitive went through the DML parser")
+    def as_text(*_args, **_kwargs):
+        raise AssertionError("a write primitive went through SQL text")
 
-    for handler in ("_spark_delete", "_spark_insert", "_spark_create_view"):
-        monkeypatch.setattr(SparkWarehouseSession, handler, parsed_back)
+    monkeypatch.setattr(SparkWarehouseSession, "execute", as_text)
     with engine.transaction() as s:
         s.replace_rows("raw.t", ["v", "k", "p"], remove="p = 'a'", insert="SELECT ?, 5, 'a'", params=["new"])
         s.swap_pointer("raw.pub", "SELECT k, v FROM raw.t")
+    monkeypatch.undo()
     with engine.session(read_only=True) as s:
         assert s.fetchall("SELECT k, p, v FROM raw.t ORDER BY k") == [(3, "b", "z"), (4, None, "n"), (5, "a", "new")]
         assert s.fetchall("SELECT v FROM raw.pub ORDER BY k") == [("z",), ("n",), ("new",)]
         replaced = s.scalar(f"SELECT dirs FROM {CATALOG} WHERE name = 'raw.t'")
     assert len(replaced) == 2  # the kept rows and the added rows, committed as one catalog change
+    monkeypatch.setattr(SparkWarehouseSession, "execute", as_text)
     with engine.transaction() as s:  # an append rewrites nothing: the version keeps its directories
         s.replace_rows("raw.t", ["k", "p", "v"], insert="SELECT 9, 'c', 'w'")
+    monkeypatch.undo()
     with engine.session(read_only=True) as s:
         appended = s.scalar(f"SELECT dirs FROM {CATALOG} WHERE name = 'raw.t'")
         assert s.scalar("SELECT count(*) FROM raw.pub") == 4
     assert appended[:2] == replaced and len(appended) == 3
+
+
+def test_the_named_writes_are_native_on_spark_and_dml_text_is_refused(tmp_path: Path, monkeypatch):
+    """The operations ``test_write_primitives.py`` checks on DuckDB, with the same rows on Spark, none of
+    them through SQL text; DML text that writes a Spark relation is refused rather than parsed back."""
+    import pyarrow.parquet as pq
+
+    engine = SparkEngine(str(tmp_path / "control.duckdb"), str(tmp_path / "data"))
+    with engine.transaction() as s:
+        s.create_table("raw.t", "k INTEGER, p VARCHAR, v VARCHAR")
+        s.replace_rows(
+            "raw.t",
+            ["k", "p", "v"],
+            insert="SELECT * FROM (VALUES (1, 'a', 'x'), (2, 'a', 'y'), (3, 'b', 'z'), (4, NULL, 'n'))",
+        )
+        with pytest.raises(SparkStatementError, match="Session operation"):
+            s.execute("DELETE FROM raw.t WHERE k = 1")
+
+    def as_text(*_args, **_kwargs):
+        raise AssertionError("a named write went through SQL text")
+
+    with engine.transaction() as s:
+        monkeypatch.setattr(SparkWarehouseSession, "execute", as_text)
+        s.create_table("raw.log", "k INTEGER, note VARCHAR")
+        s.create_table("raw.log", "other BOOLEAN")  # exists: left as it is
+        s.materialize("raw.a", "SELECT k, v FROM raw.t WHERE k <= ?", [2])
+        s.materialize("raw.a", "SELECT 0 AS k, 'no' AS v", keep_existing=True)
+        s.materialize("raw.b", "SELECT k FROM raw.t WHERE k = 1")
+        s.update_rows("raw.t", [("v", "upper(v) || ?")], where="p = ?", params=["!", "a"])
+        s.temp_table("__k", "SELECT k FROM raw.t WHERE p IS NULL")
+        s.collect_table("__n", "SELECT count(*) AS n FROM raw.t")
+        s.temp_view("__v", "SELECT v FROM raw.t JOIN __k USING (k)")
+        s.drop_relation("__v", view=True)
+        s.drop_relation("raw.b")
+        s.drop_relation("raw.nothing")
+        rows = s.export_parquet("SELECT k, v FROM raw.t WHERE k < ? ORDER BY k", str(tmp_path / "out.parquet"), [3])
+        monkeypatch.undo()
+        assert s.scalar("SELECT n FROM __n") == 4 and s.object_kind("raw", "b") is None
+        assert s.control.scalar("SELECT n FROM __n") == 4  # collected into the control store
+    assert rows == 2 and pq.read_table(tmp_path / "out.parquet").to_pylist() == [
+        {"k": 1, "v": "X!"},
+        {"k": 2, "v": "Y!"},
+    ]
+    with engine.session(read_only=True) as s:
+        assert [c for c, _ in s.columns("raw.log")] == ["k", "note"]
+        assert s.fetchall("SELECT k, v FROM raw.a ORDER BY k") == [(1, "x"), (2, "y")]
+        assert s.fetchall("SELECT k, v FROM raw.t ORDER BY k")[2:] == [(3, "z"), (4, "n")]

@@ -199,8 +199,8 @@ def test_adoption_and_release_are_catalog_moves_on_spark_with_missing_metadata_r
     engine = SparkEngine(str(tmp_path / "control.duckdb"), str(tmp_path / "data"))
     public = TableName("mart", "t")
     with engine.transaction() as s:
-        s.execute("CREATE TABLE mart.t (k INTEGER, v VARCHAR)")
-        s.execute("INSERT INTO mart.t VALUES (1, 'a'), (2, 'b')")
+        s.create_table("mart.t", "k INTEGER, v VARCHAR")
+        s.replace_rows("mart.t", ["k", "v"], insert="SELECT * FROM (VALUES (1, 'a'), (2, 'b'))")
     with engine.session(read_only=True) as s:
         dirs = s.scalar(f"SELECT dirs FROM {CATALOG} WHERE name = 'mart.t'")
     with engine.transaction() as s:

@@ -24,10 +24,10 @@ from pydantic import BaseModel, ConfigDict
 
 from recovery.lib.consumers.outputs import CONSUMER_SCHEMA, ensure_tables
 from recovery.lib.control.plane import SCHEMA, dataset_table, has_dataset_table, next_seq, utcnow
-from recovery.lib.control.tables import asset_impact_ddl
+from recovery.lib.control.tables import ASSET_IMPACT_COLUMNS
 from recovery.lib.dataset_spec.models import AssetConsumerSpec, DatasetSpec
 from recovery.lib.engine.base import Session
-from recovery.lib.identifiers import TableName, quote, str_list, ts_literal
+from recovery.lib.identifiers import TableName, quote, sql_literal, str_list, ts_literal
 from recovery.lib.pointers.managed_views import ManagedName, build
 from recovery.lib.reconcile.inputs import partition_table, recon_table
 
@@ -94,7 +94,7 @@ def impact_table(spec: DatasetSpec) -> str:
 
 def _ensure(s: Session, spec: DatasetSpec) -> None:
     ensure_tables(s)
-    s.execute(asset_impact_ddl(impact_table(spec)))
+    s.create_table(impact_table(spec), ASSET_IMPACT_COLUMNS)
 
 
 def damaged_target_partitions(s: Session, spec: DatasetSpec, incident_id: str) -> list[str]:
@@ -182,10 +182,12 @@ def trace_asset(
         )
         basis = CAPTURED_AT_IMPACT if original else "none: the asset's table did not exist when the impact was assessed"
     rows = rows_in(s, c, scope)
-    s.execute(f"DELETE FROM {impact_table(spec)} WHERE incident_id = ? AND asset = ?", [incident_id, c.asset])
-    s.execute(
-        f"INSERT INTO {impact_table(spec)} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
+    s.replace_rows(
+        impact_table(spec),
+        [n for n, _ in s.columns(impact_table(spec))],
+        remove=f"incident_id = {sql_literal(incident_id)} AND asset = {sql_literal(c.asset)}",
+        insert="SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?",
+        params=[
             incident_id,
             c.asset,
             str(c.table_name),

@@ -15,10 +15,10 @@ from pydantic import BaseModel, ConfigDict
 
 from recovery.lib.consumers.sql import consumer_sql, consumer_table
 from recovery.lib.control.plane import dataset_table
-from recovery.lib.control.tables import consumer_impact_ddl
+from recovery.lib.control.tables import CONSUMER_IMPACT_COLUMNS
 from recovery.lib.dataset_spec.models import Consumer, DatasetSpec, DownstreamSpec
 from recovery.lib.engine.base import Session
-from recovery.lib.identifiers import quote
+from recovery.lib.identifiers import quote, sql_literal
 from recovery.lib.reconcile.expected_cache import drop_staged, stage_expected
 from recovery.lib.snapshot import expected_rows_sql
 
@@ -113,8 +113,9 @@ def assess_impact(
 ) -> list[ConsumerImpact]:
     """Write per-key differences of every consumer to the control plane; return per-consumer impact."""
     table = impact_table(spec)
-    s.execute(consumer_impact_ddl(table))
-    s.execute(f"DELETE FROM {table} WHERE incident_id = ?", [incident_id])
+    s.create_table(table, CONSUMER_IMPACT_COLUMNS)
+    columns = [n for n, _ in s.columns(table)]
+    s.replace_rows(table, columns, remove=f"incident_id = {sql_literal(incident_id)}")
     # the expected rows, once for every consumer: each consumer's corrected side reads them, and
     # computing them per consumer resolved the whole change log again each time
     if spec.downstream:
@@ -130,7 +131,7 @@ def assess_impact(
             values = [n for n, _ in s.columns(consumer_table(spec, c).sql()) if n not in c.key]
         corrected = consumer_sql(spec, c, "SELECT * FROM __impact_expected")
         impact = consumer_impact_sql(spec, c, watermark, values, original_relation=original, corrected_sql=corrected)
-        s.execute(f"INSERT INTO {table} SELECT ?, * FROM ({impact})", [incident_id])
+        s.replace_rows(table, columns, insert=f"SELECT ?, * FROM ({impact})", params=[incident_id])
     drop_staged(s, "__impact_expected")
     return impact_summary(s, spec, incident_id=incident_id)
 

@@ -63,12 +63,14 @@ def record_build(s: Session, spec: DatasetSpec, consumer: str, ns: str, *, seq: 
     """Record what ``ns`` was built from (the target's exposed generations, read in this transaction)."""
     gen = quote(spec.target.metadata.generation)
     s.execute(f"DELETE FROM {BUILDS} WHERE namespace = ?", [ns])
-    s.execute(
-        f"INSERT INTO {BUILDS} SELECT ?, ?, ?, ?, ?, ?, "
+    s.replace_rows(  # the control-plane row reads the (data-plane) target and namespace
+        BUILDS,
+        [n for n, _ in s.columns(BUILDS)],
+        insert="SELECT ?, ?, ?, ?, ?, ?, "
         f"(SELECT coalesce(list(DISTINCT {gen} ORDER BY {gen}), []) FROM {spec.target.table_name.sql()} "
         f"WHERE {gen} IS NOT NULL), "
         f"(SELECT count(*) FROM {TableName.parse(ns).sql()}), ?, ?",
-        [ns, spec.dataset, consumer, seq, utcnow(), current_namespace(s, spec), actor, reason],
+        params=[ns, spec.dataset, consumer, seq, utcnow(), current_namespace(s, spec), actor, reason],
     )
     return int(s.scalar(f"SELECT row_count FROM {BUILDS} WHERE namespace = ?", [ns]))
 
@@ -186,12 +188,14 @@ def build_original(
     ns = build(s, m, select_sql, actor=actor, seq=seq, note=note)
     s.execute(f"UPDATE {SCHEMA}.namespaces SET status = 'retained' WHERE namespace = ?", [ns])
     gen = quote(spec.target.metadata.generation)
-    s.execute(
-        f"INSERT INTO {BUILDS} SELECT ?, ?, ?, ?, ?, ?, "
+    s.replace_rows(  # the control-plane row reads the (data-plane) target and namespace
+        BUILDS,
+        [n for n, _ in s.columns(BUILDS)],
+        insert="SELECT ?, ?, ?, ?, ?, ?, "
         f"(SELECT coalesce(list(DISTINCT {gen} ORDER BY {gen}), []) FROM {TableName.parse(damaged_ns).sql()} "
         f"WHERE {gen} IS NOT NULL), "
         f"(SELECT count(*) FROM {TableName.parse(ns).sql()}), ?, ?",
-        [ns, spec.dataset, consumer, seq, utcnow(), damaged_ns, actor, note],
+        params=[ns, spec.dataset, consumer, seq, utcnow(), damaged_ns, actor, note],
     )
     return ns
 

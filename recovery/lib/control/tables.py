@@ -191,30 +191,25 @@ DECISIONS_LEDGER_DDL = f"""CREATE TABLE IF NOT EXISTS {DECISIONS_LEDGER} (
     material_rows BIGINT, remediation VARCHAR, original_total DOUBLE, corrected_total DOUBLE)"""
 
 
-# ---- per-dataset tables (``dataset_table(kind, dataset)`` names them)
+# ---- per-dataset tables (``dataset_table(kind, dataset)`` names them; ``Session.create_table`` makes them,
+# on Spark beside the data they grow with)
 
 
-def restatement_ledger_ddl(table: str) -> str:
-    return f"""CREATE TABLE IF NOT EXISTS {table} (
-        incident_id VARCHAR, consumer VARCHAR, kind VARCHAR, owner VARCHAR, consumer_key VARCHAR, change VARCHAR,
-        original_value DOUBLE, corrected_value DOUBLE, difference DOUBLE, material BOOLEAN, decision VARCHAR,
-        original_namespace VARCHAR, corrected_namespace VARCHAR, notified_at TIMESTAMP)"""
+RESTATEMENT_LEDGER_COLUMNS = (
+    "incident_id VARCHAR, consumer VARCHAR, kind VARCHAR, owner VARCHAR, consumer_key VARCHAR, change VARCHAR, "
+    "original_value DOUBLE, corrected_value DOUBLE, difference DOUBLE, material BOOLEAN, decision VARCHAR, "
+    "original_namespace VARCHAR, corrected_namespace VARCHAR, notified_at TIMESTAMP"
+)
 
+CONSUMER_IMPACT_COLUMNS = (
+    "incident_id VARCHAR, consumer VARCHAR, consumer_key VARCHAR, change VARCHAR, "
+    "original_value DOUBLE, corrected_value DOUBLE, difference DOUBLE, material BOOLEAN"
+)
 
-def consumer_impact_ddl(table: str) -> str:
-    return (
-        f"CREATE TABLE IF NOT EXISTS {table} (incident_id VARCHAR, consumer VARCHAR, consumer_key VARCHAR, "
-        "change VARCHAR, original_value DOUBLE, corrected_value DOUBLE, difference DOUBLE, material BOOLEAN)"
-    )
-
-
-def asset_impact_ddl(table: str) -> str:
-    return (
-        f"CREATE TABLE IF NOT EXISTS {table} (incident_id VARCHAR, asset VARCHAR, table_name VARCHAR, "
-        "kind VARCHAR, owner VARCHAR, partitions VARCHAR[], rows_reached BIGINT, original_namespace VARCHAR, "
-        "basis VARCHAR, scope VARCHAR, traced_at TIMESTAMP, run_id VARCHAR)"
-    )
-
+ASSET_IMPACT_COLUMNS = (
+    "incident_id VARCHAR, asset VARCHAR, table_name VARCHAR, kind VARCHAR, owner VARCHAR, partitions VARCHAR[], "
+    "rows_reached BIGINT, original_namespace VARCHAR, basis VARCHAR, scope VARCHAR, traced_at TIMESTAMP, run_id VARCHAR"
+)
 
 CONVERGENCE_HISTORY_COLUMNS = (
     "check_id BIGINT, checked_at TIMESTAMP, run_id VARCHAR, incident_id VARCHAR, watermark TIMESTAMP, "

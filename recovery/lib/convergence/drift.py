@@ -48,12 +48,12 @@ def stage_sides(s: Session, spec: DatasetSpec, watermark: datetime | None) -> li
     # caught up on every read
     relation = expected_rows(s, spec, watermark, keep=True)
     drop_staged(s, "__cv_e")
-    kind = "TEMP VIEW" if isinstance(s, DuckDBSession) else "OR REPLACE TEMP TABLE"  # Spark: as it always was
-    s.execute(f"CREATE {kind} __cv_e AS SELECT *, CAST({part} AS VARCHAR) AS __p FROM ({relation})")
-    s.execute(
-        f"CREATE OR REPLACE TEMP VIEW __cv_t AS SELECT *, CAST({part} AS VARCHAR) AS __p "
-        f"FROM {spec.target.table_name.sql()}"
-    )
+    cv_e = f"SELECT *, CAST({part} AS VARCHAR) AS __p FROM ({relation})"
+    if isinstance(s, DuckDBSession):
+        s.temp_view("__cv_e", cv_e)
+    else:  # Spark: as it always was
+        s.temp_table("__cv_e", cv_e)
+    s.temp_view("__cv_t", f"SELECT *, CAST({part} AS VARCHAR) AS __p FROM {spec.target.table_name.sql()}")
     return [c for c, _ in s.columns("__cv_e") if c not in spec.key and c != "__p"]
 
 
@@ -66,7 +66,7 @@ def compare_partitions(
     partition (pending changes, which ingestion has not reached yet)."""
     key = quote_all(spec.key)
     part = quote(spec.target.partition)
-    s.execute("CREATE OR REPLACE TEMP TABLE __cv_scope AS SELECT DISTINCT unnest(CAST(? AS VARCHAR[])) AS p", [scope])
+    s.temp_table("__cv_scope", "SELECT DISTINCT unnest(CAST(? AS VARCHAR[])) AS p", [scope])
     compared = quote_all(spec.key + values)
     if isinstance(s, DuckDBSession):
         # a partition whose rows hash to the same sum (and count) on both sides holds the same rows:
@@ -74,29 +74,29 @@ def compare_partitions(
         # a row in a partition that differs, and it is still counted in each partition it sits in), where
         # comparing every key joins the whole table. Spark's 32-bit hash is too narrow for this: it
         # compares every key.
-        s.execute(
-            f"""CREATE OR REPLACE TEMP TABLE __cv_counts AS
+        s.temp_table(
+            "__cv_counts",
+            f"""
             WITH ef AS (SELECT __p AS p, count(*) AS n, sum(hash({compared})) AS h FROM __cv_e
                         WHERE __p IN (SELECT p FROM __cv_scope) GROUP BY 1),
                  tf AS (SELECT __p AS p, count(*) AS n, sum(hash({compared})) AS h FROM __cv_t
                         WHERE __p IN (SELECT p FROM __cv_scope) GROUP BY 1)
             SELECT sc.p, coalesce(ef.n, 0) AS e_n, coalesce(tf.n, 0) AS t_n,
                    coalesce(ef.n, 0) = coalesce(tf.n, 0) AND ef.h IS NOT DISTINCT FROM tf.h AS same
-            FROM __cv_scope sc LEFT JOIN ef ON ef.p = sc.p LEFT JOIN tf ON tf.p = sc.p"""
+            FROM __cv_scope sc LEFT JOIN ef ON ef.p = sc.p LEFT JOIN tf ON tf.p = sc.p""",
         )
         differing = [r[0] for r in s.fetchall("SELECT p FROM __cv_counts WHERE NOT same ORDER BY p")]
     else:
-        s.execute(
-            """CREATE OR REPLACE TEMP TABLE __cv_counts AS
+        s.temp_table(
+            "__cv_counts",
+            """
             WITH ec AS (SELECT __p AS p, count(*) AS n FROM __cv_e WHERE __p IN (SELECT p FROM __cv_scope) GROUP BY 1),
                  tc AS (SELECT __p AS p, count(*) AS n FROM __cv_t WHERE __p IN (SELECT p FROM __cv_scope) GROUP BY 1)
             SELECT sc.p, coalesce(ec.n, 0) AS e_n, coalesce(tc.n, 0) AS t_n, false AS same
-            FROM __cv_scope sc LEFT JOIN ec ON ec.p = sc.p LEFT JOIN tc ON tc.p = sc.p"""
+            FROM __cv_scope sc LEFT JOIN ec ON ec.p = sc.p LEFT JOIN tc ON tc.p = sc.p""",
         )
         differing = scope
-    s.execute(
-        "CREATE OR REPLACE TEMP TABLE __cv_compared AS SELECT DISTINCT unnest(CAST(? AS VARCHAR[])) AS p", [differing]
-    )
+    s.temp_table("__cv_compared", "SELECT DISTINCT unnest(CAST(? AS VARCHAR[])) AS p", [differing])
     # the keys with a row in a differing partition on either side, every row of each compared (a key
     # moved into or out of scope is drift too); when those partitions are most of the table, the whole
     # table is compared instead and the rows out of scope dropped at the end, the same result without
@@ -107,22 +107,23 @@ def compare_partitions(
     elif 2 * len(set(differing)) >= partitions:
         t_rows, e_rows = "SELECT * FROM __cv_t", "SELECT * FROM __cv_e"
     else:
-        s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __cv_keys AS "
+        s.temp_table(
+            "__cv_keys",
             f"SELECT {key} FROM __cv_e WHERE __p IN (SELECT p FROM __cv_compared) "
-            f"UNION SELECT {key} FROM __cv_t WHERE __p IN (SELECT p FROM __cv_compared)"
+            f"UNION SELECT {key} FROM __cv_t WHERE __p IN (SELECT p FROM __cv_compared)",
         )
         t_rows = f"SELECT * FROM __cv_t SEMI JOIN __cv_keys USING ({key})"
         e_rows = f"SELECT * FROM __cv_e SEMI JOIN __cv_keys USING ({key})"
     same = same_row_sql(spec, values)
     if t_rows is None:  # every partition in scope hashes alike on both sides: no key to compare
-        s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __cv_keydiff AS SELECT {key}, CAST(NULL AS VARCHAR) AS p, "
-            f"CAST(NULL AS VARCHAR) AS status FROM __cv_t WHERE false"
+        s.temp_table(
+            "__cv_keydiff",
+            f"SELECT {key}, CAST(NULL AS VARCHAR) AS p, CAST(NULL AS VARCHAR) AS status FROM __cv_t WHERE false",
         )
     else:
-        s.execute(
-            f"""CREATE OR REPLACE TEMP TABLE __cv_keydiff AS
+        s.temp_table(
+            "__cv_keydiff",
+            f"""
         WITH t0 AS ({t_rows}),
              dup AS (SELECT {key}, count(*) AS __n FROM t0 GROUP BY ALL HAVING count(*) > 1),
              t AS (SELECT t0.*, coalesce(dup.__n, 1) AS __n, true AS __in_t FROM t0 LEFT JOIN dup USING ({key})),
@@ -134,10 +135,11 @@ def compare_partitions(
         SELECT * FROM (
             SELECT DISTINCT {key}, p, status FROM (SELECT *, unnest(list_distinct([t_p, e_p])) AS p FROM d
                 WHERE status IS NOT NULL)
-            WHERE p IN (SELECT p FROM __cv_scope)){f" ANTI JOIN {leave_out} USING ({key}, p)" if leave_out else ""}"""
+            WHERE p IN (SELECT p FROM __cv_scope)){f" ANTI JOIN {leave_out} USING ({key}, p)" if leave_out else ""}""",
         )
-    s.execute(
-        f"""CREATE OR REPLACE TEMP TABLE __cv_drift AS
+    s.temp_table(
+        "__cv_drift",
+        f"""
         WITH kd AS (SELECT p, count(DISTINCT ({key})) FILTER (WHERE status = 'missing') AS missing,
                            count(DISTINCT ({key})) FILTER (WHERE status = 'extra') AS extra,
                            count(DISTINCT ({key})) FILTER (WHERE status = 'changed') AS changed,
@@ -149,7 +151,7 @@ def compare_partitions(
                coalesce(kd.missing, 0) AS missing, coalesce(kd.extra, 0) AS extra, coalesce(kd.changed, 0) AS changed,
                coalesce(kd.duplicate, 0) AS duplicate, coalesce(kd.drift_keys, 0) AS drift_keys,
                coalesce(kd.sample_keys, CAST([] AS VARCHAR[])) AS sample_keys
-        FROM __cv_counts sc LEFT JOIN kd ON kd.p = sc.p"""
+        FROM __cv_counts sc LEFT JOIN kd ON kd.p = sc.p""",
     )
     for t in ("__cv_keys", "__cv_keydiff", "__cv_counts", "__cv_compared"):
-        s.execute(f"DROP TABLE IF EXISTS {t}")
+        s.drop_relation(t)

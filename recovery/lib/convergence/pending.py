@@ -48,16 +48,18 @@ def stage_pending(
     src = spec.source
     empty = f"SELECT {key}, CAST(NULL AS VARCHAR) AS p, 0 AS changes, CAST(NULL AS TIMESTAMP) AS oldest, 0 AS overdue"
     if floor is None:  # an empty source: nothing can be pending
-        s.execute(f"CREATE OR REPLACE TEMP TABLE {PENDING} AS {empty} FROM __cv_t WHERE false")
+        s.temp_table(PENDING, f"{empty} FROM __cv_t WHERE false")
         return
     at = quote(src.ingested_at)
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __cv_late AS SELECT {quote_all(src.key)}, CAST({at} AS TIMESTAMP) AS __at "
-        f"FROM {src.table_name.sql()} WHERE {at} > {ts_literal(floor)}"
+    s.temp_table(
+        "__cv_late",
+        f"SELECT {quote_all(src.key)}, CAST({at} AS TIMESTAMP) AS __at "
+        f"FROM {src.table_name.sql()} WHERE {at} > {ts_literal(floor)}",
     )
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __cv_late_keys AS SELECT DISTINCT {key} FROM __cv_late")
-    s.execute(
-        f"""CREATE OR REPLACE TEMP TABLE {PENDING} AS
+    s.temp_table("__cv_late_keys", f"SELECT DISTINCT {key} FROM __cv_late")
+    s.temp_table(
+        PENDING,
+        f"""
         WITH t AS (SELECT * FROM __cv_t SEMI JOIN __cv_late_keys USING ({key})),
              e AS (SELECT * FROM __cv_e SEMI JOIN __cv_late_keys USING ({key})),
              t_rows AS (SELECT {key}, count(*) AS n FROM t GROUP BY ALL),
@@ -72,10 +74,10 @@ def stage_pending(
                count(*) FILTER (WHERE l.__at < {ts_literal(overdue_before)}) AS overdue
         FROM kp JOIN __cv_late l USING ({key}) LEFT JOIN {PARTITION_WATERMARKS} w ON w.p = kp.p
         WHERE kp.p IS NOT NULL AND l.__at > coalesce(w.watermark, {ts_literal(floor)})
-        GROUP BY ALL"""
+        GROUP BY ALL""",
     )
     for t in ("__cv_late", "__cv_late_keys"):
-        s.execute(f"DROP TABLE IF EXISTS {t}")
+        s.drop_relation(t)
 
 
 def pending_totals(s: Session, spec: DatasetSpec) -> tuple[int, datetime | None, int]:

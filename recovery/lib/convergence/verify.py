@@ -122,18 +122,23 @@ def _check(
     compare_partitions(s, spec, sorted(set(rec) | set(rep) | set(late) | set(also)), values, leave_out=PENDING)
     check_id = next_seq(s)
     table = _history(s, spec)
-    s.execute(
-        f"""INSERT INTO {table} (check_id, checked_at, run_id, incident_id, watermark, partition, recent, repaired,
-                expected_rows, actual_rows, missing, extra, changed, duplicate, drift_keys, sample_keys,
-                watermark_basis, pending_changes, pending_oldest, pending_overdue)
-        SELECT ?, ?, ?, ?, coalesce(w.watermark, CAST(? AS TIMESTAMP)), d.partition,
+    s.replace_rows(
+        table,
+        [
+            *(
+                "check_id, checked_at, run_id, incident_id, watermark, partition, recent, repaired, expected_rows, "
+                "actual_rows, missing, extra, changed, duplicate, drift_keys, sample_keys, watermark_basis, "
+                "pending_changes, pending_oldest, pending_overdue"
+            ).split(", ")
+        ],
+        insert=f"""SELECT ?, ?, ?, ?, coalesce(w.watermark, CAST(? AS TIMESTAMP)), d.partition,
                list_contains(CAST(? AS VARCHAR[]), d.partition), list_contains(CAST(? AS VARCHAR[]), d.partition),
                d.expected_rows, d.actual_rows, d.missing, d.extra, d.changed, d.duplicate, d.drift_keys, d.sample_keys,
                coalesce(w.basis, ?), coalesce(pp.changes, 0), pp.oldest, coalesce(pp.overdue, 0)
         FROM __cv_drift d LEFT JOIN {PARTITION_WATERMARKS} w ON w.p = d.partition
         LEFT JOIN (SELECT p, sum(changes) AS changes, min(oldest) AS oldest, sum(overdue) AS overdue
                    FROM {PENDING} GROUP BY p) pp ON pp.p = d.partition""",
-        [check_id, at, run_id, incident_id, wm.at, rec, rep, wm.basis],
+        params=[check_id, at, run_id, incident_id, wm.at, rec, rep, wm.basis],
     )
     changes, oldest, overdue = pending_totals(s, spec)
     result = ConvergenceResult(
@@ -151,7 +156,7 @@ def _check(
         partitions=load_partitions(s, spec, check_id),
     )
     for t in ("__cv_drift", PENDING, PARTITION_WATERMARKS):
-        s.execute(f"DROP TABLE IF EXISTS {t}")
+        s.drop_relation(t)
     drop_staged(s, "__cv_e")
     record_event(
         s,
@@ -180,7 +185,7 @@ def _check(
 def _history(s: Session, spec: DatasetSpec) -> str:
     """The history table, with the columns a check writes (a table of an older version gains them)."""
     table = history_table(spec)
-    s.execute(f"CREATE TABLE IF NOT EXISTS {table} ({HISTORY_COLUMNS})")
+    s.create_table(table, HISTORY_COLUMNS)
     if isinstance(s, DuckDBSession):
         have = {c for c, _ in s.columns(table)}
         for col in HISTORY_COLUMNS.split(", "):

@@ -12,7 +12,6 @@ from recovery.lib.errors import RecoveryError
 from recovery.lib.identifiers import TableName, quote, quote_all
 
 if TYPE_CHECKING:
-    import duckdb
     import pyarrow as pa
 
 
@@ -36,18 +35,35 @@ def is_urgent() -> bool:
 
 
 class Session(ABC):
-    """One connection's worth of work. Statements run in the session's transaction, if any."""
+    """One connection's worth of work. Statements run in the session's transaction, if any.
+
+    **Dialect.** Every SQL text a session takes (``execute``, ``fetchall``, ``arrow``, the SELECTs
+    and predicates handed to the write operations) is DuckDB SQL with ``?`` parameters, whatever
+    the engine: ``dialect`` is ``"duckdb"`` on every session. DuckDB runs it as it is. Spark binds the
+    parameters as literals and transpiles each *query* with sqlglot (``spark_sql.to_spark``, read
+    ``duckdb``, written ``spark``) over temporary views of the relations it names; a statement that
+    names no Spark relation runs unchanged in the control store (DuckDB).
+
+    **Writes.** ``execute`` takes DDL and DML of the control plane (and anything on DuckDB). A write
+    to a *data* relation (a dataset, a namespace, a consumer, a per-dataset log, a temporary table
+    built from them) goes through a named operation: :meth:`create_table`, :meth:`materialize`, :meth:`temp_table`,
+    :meth:`collect_table`, :meth:`replace_rows`,
+    :meth:`update_rows`, :meth:`drop_relation`, :meth:`temp_view`, :meth:`swap_pointer`,
+    :meth:`adopt_table`, :meth:`release_table`, :meth:`export_parquet`. Each is DuckDB's statement
+    here and the engine's native write elsewhere; Spark refuses DML text that writes a data relation
+    rather than parsing it back.
+    """
 
     dialect: str
-    # the DuckDB connection under the session (Spark: its control store's), for the DuckDB-only
-    # paths: GE's SQL datasource, the IO manager's type handlers
-    conn: duckdb.DuckDBPyConnection
 
     @abstractmethod
-    def execute(self, sql: str, params: Sequence[Any] | None = None) -> None: ...
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
+        """Run one statement (DuckDB SQL, ``?`` parameters) for its effect: control-plane DDL/DML,
+        or anything on DuckDB. Writes to data relations use the named operations below."""
 
     @abstractmethod
-    def fetchall(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]: ...
+    def fetchall(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
+        """The rows of a query (DuckDB SQL, ``?`` parameters; transpiled for Spark)."""
 
     @abstractmethod
     def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table: ...
@@ -111,6 +127,73 @@ class Session(ABC):
             self.execute(f"DELETE FROM {table_sql} WHERE {remove}")
         if insert is not None:
             self.execute(f"INSERT INTO {table_sql} ({quote_all(list(columns))}) {insert}", params)
+
+    def materialize(
+        self,
+        table_sql: str,
+        select_sql: str,
+        params: Sequence[Any] | None = None,
+        *,
+        keep_existing: bool = False,
+    ) -> None:
+        """The table ``table_sql`` holds the rows of ``select_sql`` (``params`` its parameters), with
+        its columns: replaced if it exists, or left as it is with ``keep_existing`` (a results table
+        created on first use from ``SELECT ... LIMIT 0``). Here: ``CREATE [OR REPLACE] TABLE ... AS``;
+        Spark writes the relation's new version, a control-plane table gets the rows Spark computed."""
+        head = "CREATE TABLE IF NOT EXISTS" if keep_existing else "CREATE OR REPLACE TABLE"
+        self.execute(f"{head} {table_sql} AS {select_sql}", params)
+
+    def create_table(self, table_sql: str, columns_sql: str) -> None:
+        """The empty table ``table_sql`` with the column definitions ``columns_sql`` (``"a VARCHAR, b
+        DOUBLE"``), unless it exists. Here: ``CREATE TABLE IF NOT EXISTS``; Spark stages an empty
+        version of that schema."""
+        self.execute(f"CREATE TABLE IF NOT EXISTS {table_sql} ({columns_sql})")
+
+    def temp_table(self, name: str, select_sql: str, params: Sequence[Any] | None = None) -> None:
+        """A table of this session only, named ``name`` (bare), holding the rows of ``select_sql``;
+        replaced if it exists. Here: ``CREATE OR REPLACE TEMP TABLE ... AS``; Spark writes a scratch
+        directory under a temporary view when the query reads Spark relations, else the control
+        store keeps it."""
+        self.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {select_sql}", params)
+
+    def collect_table(self, name: str, select_sql: str, params: Sequence[Any] | None = None) -> None:
+        """:meth:`temp_table` of a small result that control-plane statements (``execute``) go on to
+        read: Spark collects it into the control store, where they run. Here: a temp table."""
+        self.temp_table(name, select_sql, params)
+
+    def update_rows(
+        self,
+        table_sql: str,
+        assignments: Sequence[tuple[str, str]],
+        *,
+        where: str | None = None,
+        params: Sequence[Any] | None = None,
+    ) -> None:
+        """Set each (column, SQL expression) of ``assignments`` in the rows the predicate ``where``
+        matches (every row without one); ``params`` are the parameters of the expressions, then of
+        the predicate, in that order. A row whose predicate is NULL keeps its values (SQL's
+        ``WHERE``). Here: ``UPDATE``; Spark writes the table's new version with each column a
+        ``CASE`` over the predicate."""
+        sets = ", ".join(f"{quote(c)} = {e}" for c, e in assignments)
+        self.execute(f"UPDATE {table_sql} SET {sets}" + (f" WHERE {where}" if where else ""), params)
+
+    def drop_relation(self, name_sql: str, *, view: bool = False) -> None:
+        """Drop the table (``view``: the view) ``name_sql`` if it exists, in the caller's transaction."""
+        self.execute(f"DROP {'VIEW' if view else 'TABLE'} IF EXISTS {name_sql}")
+
+    def temp_view(self, name: str, select_sql: str) -> None:
+        """A view of this session only, named ``name`` (bare), over ``select_sql``; replaced if it exists.
+        Here: ``CREATE OR REPLACE TEMP VIEW``; Spark registers it as a temporary view."""
+        self.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {select_sql}")
+
+    def export_parquet(self, select_sql: str, path: str, params: Sequence[Any] | None = None) -> int:
+        """Write the rows of ``select_sql`` to the Parquet file ``path`` (zstd); returns how many.
+        Here: DuckDB's ``COPY``; Spark collects the (small) result and writes it with Arrow."""
+        row = self.fetchrow(
+            f"COPY ({select_sql}) TO ? (FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1)",
+            [*(params or []), path],
+        )
+        return int(row[0])
 
     def adopt_table(self, table: TableName, namespace: str, add_columns: Sequence[tuple[str, str]] = ()) -> None:
         """Adoption's move, in the caller's transaction: the plain table ``table`` (another tool wrote

@@ -439,3 +439,15 @@ class DuckDBEngine(Engine):
 
     def qualified(self, schema: str, name: str) -> str:
         return f"{quote(schema)}.{quote(name)}"
+
+
+def duckdb_connection(s: Session) -> duckdb.DuckDBPyConnection:
+    """The DuckDB connection under a session, for the paths that need DuckDB itself (GE's SQL
+    datasource, the IO manager's type handlers): a DuckDB session's own; on another engine, the
+    DuckDB control store's, which sees no data relation. Not part of :class:`Session`."""
+    if isinstance(s, DuckDBSession):
+        return s.conn
+    control = getattr(s, "control", None)
+    if isinstance(control, DuckDBSession):
+        return control.conn
+    raise RecoveryError(f"a {type(s).__name__} has no DuckDB connection; this path runs on DuckDB only")

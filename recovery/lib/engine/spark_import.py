@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 
 from recovery.lib.engine.spark_engine import _CATALOG_DDL, CATALOG, SparkEngine
-from recovery.lib.engine.spark_sql import is_data_relation, statement
+from recovery.lib.engine.spark_sql import is_data_relation, parse
 from recovery.lib.identifiers import TableName
 
 
@@ -51,7 +51,7 @@ def import_duckdb_data_plane(engine: SparkEngine) -> list[str]:
             shape = spark.read.parquet(str(path)).schema.json()
             rows.append((f"{schema}.{name}", "table", [str(path)], shape, None))
         for schema, name, sql in views:
-            rows.append((f"{schema}.{name}", "view", [], None, statement(sql).required_query.sql("duckdb")))
+            rows.append((f"{schema}.{name}", "view", [], None, parse(sql).expression.sql("duckdb")))
         conn.execute("BEGIN TRANSACTION")
         for schema, name, _ in views:
             conn.execute(f"DROP VIEW {TableName(schema, name).sql()}")

@@ -2,10 +2,11 @@
 
 The phases write one canonical dialect (DuckDB's). The Spark engine needs three things
 from each statement, all done on sqlglot's syntax tree rather than by string surgery:
-which relations it reads and writes (to route it), the statement with its ``?``
-parameters bound as literals (Spark's own parameters cannot be re-ordered when an
-``UPDATE`` is rewritten), and the Spark SQL of a query with every relation renamed to
-the temporary view the engine registered for it.
+which relations it reads (to route it: a statement naming no Spark relation runs in the
+control store as it is), the query with its ``?`` parameters bound as literals (a named
+write operation hands over SELECTs and predicates, bound before they are combined), and
+the Spark SQL of a query with every relation renamed to the temporary view the engine
+registered for it. No DML is read here: writes reach the engine as named operations.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import sqlglot
@@ -31,7 +31,7 @@ _FLAT = re.compile(r"[^A-Za-z0-9_]")
 
 class _KnownCommands(logging.Filter):
     """sqlglot warns when it keeps a statement it has no grammar for (DuckDB's ``RESET VARIABLE``)
-    as a ``Command``; ``statement`` routes those as kind ``other`` on purpose, so the warning
+    as a ``Command``; the engine routes those to the control store on purpose, so the warning
     only reached the person running the recovery as noise."""
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -97,70 +97,19 @@ def relations(tree: exp.Expression) -> list[exp.Table]:
     return out
 
 
-@dataclass
-class Statement:
-    """One parsed statement: its kind, its target relation (if it writes) and its query part."""
-
-    tree: exp.Expression
-    kind: str  # select, insert, delete, update, create_table, create_view, drop, copy, describe, other
-    target: exp.Table | None
-    query: exp.Expression | None
-
-    @property
-    def target_key(self) -> tuple[str, str] | None:
-        if self.target is None:
-            return None
-        return self.target.db, self.target.name
-
-    @property
-    def required_target(self) -> exp.Table:
-        """The target of a statement that writes (INSERT, UPDATE, DELETE, CREATE, DROP)."""
-        if self.target is None:
-            raise RecoveryError(f"the {self.kind} statement names no target relation: {self.tree.sql()[:200]}")
-        return self.target
-
-    @property
-    def required_query(self) -> exp.Expression:
-        """The query part of a statement that has one (SELECT, INSERT ... SELECT, CREATE ... AS, COPY, DESCRIBE)."""
-        if self.query is None:
-            raise RecoveryError(f"the {self.kind} statement has no query: {self.tree.sql()[:200]}")
-        return self.query
+def is_query(tree: exp.Expression) -> bool:
+    """Whether a parsed statement is a query (``SELECT``, a set operation, a parenthesized one)."""
+    return isinstance(tree, (exp.Select, exp.Union, exp.Intersect, exp.Except, exp.Subquery))
 
 
-def statement(sql: str) -> Statement:
-    tree = parse(sql)
-    if isinstance(tree, (exp.Select, exp.Union, exp.Intersect, exp.Except)) or (isinstance(tree, exp.Subquery)):
-        return Statement(tree, "select", None, tree)
-    if isinstance(tree, exp.Insert):
-        target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
-        return Statement(tree, "insert", target, tree.expression)
-    if isinstance(tree, exp.Delete):
-        return Statement(tree, "delete", tree.this, None)
-    if isinstance(tree, exp.Update):
-        return Statement(tree, "update", tree.this, None)
-    if isinstance(tree, exp.Create):
-        kind = (tree.args.get("kind") or "").upper()
-        target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
-        if kind == "TABLE":
-            return Statement(tree, "create_table", target, tree.expression)
-        if kind == "VIEW":
-            return Statement(tree, "create_view", target, tree.expression)
-        return Statement(tree, "other", None, None)
-    if isinstance(tree, exp.Drop):
-        tables = tree.args.get("tables") or ([tree.this] if isinstance(tree.this, exp.Table) else [])
-        if len(tables) > 1:
-            raise NotImplementedError("DROP of several relations in one statement")
-        return Statement(tree, "drop", tables[0] if tables else None, None)
-    if isinstance(tree, exp.Copy):
-        return Statement(tree, "copy", None, tree.this.this if isinstance(tree.this, exp.Subquery) else tree.this)
+def query_of(tree: exp.Expression) -> exp.Expression | None:
+    """The query a statement reads rows from, when it only reads: a query itself, or ``DESCRIBE``'s.
+    Anything else (DDL, DML, ``COPY``) is None: the Spark engine runs no write given as SQL text."""
+    if is_query(tree):
+        return tree
     if isinstance(tree, exp.Describe):
-        return Statement(tree, "describe", None, tree.this)
-    return Statement(tree, "other", None, None)
-
-
-def is_temp(create: exp.Expression) -> bool:
-    props = create.args.get("properties")
-    return bool(props and any(isinstance(p, exp.TemporaryProperty) for p in props.expressions))
+        return tree.this
+    return None
 
 
 def unqualify(select: exp.Select, star_columns: Callable[[exp.Expression], list[str]]) -> None:

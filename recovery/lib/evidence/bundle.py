@@ -184,9 +184,7 @@ class _Files:
         if hashed:
             select, params = hashed_select(copy.sql, list(copy.params), hashed, types, copy.values_from)
         path = self._path(copy.path)
-        rows = s.fetchrow(
-            f"COPY ({select}) TO ? (FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1)", [*params, str(path)]
-        )[0]
+        rows = s.export_parquet(select, str(path), params)
         self._add(copy.path, copy.description, int(rows), hashed_columns=hashed)
 
     def data(self, rel: str, payload: bytes, description: str, rows: int | None = None) -> None:

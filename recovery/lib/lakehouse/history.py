@@ -119,7 +119,7 @@ def _sync_source(engine: Engine, spec: DatasetSpec, table: LakehouseTable) -> No
             return
         columns = duckdb_columns(log.schema(), "source.lakehouse")
         s.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(name.schema)}")
-        s.execute(f"CREATE OR REPLACE VIEW {name.sql()} AS {files_sql(log.files(head), columns)}")
+        s.swap_pointer(name.sql(), files_sql(log.files(head), columns))
         s.execute(f"DELETE FROM {TABLES} WHERE dataset = ? AND role = 'source'", [spec.dataset])
         s.execute(
             f"INSERT INTO {TABLES} VALUES (?, 'source', ?, ?, ?, ?)",
@@ -182,11 +182,13 @@ def _sync_target(engine: Engine, spec: DatasetSpec, table: LakehouseTable) -> Sy
         rel = TableName.parse(relation)
         if s.object_kind(rel.schema, rel.name) is None:
             s.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(rel.schema)}")
-            s.execute(f"CREATE TABLE {rel.sql()} AS {files_sql([], columns)}")
+            s.materialize(rel.sql(), files_sql([], columns))
         names = [c for c, _ in columns]
-        s.execute(
-            f"CREATE TABLE IF NOT EXISTS {delta_table(spec.dataset)} AS SELECT *, CAST(NULL AS BIGINT) AS _delta_seq, "
-            f"CAST(NULL AS VARCHAR) AS _delta_op, CAST(NULL AS VARCHAR) AS _delta_namespace FROM {rel.sql()} LIMIT 0"
+        s.materialize(
+            delta_table(spec.dataset),
+            "SELECT *, CAST(NULL AS BIGINT) AS _delta_seq, "
+            f"CAST(NULL AS VARCHAR) AS _delta_op, CAST(NULL AS VARCHAR) AS _delta_namespace FROM {rel.sql()} LIMIT 0",
+            keep_existing=True,
         )
         _net_rows(s, commits, columns)
         fence = s.scalar(f"SELECT min(version) FROM {FENCES} WHERE dataset = ?", [spec.dataset])
@@ -222,8 +224,9 @@ def _sync_target(engine: Engine, spec: DatasetSpec, table: LakehouseTable) -> Sy
                 seqs[c.version] = base + len(seqs) + 1
         if seqs:
             s.execute(f"UPDATE {SCHEMA}.clock SET seq = ? WHERE id = 1", [base + len(seqs)])
-        s.execute(
-            "CREATE OR REPLACE TEMP TABLE __lh_commits AS SELECT unnest(?::BIGINT[]) AS __v, "
+        s.temp_table(
+            "__lh_commits",
+            "SELECT unnest(?::BIGINT[]) AS __v, "
             "unnest(?::BIGINT[]) AS __seq, "
             "unnest(?::VARCHAR[]) AS __gen, unnest(?::TIMESTAMP[]) AS __at",
             [
@@ -293,7 +296,7 @@ def _sync_target(engine: Engine, spec: DatasetSpec, table: LakehouseTable) -> Sy
             [spec.dataset, table.location, table.format, head, now],
         )
         for t in ("__lh_files", "__lh_net", "__lh_commits"):
-            s.execute(f"DROP TABLE IF EXISTS {t}")
+            s.drop_relation(t)
         return SyncResult(table.location, head, len(commits), len(seqs), not_applied)
 
 
@@ -306,9 +309,9 @@ def _net_rows(s: Session, commits: list[Commit], columns: list[tuple[str, str]])
             paths.append(f.path)
             versions.append(c.version)
             signs.append(sign)
-    s.execute(
-        "CREATE OR REPLACE TEMP TABLE __lh_files AS SELECT unnest(?::VARCHAR[]) AS filename, "
-        "unnest(?::BIGINT[]) AS __v, unnest(?::INTEGER[]) AS __sign",
+    s.temp_table(
+        "__lh_files",
+        "SELECT unnest(?::VARCHAR[]) AS filename, unnest(?::BIGINT[]) AS __v, unnest(?::INTEGER[]) AS __sign",
         [paths, versions, signs],
     )
     # a commit that only adds files (an append, a first load) adds every row of them: no netting needed
@@ -329,11 +332,11 @@ def _net_rows(s: Session, commits: list[Commit], columns: list[tuple[str, str]])
             f"JOIN __lh_files f USING (filename) WHERE f.__v IN ({', '.join(str(c.version) for c in mixed)}) "
             f"GROUP BY ALL HAVING sum(__sign) <> 0"
         )
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __lh_net AS {' UNION ALL '.join(parts)}"
+    s.temp_table(
+        "__lh_net",
+        f"{' UNION ALL '.join(parts)}"
         if parts
-        else f"CREATE OR REPLACE TEMP TABLE __lh_net AS SELECT *, CAST(NULL AS BIGINT) AS __v, "
-        f"CAST(NULL AS HUGEINT) AS __n FROM ({files_sql([], columns)})"
+        else f"SELECT *, CAST(NULL AS BIGINT) AS __v, CAST(NULL AS HUGEINT) AS __n FROM ({files_sql([], columns)})",
     )
 
 
@@ -359,18 +362,18 @@ def _apply(s: Session, spec: DatasetSpec, relation: str, names: list[str]) -> No
         for n in names
     )
     log = delta_table(spec.dataset)
-    s.execute(
-        f"INSERT INTO {log} ({cols}, _delta_seq, _delta_op, _delta_namespace) "
-        f"SELECT {stamped}, c.__seq, 'delete', ? FROM ({_copies(applied + ' AND __n < 0')}) x JOIN __lh_commits c "
-        "USING (__v) "
+    s.replace_rows(
+        log,
+        [*names, "_delta_seq", "_delta_op", "_delta_namespace"],
+        insert=f"SELECT {stamped}, c.__seq, 'delete', ? "
+        f"FROM ({_copies(applied + ' AND __n < 0')}) x JOIN __lh_commits c USING (__v) "
         f"UNION ALL SELECT {', '.join(f'x.{quote(n)}' for n in names)}, c.__seq, 'upsert', ? "
         f"FROM ({_copies(applied + ' AND __n > 0')}) x JOIN __lh_commits c USING (__v)",
-        [relation, relation],
+        params=[relation, relation],
     )
     target = namespace_sql(relation)
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __lh_batch AS SELECT {cols}, sum(__n) AS __n FROM __lh_net WHERE {applied} "
-        f"GROUP BY ALL HAVING sum(__n) <> 0"
+    s.temp_table(
+        "__lh_batch", f"SELECT {cols}, sum(__n) AS __n FROM __lh_net WHERE {applied} GROUP BY ALL HAVING sum(__n) <> 0"
     )
     same = " AND ".join(f"t.{quote(n)} IS NOT DISTINCT FROM d.{quote(n)}" for n in names)
     s.execute(
@@ -382,7 +385,7 @@ def _apply(s: Session, spec: DatasetSpec, relation: str, names: list[str]) -> No
         f"INSERT INTO {target} ({cols}) SELECT {cols} FROM (SELECT * EXCLUDE (__k) FROM "
         f"(SELECT *, unnest(range(CAST(__n AS BIGINT))) AS __k FROM __lh_batch WHERE __n > 0))"
     )
-    s.execute("DROP TABLE IF EXISTS __lh_batch")
+    s.drop_relation("__lh_batch")
 
 
 def _mode(c: Commit, added: int, removed: int) -> str:
@@ -477,8 +480,8 @@ def _register_generations(s: Session, spec: DatasetSpec, table: LakehouseTable) 
 def fix_adopted_namespace(s: Session, spec: DatasetSpec, namespace: str) -> None:
     """After adoption renamed the public table into its first namespace, the history's rows say so too."""
     public = str(spec.target.table_name)
-    s.execute(
-        f"UPDATE {delta_table(spec.dataset)} SET _delta_namespace = ? WHERE _delta_namespace = ?", [namespace, public]
+    s.update_rows(
+        delta_table(spec.dataset), [("_delta_namespace", "?")], where="_delta_namespace = ?", params=[namespace, public]
     )
     s.execute(
         f"UPDATE {SCHEMA}.writes SET namespace = ? WHERE dataset = ? AND namespace = ?",

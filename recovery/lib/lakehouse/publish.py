@@ -112,7 +112,7 @@ def check_publishable(engine: Engine, spec: DatasetSpec, from_namespace: str, sc
     log = open_log(lake)
     columns = duckdb_columns(log.schema(), "target.lakehouse")
     with engine.session(read_only=True) as s:
-        s.execute(f"CREATE OR REPLACE TEMP VIEW __lh_head AS {files_sql(log.files(log.head()), columns)}")
+        s.temp_view("__lh_head", f"{files_sql(log.files(log.head()), columns)}")
         refuse_foreign_changes(s, spec, from_namespace, scope)
 
 
@@ -150,7 +150,7 @@ def publish_to_table(
         with engine.session(read_only=True) as s:
             part = quote(spec.target.partition)
             ns = namespace_sql(namespace)
-            s.execute(f"CREATE OR REPLACE TEMP VIEW __lh_head AS {files_sql(log.files(head), columns)}")
+            s.temp_view("__lh_head", f"{files_sql(log.files(head), columns)}")
             cols = ", ".join(quote(c) for c, _ in columns)
             names = [c for c, _ in columns]
             differing = [
@@ -168,7 +168,7 @@ def publish_to_table(
             data = s.arrow(f"SELECT {cols} FROM {ns} WHERE CAST({part} AS VARCHAR) IN ({str_list(differing)})").cast(
                 log.schema()
             )
-            s.execute("DROP VIEW IF EXISTS __lh_head")
+            s.drop_relation("__lh_head", view=True)
         props = {
             WRITER_PROPERTY: "publish",
             INCIDENT_PROPERTY: incident_id,

@@ -136,14 +136,14 @@ def build(s: Session, m: ManagedName, select_sql: str, *, actor: str, seq: int, 
     """A new namespace holding ``select_sql``'s rows (status ``building`` until pointed at)."""
     ns = _next_name(s, m)
     s.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(m.public.schema)}")
-    s.execute(f"CREATE TABLE {namespace_sql(ns)} AS {select_sql}")
+    s.materialize(namespace_sql(ns), select_sql)
     register_namespace(s, m, ns, seq=seq, actor=actor, status="building", note=note)
     return ns
 
 
 def rebuild_in_place(s: Session, m: ManagedName, ns: str, select_sql: str) -> None:
     """Replace a namespace's rows (a normal refresh of an output nothing needs to keep)."""
-    s.execute(f"CREATE OR REPLACE TABLE {namespace_sql(ns)} AS {select_sql}")
+    s.materialize(namespace_sql(ns), f"{select_sql}")
     point_view(s, m, ns)
 
 

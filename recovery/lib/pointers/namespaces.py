@@ -41,10 +41,12 @@ def _next_number(s: Session, spec: DatasetSpec) -> int:
 
 
 def _ensure_delta(s: Session, spec: DatasetSpec, ns: str) -> None:
-    s.execute(
-        f"CREATE TABLE IF NOT EXISTS {delta_table(spec.dataset)} AS SELECT *, CAST(NULL AS BIGINT) AS _delta_seq, "
+    s.materialize(
+        delta_table(spec.dataset),
+        "SELECT *, CAST(NULL AS BIGINT) AS _delta_seq, "
         f"CAST(NULL AS VARCHAR) AS _delta_op, CAST(NULL AS VARCHAR) AS _delta_namespace FROM {namespace_sql(ns)} "
-        "LIMIT 0"
+        "LIMIT 0",
+        keep_existing=True,
     )
 
 
@@ -54,7 +56,7 @@ def new_namespace(s: Session, spec: DatasetSpec, *, created_by: str, seq: int) -
     if published is None:
         raise RecoveryError(f"dataset {spec.dataset!r} has no published namespace; run Writer.ensure() first")
     ns = _namespace_name(spec, _next_number(s, spec))
-    s.execute(f"CREATE TABLE {namespace_sql(ns)} AS SELECT * FROM {namespace_sql(published)} LIMIT 0")
+    s.materialize(namespace_sql(ns), f"SELECT * FROM {namespace_sql(published)} LIMIT 0")
     register_namespace(s, target_name(spec), ns, seq=seq, actor=created_by, status="building", note="")
     return ns
 
@@ -81,9 +83,10 @@ def create_or_adopt(s: Session, spec: DatasetSpec, *, actor: str) -> str:
         _infer_generations(s, spec, ns, seq)
         note, reason = "adopted from a plain table", "adopted"
     else:
-        s.execute(
-            f"CREATE TABLE {namespace_sql(ns)} AS SELECT *, CAST(NULL AS VARCHAR) AS {quote(meta.generation)}, "
-            f"CAST(NULL AS TIMESTAMP) AS {quote(meta.written_at)} FROM ({expected_rows_sql(spec, None)}) LIMIT 0"
+        s.materialize(
+            namespace_sql(ns),
+            f"SELECT *, CAST(NULL AS VARCHAR) AS {quote(meta.generation)}, "
+            f"CAST(NULL AS TIMESTAMP) AS {quote(meta.written_at)} FROM ({expected_rows_sql(spec, None)}) LIMIT 0",
         )
         note, reason = "created empty", "created"
     faults.checkpoint("adopt:renamed")  # the table moved into its namespace, nothing at the public name yet
@@ -112,27 +115,31 @@ def _infer_generations(s: Session, spec: DatasetSpec, ns: str, seq: int) -> None
     cols = (
         "generation, dataset, kind, status, started_at, ended_at, source_watermark, token, writes, "
         "registered_seq, inferred, note"
-    )
+    ).split(", ")
     if reg:
-        s.execute(
-            f"INSERT INTO {SCHEMA}.generations ({cols}) "
-            f"SELECT generation, ? AS dataset, kind, 'complete' AS status, started_at, ended_at, source_watermark, "
-            f"1 AS token, 0 AS writes, ? AS registered_seq, false AS inferred, 'from ' || basis AS note "
+        s.replace_rows(
+            f"{SCHEMA}.generations",
+            cols,
+            insert="SELECT generation, ? AS dataset, kind, 'complete' AS status, started_at, ended_at, "
+            "source_watermark, 1 AS token, 0 AS writes, ? AS registered_seq, false AS inferred, "
+            f"'from ' || basis AS note "
             f"FROM ({reg}) WHERE generation NOT IN (SELECT generation FROM {SCHEMA}.generations) "
             f"QUALIFY row_number() OVER (PARTITION BY generation ORDER BY started_at) = 1",
-            [spec.dataset, seq],
+            params=[spec.dataset, seq],
         )
-    s.execute(
-        f"INSERT INTO {SCHEMA}.generations ({cols}) "
-        "SELECT g AS generation, ? AS dataset, 'unknown' AS kind, 'complete' AS status, first_write AS started_at, "
-        "last_write AS ended_at, CAST(NULL AS TIMESTAMP) AS source_watermark, 1 AS token, 0 AS writes, "
+    s.replace_rows(
+        f"{SCHEMA}.generations",
+        cols,
+        insert="SELECT g AS generation, ? AS dataset, 'unknown' AS kind, 'complete' AS status, "
+        "first_write AS started_at, last_write AS ended_at, CAST(NULL AS TIMESTAMP) AS source_watermark, "
+        "1 AS token, 0 AS writes, "
         "? AS registered_seq, true AS inferred, 'inferred from rows of an adopted table' AS note "
         f"FROM (SELECT {quote(meta.generation)} AS g, "
         f"min({quote(meta.written_at)}) AS first_write, "
         f"max({quote(meta.written_at)}) AS last_write FROM {namespace_sql(ns)} "
         f"WHERE {quote(meta.generation)} IS NOT NULL GROUP BY 1) "
         f"WHERE g NOT IN (SELECT generation FROM {SCHEMA}.generations)",
-        [spec.dataset, seq],
+        params=[spec.dataset, seq],
     )
 
 

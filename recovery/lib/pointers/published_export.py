@@ -83,11 +83,7 @@ def refresh_published_export(engine: Engine, spec: DatasetSpec) -> Path | None:
         d.mkdir(parents=True, exist_ok=True)
         tmp = d / f".{name}.{os.getpid()}.{secrets.token_hex(4)}"
         try:
-            rows = s.fetchrow(
-                f"COPY (SELECT * FROM {namespace_sql(ns)}) TO ? (FORMAT parquet, COMPRESSION zstd, "
-                "COMPRESSION_LEVEL 1)",
-                [str(tmp)],
-            )[0]
+            rows = s.export_parquet(f"SELECT * FROM {namespace_sql(ns)}", str(tmp))
             _fsync(tmp)
             os.replace(tmp, d / name)
         finally:

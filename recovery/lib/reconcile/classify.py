@@ -111,93 +111,79 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
     streamed = False  # E is a view resolved by the diff alone, not a table or kept rows
     if not reused:
         # each key's latest change, narrow (key, version, op, arrival); E joins the source back at those versions
-        s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __latest AS "
-            f"{latest_index_sql(spec, watermark, keys='__fp_cand' if footprint else None)}"
-        )
+        s.temp_table("__latest", f"{latest_index_sql(spec, watermark, keys='__fp_cand' if footprint else None)}")
         expected = expected_from_index_sql(spec, "__latest", watermark)
         if isinstance(s, DuckDBSession):  # a view of kept rows from an earlier run in this session
             drop_staged(s, "__e")
         if whole and inputs.persist and spec.downstream and isinstance(s, DuckDBSession):
             # impact assessment reads E next: kept for it (and the phases after it) as the reconciliation
             # resolves it (a little more than a temp table, and impact's own resolution saved)
-            s.execute(f"CREATE TEMP VIEW __e AS {keep_expected(s, spec, watermark, expected)}")
+            s.temp_view("__e", f"{keep_expected(s, spec, watermark, expected)}")
         elif footprint:  # narrowed to the footprint's keys below
-            s.execute(f"CREATE OR REPLACE TEMP TABLE __e AS {expected}")
+            s.temp_table("__e", f"{expected}")
         else:
             # read once, by the diff, which resolves it in its own pipeline; the partitions' expected
             # counts and totals come from the diff and the target (``expected_partition_rows_sql``).
             # Materializing E would write every expected row only for the diff to read it back.
-            s.execute(f"CREATE OR REPLACE TEMP VIEW __e AS {expected}")
+            s.temp_view("__e", f"{expected}")
             streamed = True
     # the target with each row's number of copies (the few duplicated keys are folded to one
     # row after the diff, on the small set of differing rows)
     target = spec.target.table_name.sql()
     if footprint:  # E and T of the footprint's keys only (every target row of each, copies outside the range too)
         stage_footprint(s, inputs, footprint)
-        s.execute(f"CREATE OR REPLACE TEMP TABLE __e AS SELECT * FROM __e SEMI JOIN __fp USING ({key})")
-        s.execute(f"CREATE OR REPLACE TEMP TABLE __tfp AS SELECT * FROM {target} SEMI JOIN __fp USING ({key})")
+        s.temp_table("__e", f"SELECT * FROM __e SEMI JOIN __fp USING ({key})")
+        s.temp_table("__tfp", f"SELECT * FROM {target} SEMI JOIN __fp USING ({key})")
         target = "__tfp"
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __dups AS SELECT {key}, count(*) AS __n FROM {target} GROUP BY ALL "
-        "HAVING count(*) > 1"
-    )
-    s.execute(
-        f"CREATE OR REPLACE TEMP VIEW __t1 AS SELECT x.*, coalesce(d.__n, 1) AS __n "
-        f"FROM {target} x LEFT JOIN __dups d USING ({key})"
-    )
+    s.temp_table("__dups", f"SELECT {key}, count(*) AS __n FROM {target} GROUP BY ALL HAVING count(*) > 1")
+    s.temp_view("__t1", f"SELECT x.*, coalesce(d.__n, 1) AS __n FROM {target} x LEFT JOIN __dups d USING ({key})")
     columns = [c for c, _ in s.columns("__e")]
     # E's joins build on its narrow index, the diff on E; a streamed E whose transform joins something
     # of its own is left to DuckDB's planning (the setting would hold for the transform's joins too)
     ours = not streamed or joins_nothing(spec.transform_sql, "source")
     with s.joins_as_written() if ours else nullcontext():
-        s.execute(f"CREATE OR REPLACE TEMP TABLE __diff AS {diff_sql(inputs, columns)}")
+        s.temp_table("__diff", f"{diff_sql(inputs, columns)}")
     if reused:  # E came kept: each key's latest change (op, arrival) is read for the keys that differ only
-        s.execute(f"CREATE OR REPLACE TEMP TABLE __diff_keys AS SELECT DISTINCT {key} FROM __diff")
-        s.execute(f"CREATE OR REPLACE TEMP TABLE __latest AS {latest_index_sql(spec, watermark, keys='__diff_keys')}")
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __tomb AS SELECT {key} FROM __latest "
-        f"WHERE {quote(src.op)} IN ({str_list(src.delete_ops)})"
-    )
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __absent AS SELECT {key} FROM __diff WHERE __n IS NULL")
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __older AS SELECT {key}, {side('t', meta.source_version)} AS __tsv, "
+        s.temp_table("__diff_keys", f"SELECT DISTINCT {key} FROM __diff")
+        s.temp_table("__latest", f"{latest_index_sql(spec, watermark, keys='__diff_keys')}")
+    s.temp_table("__tomb", f"SELECT {key} FROM __latest WHERE {quote(src.op)} IN ({str_list(src.delete_ops)})")
+    s.temp_table("__absent", f"SELECT {key} FROM __diff WHERE __n IS NULL")
+    s.temp_table(
+        "__older",
+        f"SELECT {key}, {side('t', meta.source_version)} AS __tsv, "
         f"{side('t', meta.written_at)} AS __twat FROM __diff "
         f"WHERE {side('t', meta.source_version)} < {side('e', meta.source_version)} "
-        f"AND {side('t', meta.generation)} IN ({gens})"
+        f"AND {side('t', meta.generation)} IN ({gens})",
     )
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __arrived AS SELECT {key}, {quote(src.ingested_at)} AS __at "
-        f"FROM __latest SEMI JOIN __older USING ({key})"
+    s.temp_table(
+        "__arrived", f"SELECT {key}, {quote(src.ingested_at)} AS __at FROM __latest SEMI JOIN __older USING ({key})"
     )
     covers = _log_covers(s, spec, start)
     registry = None if covers else _registry_basis(s, inputs, start, watermark)
     if covers:
         assert start is not None  # the log covers nothing without a start
         basis = {"absent": "write_log", "older": "write_log", "registry_rows": []}
-        s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __held AS SELECT {key}, CAST(NULL AS VARCHAR) AS __by FROM ("
+        s.temp_table(
+            "__held",
+            f"SELECT {key}, CAST(NULL AS VARCHAR) AS __by FROM ("
             f"SELECT {key}, _delta_op, row_number() OVER (PARTITION BY {key} ORDER BY _delta_seq DESC, "
             "_delta_op DESC) AS rn "
             f"FROM {delta} SEMI JOIN __absent USING ({key}) WHERE {wat} <= {ts_literal(start)}) "
-            f"WHERE rn = 1 AND _delta_op = 'upsert'"
+            f"WHERE rn = 1 AND _delta_op = 'upsert'",
         )
-        s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __concurrent AS "
+        s.temp_table(
+            "__concurrent",
             f"WITH d AS (SELECT * FROM {delta} SEMI JOIN __older USING ({key}) WHERE _delta_op = 'upsert'), "
             f"clobber AS (SELECT {key}, max(_delta_seq) AS __seq FROM d WHERE {gen} IN ({gens}) GROUP BY ALL) "
             f"SELECT {', '.join(f'd.{quote(k)}' for k in spec.key)}, min(d.{gen}) AS __by "
             f"FROM d JOIN clobber c USING ({key}) "
             f"JOIN __older o USING ({key}) WHERE d.{gen} NOT IN ({gens}) AND d.{sv} > o.__tsv "
-            "AND d._delta_seq < c.__seq GROUP BY ALL"
+            "AND d._delta_seq < c.__seq GROUP BY ALL",
         )
     elif registry is None:
         basis = {"absent": "none", "older": "none", "registry_rows": []}
         for name in ("__held", "__concurrent"):
-            s.execute(
-                f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {key}, CAST(NULL AS VARCHAR) AS __by FROM __diff "
-                "WHERE false"
-            )
+            s.temp_table(name, f"SELECT {key}, CAST(NULL AS VARCHAR) AS __by FROM __diff WHERE false")
     else:
         basis = registry
     # out_of_order from the failed generations' own write log where it holds their writes
@@ -206,7 +192,7 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
     logged = has_delta and s.scalar(f"SELECT count(*) FROM (SELECT 1 FROM {delta} WHERE {gen} IN ({gens}) LIMIT 1)")
     ooo_basis = "write_log" if logged else "metadata"
     reordered = reordered_from_write_log_sql(inputs) if logged else reordered_from_metadata_sql(inputs)
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __reordered AS {reordered}")
+    s.temp_table("__reordered", f"{reordered}")
     basis = {**basis, "out_of_order": ooo_basis}
     return {
         "history": history_facts(s, spec),  # a lakehouse target: its write log is the table's own history
@@ -247,22 +233,25 @@ def _registry_basis(
         return None
     key = quote_all(spec.key)
     held_gen, held_wm, where = held
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __held AS SELECT {key}, CAST(? AS VARCHAR) AS __by FROM __absent "
+    s.temp_table(
+        "__held",
+        f"SELECT {key}, CAST(? AS VARCHAR) AS __by FROM __absent "
         f"SEMI JOIN ({latest_versions_sql(spec, held_wm, include_deleted=False, keys='__absent')}) USING ({key})",
         [held_gen],
     )
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __first_after AS SELECT {key}, min(x.{quote(src.ingested_at)}) AS __a "
+    s.temp_table(
+        "__first_after",
+        f"SELECT {key}, min(x.{quote(src.ingested_at)}) AS __a "
         f"FROM {src.table_name.sql()} x JOIN __older o USING ({key}) "
         f"WHERE x.{quote(src.version)} > o.__tsv AND x.{quote(src.ingested_at)} > {ts_literal(start)} "
         + (f"AND x.{quote(src.ingested_at)} <= {ts_literal(watermark)} " if watermark else "")
-        + "GROUP BY ALL"
+        + "GROUP BY ALL",
     )
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __concurrent AS SELECT {', '.join(f'f.{quote(k)}' for k in spec.key)}, "
+    s.temp_table(
+        "__concurrent",
+        f"SELECT {', '.join(f'f.{quote(k)}' for k in spec.key)}, "
         f"arg_min(g.generation, g.committed) AS __by FROM __first_after f JOIN __older o USING ({key}) "
-        f"JOIN ({others}) g ON g.source_watermark >= f.__a AND g.committed <= o.__twat GROUP BY ALL"
+        f"JOIN ({others}) g ON g.source_watermark >= f.__a AND g.committed <= o.__twat GROUP BY ALL",
     )
     used = [
         r[0]
@@ -417,30 +406,35 @@ def reconcile(s: Session, inputs: ReconcileInputs) -> dict:
     facts = stage(s, inputs)
     columns = [c for c, _ in s.columns("__e")]
     table, ptable = recon_table(spec, inputs.persist), partition_table(spec, inputs.persist)
-    create = "CREATE TABLE IF NOT EXISTS" if inputs.persist else "CREATE TEMP TABLE IF NOT EXISTS"
-    s.execute(
-        "CREATE OR REPLACE TEMP TABLE __recon AS "
-        f"{classification_sql(inputs, facts['failed_start'], columns, facts['basis'])}"
-    )
+    s.temp_table("__recon", f"{classification_sql(inputs, facts['failed_start'], columns, facts['basis'])}")
     if inputs.persist:
         _drop_if_reshaped(s, dataset_table_name("recon", spec.dataset), "__recon")
-    s.execute(f"{create} {table} AS SELECT CAST(NULL AS VARCHAR) AS incident_id, * FROM __recon LIMIT 0")
-    s.execute(f"DELETE FROM {table} WHERE incident_id = ?", [inputs.incident_id])
-    s.execute(f"INSERT INTO {table} SELECT ?, * FROM __recon", [inputs.incident_id])
+    _write_results(s, table, "__recon", inputs)
     fp = facts["footprint"]
     if inputs.full and fp is not None:  # damage a whole-table run finds outside the footprint: drift
         facts["drift_outside_footprint"] = dict(s.fetchall(drift_outside_sql(s, inputs, fp)))
     within = fp if not inputs.full else None
     facts["scope"] = "footprint" if within is not None else "full"
     expected = f"({expected_partition_rows_sql(spec)})" if facts["expected_streamed"] else "__e"
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __partitions AS "
-        f"{partition_findings_sql(inputs, facts['failed_start'], within, expected=expected)}"
-    )
-    s.execute(f"{create} {ptable} AS SELECT CAST(NULL AS VARCHAR) AS incident_id, * FROM __partitions LIMIT 0")
-    s.execute(f"DELETE FROM {ptable} WHERE incident_id = ?", [inputs.incident_id])
-    s.execute(f"INSERT INTO {ptable} SELECT ?, * FROM __partitions", [inputs.incident_id])
+    s.temp_table("__partitions", f"{partition_findings_sql(inputs, facts['failed_start'], within, expected=expected)}")
+    _write_results(s, ptable, "__partitions", inputs)
     return facts
+
+
+def _write_results(s: Session, table: str, staged: str, inputs: ReconcileInputs) -> None:
+    """The incident's rows of ``table`` replaced by ``staged``'s, the incident id first. Persisted: a
+    results table created on first use, other incidents' rows kept; else the session's own temp table."""
+    if not inputs.persist:
+        s.temp_table(table, f"SELECT CAST(? AS VARCHAR) AS incident_id, * FROM {staged}", [inputs.incident_id])
+        return
+    s.materialize(table, f"SELECT CAST(NULL AS VARCHAR) AS incident_id, * FROM {staged} LIMIT 0", keep_existing=True)
+    s.replace_rows(
+        table,
+        [c for c, _ in s.columns(table)],
+        remove=f"incident_id = {string_literal(inputs.incident_id)}",
+        insert=f"SELECT ?, * FROM {staged}",
+        params=[inputs.incident_id],
+    )
 
 
 def _drop_if_reshaped(s: Session, name: str, fresh: str) -> None:
@@ -449,4 +443,4 @@ def _drop_if_reshaped(s: Session, name: str, fresh: str) -> None:
         return
     table = f'{SCHEMA}."{name}"'
     if [c for c, _ in s.columns(table)][1:] != [c for c, _ in s.columns(fresh)]:
-        s.execute(f"DROP TABLE {table}")
+        s.drop_relation(table)

@@ -103,9 +103,9 @@ def expected_rows(s: Session, spec: DatasetSpec, watermark: datetime | None, *, 
     if from_kept is not None and keep and from_kept != kept_select(spec) and _changed_share(s, spec) > REKEEP_SHARE:
         # a writer long after the kept watermark (a scheduled verification, weeks of ingestion later):
         # keep the caught-up rows, so the next caller does not re-resolve every key changed since
-        s.execute(f"CREATE OR REPLACE TEMP TABLE __expected_caught_up AS {from_kept}")
+        s.temp_table("__expected_caught_up", f"{from_kept}")
         kept = keep_expected(s, spec, upto, "SELECT * FROM __expected_caught_up")
-        s.execute("DROP TABLE __expected_caught_up")
+        s.drop_relation("__expected_caught_up")
         return kept
     if from_kept is not None:
         return from_kept
@@ -124,9 +124,10 @@ def _from_kept(s: DuckDBSession, spec: DatasetSpec, upto: datetime) -> str | Non
         return kept_select(spec)
     src = spec.source
     key, at = quote_all(src.key), quote(src.ingested_at)
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE {CHANGED} AS SELECT DISTINCT {key} FROM {src.table_name.sql()} "
-        f"WHERE {at} > {ts_literal(kept)} AND {at} <= {ts_literal(upto)}"
+    s.temp_table(
+        CHANGED,
+        f"SELECT DISTINCT {key} FROM {src.table_name.sql()} "
+        f"WHERE {at} > {ts_literal(kept)} AND {at} <= {ts_literal(upto)}",
     )
     fresh = expected_rows_sql(
         spec, upto, source_relation=latest_versions_sql(spec, upto, include_deleted=False, keys=CHANGED)
@@ -157,7 +158,7 @@ def keep_expected(s: DuckDBSession, spec: DatasetSpec, upto: datetime, sql: str)
     a SELECT of them. Writing them to the warehouse costs a little more than a temp table; each
     later caller they serve saves a resolution."""
     table = dataset_table("expected", spec.dataset)
-    s.execute(f"CREATE OR REPLACE TABLE {table} AS {sql}")
+    s.materialize(table, f"{sql}")
     rows, hashed = source_state(s, spec, upto)
     s.execute(EXPECTED_KEPT_DDL)
     s.execute(f"DELETE FROM {KEPT} WHERE dataset = ?", [spec.dataset])
@@ -177,20 +178,20 @@ def stage_expected(s: Session, spec: DatasetSpec, watermark: datetime | None, na
 def _stage(s: Session, spec: DatasetSpec, relation: str, name: str) -> None:
     if relation == kept_select(spec):
         drop_staged(s, name)
-        s.execute(f"CREATE TEMP VIEW {name} AS {relation}")
+        s.temp_view(name, f"{relation}")
         return
     if isinstance(s, DuckDBSession) and _temp_kind(s, name) == "view":
-        s.execute(f"DROP VIEW {name}")
-    s.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {relation}")
+        s.drop_relation(name, view=True)
+    s.temp_table(name, f"{relation}")
     if isinstance(s, DuckDBSession):
-        s.execute(f"DROP TABLE IF EXISTS {CHANGED}")
+        s.drop_relation(CHANGED)
 
 
 def drop_staged(s: Session, name: str) -> None:
     """Drop what ``stage_expected`` made of ``name`` (a view or a table), if anything."""
     kind = _temp_kind(s, name) if isinstance(s, DuckDBSession) else "table"
     if kind:
-        s.execute(f"DROP {kind.upper()} IF EXISTS {name}")
+        s.drop_relation(name, view=kind == "view")
 
 
 def _temp_kind(s: Session, name: str) -> str | None:

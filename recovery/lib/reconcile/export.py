@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from recovery.lib.engine.base import Session
-from recovery.lib.identifiers import quote_all, string_literal
+from recovery.lib.identifiers import quote_all
 from recovery.lib.reconcile.classify import ReconcileInputs, recon_table
 from recovery.lib.reconcile.summary import ReconciliationSummary
 
@@ -17,12 +17,12 @@ def write_outputs(
     """``reconciliation.parquet`` (one row per damaged key) and ``summary.json``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     parquet = out_dir / "reconciliation.parquet"
-    path_literal = string_literal(str(parquet))
     # ordered by the key, which is unique among an incident's rows: the order ``ORDER BY ALL`` gave,
     # without comparing every column of the ties it never has
-    s.execute(
-        f"COPY (SELECT * EXCLUDE (incident_id) FROM {recon_table(inputs.spec, inputs.persist)} WHERE incident_id = ? "
-        f"ORDER BY {quote_all(inputs.spec.key)}) TO {path_literal} (FORMAT parquet)",
+    s.export_parquet(
+        f"SELECT * EXCLUDE (incident_id) FROM {recon_table(inputs.spec, inputs.persist)} WHERE incident_id = ? "
+        f"ORDER BY {quote_all(inputs.spec.key)}",
+        str(parquet),
         [inputs.incident_id],
     )
     per_partition = s.fetchall(

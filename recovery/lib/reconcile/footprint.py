@@ -117,22 +117,23 @@ def stage_candidates(s: Session, inputs: ReconcileInputs, fp: Footprint, waterma
     src = spec.source
     key = quote_all(spec.key)
     has_delta = has_dataset_table(s, "delta", spec.dataset)
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __fp_t AS {' UNION '.join(written_keys_sql(inputs, fp, has_delta))}")
+    s.temp_table("__fp_t", f"{' UNION '.join(written_keys_sql(inputs, fp, has_delta))}")
     where = f" WHERE {quote(src.ingested_at)} <= {ts_literal(watermark)}" if watermark else ""
     changes = f"SELECT * FROM {src.table_name.sql()}{where}"
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __fp_cand AS SELECT {key} FROM __fp_t UNION "
+    s.temp_table(
+        "__fp_cand",
+        f"SELECT {key} FROM __fp_t UNION "
         f"SELECT {key} FROM ({render(spec.transform_sql, source=changes)}) "
-        f"WHERE {fp.between(quote(spec.target.partition))}"
+        f"WHERE {fp.between(quote(spec.target.partition))}",
     )
 
 
 def stage_footprint(s: Session, inputs: ReconcileInputs, fp: Footprint) -> None:
     """``__fp``: the footprint's keys (from ``__fp_t`` and the expected rows ``__e`` of the candidates)."""
     key = quote_all(inputs.spec.key)
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __fp AS SELECT {key} FROM __fp_t UNION "
-        f"SELECT {key} FROM __e WHERE {fp.between(quote(inputs.spec.target.partition))}"
+    s.temp_table(
+        "__fp",
+        f"SELECT {key} FROM __fp_t UNION SELECT {key} FROM __e WHERE {fp.between(quote(inputs.spec.target.partition))}",
     )
 
 

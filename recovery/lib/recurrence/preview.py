@@ -183,7 +183,7 @@ def preview_in(s: Session, spec: DatasetSpec, request: BackfillRequest, location
         )
     src = spec.source
     watermark = s.scalar(f"SELECT max({quote(src.ingested_at)}) FROM {src.table_name.sql()}")
-    s.execute(f"CREATE OR REPLACE TEMP VIEW __bf_expected AS {expected_rows_sql(spec, watermark)}")
+    s.temp_view("__bf_expected", f"{expected_rows_sql(spec, watermark)}")
     partitions = range_partitions(s, spec, ns, request.start, request.end, "__bf_expected")
     inside = in_partitions(s, spec, partitions)
     key = quote_all(spec.key)

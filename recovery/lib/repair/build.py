@@ -114,9 +114,10 @@ def start_repair(
             rebuilt = list(rebuild)
             snap = snapshot_table(spec)
             part = quote(spec.target.partition)
-            s.execute(
-                f"CREATE OR REPLACE TABLE {snap} AS SELECT * FROM ({expected_rows(s, spec, watermark, keep=True)}) "
-                f"WHERE {in_partitions(s, spec, rebuilt)}"
+            s.materialize(
+                snap,
+                f"SELECT * FROM ({expected_rows(s, spec, watermark, keep=True)}) "
+                f"WHERE {in_partitions(s, spec, rebuilt)}",
             )
             # carried: every row outside the rebuilt partitions, except a key the snapshot rebuilds
             # elsewhere (a stray copy of a duplicated or mispartitioned key)
@@ -160,8 +161,10 @@ def start_repair(
                     s.execute("INSERT INTO __plan VALUES (?, ?, NULL, ?)", [p, n, rebuild[p]])
             for p, reason in qualified.items():
                 s.execute("INSERT INTO __plan VALUES (?, NULL, ?, ?)", [p, reason, damaged[p]])
-            s.execute(
-                f"""INSERT INTO {PARTITIONS}
+            s.replace_rows(  # the control-plane rows read the (data-plane) namespace and snapshot
+                PARTITIONS,
+                [n for n, _ in s.columns(PARTITIONS)],
+                insert=f"""
                 SELECT ?, pl.partition, pl.wave, CASE WHEN pl.reason IS NULL THEN 'rebuild' ELSE 'keep (qualified)' END,
                        pl.reason, pl.labels, coalesce(b.n, 0), b.t, coalesce(e.n, 0), e.t, NULL, NULL, NULL, NULL,
                        CASE WHEN pl.reason IS NULL THEN 'planned' ELSE 'kept' END
@@ -170,7 +173,7 @@ def start_repair(
                            FROM {namespace_sql(current)} GROUP BY 1) b ON b.p = pl.partition
                 LEFT JOIN (SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {partition_total_sql(spec)} AS t
                            FROM {snap} GROUP BY 1) e ON e.p = pl.partition""",
-                [incident.incident_id],
+                params=[incident.incident_id],
             )
             record_event(
                 s,
@@ -228,17 +231,22 @@ def build_wave(writer: Writer, plan: RepairPlan, wave: int, *, run_id: str | Non
                 note=f"{wave_name(wave)} of the repair of {plan.incident_id}",
             )
             faults.checkpoint("wave:written")  # the wave's rows written, its partitions not yet recorded built
+            # the wave's partition totals (from the data plane) collected for the control-plane UPDATE
+            s.collect_table(
+                "__wave_totals",
+                f"""SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {partition_total_sql(spec)} AS t
+                FROM {namespace_sql(plan.namespace)} WHERE {in_partitions(s, spec, partitions)} GROUP BY 1""",
+            )
             s.execute(
                 f"""UPDATE {PARTITIONS} SET status = 'built', built_seq = ?, built_run_id = ?,
                         rows_after = coalesce(a.n, 0),
                        total_after = a.t
                 FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS p) w
-                LEFT JOIN (SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {partition_total_sql(spec)} AS t
-                           FROM {namespace_sql(plan.namespace)} WHERE {in_partitions(s, spec, partitions)}
-                               GROUP BY 1) a ON a.p = w.p
+                LEFT JOIN __wave_totals a ON a.p = w.p
                 WHERE incident_id = ? AND partition = w.p""",
                 [result.seq, run_id, partitions, plan.incident_id],
             )
+            s.drop_relation("__wave_totals")
             faults.checkpoint("wave:recorded")  # everything written, not committed
             return result
 

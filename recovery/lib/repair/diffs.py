@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
-from recovery.lib.identifiers import quote, quote_all
+from recovery.lib.identifiers import quote, quote_all, string_literal
 from recovery.lib.pointers.namespaces import namespace_sql
 from recovery.lib.reconcile.classify import ReconcileInputs, recon_table, reconcile
 from recovery.lib.repair.build import partition_total_sql
@@ -41,31 +41,38 @@ def record_diffs(s: Session, spec: DatasetSpec, plan: RepairPlan, writer: Writer
     )
     recon = recon_table(spec)
     key = quote_all(spec.key)
-    s.execute(
-        f"DELETE FROM {recon} WHERE incident_id = ? AND ({key}) IN (SELECT {key} FROM "
+    s.replace_rows(
+        recon,
+        [],
+        remove=f"incident_id = {string_literal(after)} AND ({key}) IN (SELECT {key} FROM "
         f"({latest_delta_sql(writer, plan, plan.low_seq, plan.high_seq or plan.low_seq)}))",
-        [after],
     )
     s.execute(f"DELETE FROM {DIFFS} WHERE incident_id = ?", [plan.incident_id])
-    s.execute(
-        f"""INSERT INTO {DIFFS}
+    s.replace_rows(  # the control-plane rows read the (data-plane) reconciliation
+        DIFFS,
+        [n for n, _ in s.columns(DIFFS)],
+        insert=f"""
         SELECT ?, partition, label, count(*) FILTER (WHERE side = 'before'), count(*) FILTER (WHERE side = 'after')
             FROM (
             SELECT CAST(coalesce(actual_partition, expected_partition) AS VARCHAR) AS partition, label,
                    CASE WHEN incident_id = ? THEN 'before' ELSE 'after' END AS side
             FROM {recon} WHERE incident_id IN (?, ?))
         GROUP BY ALL""",
-        [plan.incident_id, plan.incident_id, plan.incident_id, after_id(plan.incident_id)],
+        params=[plan.incident_id, plan.incident_id, plan.incident_id, after_id(plan.incident_id)],
     )
     part = quote(spec.target.partition)
     total = partition_total_sql(spec)
+    s.collect_table(  # the namespace's partition totals, for the control-plane UPDATE
+        "__diff_totals",
+        f"SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {total} AS t FROM {namespace_sql(plan.namespace)} "
+        "GROUP BY 1",
+    )
     s.execute(
         f"""UPDATE {PARTITIONS} SET rows_after = coalesce(a.n, 0), total_after = a.t
-        FROM (SELECT CAST({part} AS VARCHAR) AS p, count(*) AS n, {total} AS t FROM {namespace_sql(plan.namespace)}
-            GROUP BY 1) a
-        WHERE incident_id = ? AND partition = a.p""",
+        FROM __diff_totals a WHERE incident_id = ? AND partition = a.p""",
         [plan.incident_id],
     )
+    s.drop_relation("__diff_totals")
     rows = s.fetchall(
         f"SELECT label, sum(keys_before), sum(keys_after) FROM {DIFFS} WHERE incident_id = ? GROUP BY 1 ORDER BY 1",
         [plan.incident_id],

@@ -224,7 +224,9 @@ def reconciliation_gate(
     same = " AND ".join(f"a.{quote(c)} IS NOT DISTINCT FROM r.{quote(c)}" for c in cols)
     # a key's copies counted by a grouping of the few duplicated keys joined back, not a window over every
     # row (which partitions and sorts every row)
-    s.execute(f"""CREATE OR REPLACE TEMP TABLE __gate_diff AS
+    s.temp_table(
+        "__gate_diff",
+        f"""
         WITH a0 AS (SELECT * FROM {ns} WHERE {in_partitions(s, spec, scope)}{only}),
              dup AS (SELECT {key}, count(*) AS __n FROM a0 GROUP BY ALL HAVING count(*) > 1),
              a AS (SELECT a0.*, coalesce(dup.__n, 1) AS __n FROM a0 LEFT JOIN dup USING ({key})),
@@ -232,7 +234,8 @@ def reconciliation_gate(
         SELECT {key}, CASE WHEN a.__n IS NULL THEN 'missing' WHEN r.__in_ref IS NULL THEN 'extra'
                            WHEN a.__n > 1 THEN 'duplicate' ELSE 'changed' END AS kind
         FROM a FULL OUTER JOIN r USING ({key})
-        WHERE a.__n IS NULL OR r.__in_ref IS NULL OR a.__n > 1 OR NOT ({same})""")
+        WHERE a.__n IS NULL OR r.__in_ref IS NULL OR a.__n > 1 OR NOT ({same})""",
+    )
     counts = dict(s.fetchall("SELECT kind, count(DISTINCT (" + key + ")) FROM __gate_diff GROUP BY 1"))
     sample = [list(r) for r in s.fetchall(f"SELECT {key}, kind FROM __gate_diff ORDER BY ALL LIMIT 5")]
     n = sum(counts.values())
@@ -269,9 +272,10 @@ def evaluate_gates(
     if overlaid:
         # computed once (it overlays the snapshot with the replayed delta): the key-by-key gate and the
         # partition totals both read it
-        s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __gate_reference AS SELECT * FROM "
-            f"({reference_sql(s, spec, plan, through_seq, writer)}) WHERE {in_partitions(s, spec, scope)}"
+        s.temp_table(
+            "__gate_reference",
+            f"SELECT * FROM "
+            f"({reference_sql(s, spec, plan, through_seq, writer)}) WHERE {in_partitions(s, spec, scope)}",
         )
         reference = "SELECT * FROM __gate_reference"
     elif set(scope) <= set(plan.rebuild):
@@ -304,7 +308,7 @@ def evaluate_gates(
     for r in suite_results:
         results.append(GateResult(r.name, r.passed, r.unexpected, r.describe()))
     if overlaid:
-        s.execute("DROP TABLE __gate_reference")
+        s.drop_relation("__gate_reference")
     seq = committed_seq(s)
     for g in results:
         s.execute(
@@ -332,15 +336,15 @@ def _suites_in_engine(
     small table. Uniqueness and every aggregate are thus over the whole scope, not per batch."""
     runner = SqlSuiteRunner(s.conn, builtin + declared + [partition_suite()])
     # created in the caller's transaction: a failure rolls them back with it
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __gate_rows AS {row_frame_sql(s, spec, plan, scope, payload=False)}")
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __gate_partition_totals AS {totals_sql}")
+    s.temp_table("__gate_rows", f"{row_frame_sql(s, spec, plan, scope, payload=False)}")
+    s.temp_table("__gate_partition_totals", f"{totals_sql}")
     results = runner.validate("SELECT * FROM __gate_rows", builtin)
     if declared:
         ns = namespace_sql(plan.namespace)
         results |= runner.validate(f"SELECT * FROM {ns} WHERE {in_partitions(s, spec, scope)}", declared)
     results |= runner.validate("SELECT * FROM __gate_partition_totals", [partition_suite()])
-    s.execute("DROP TABLE __gate_rows")
-    s.execute("DROP TABLE __gate_partition_totals")
+    s.drop_relation("__gate_rows")
+    s.drop_relation("__gate_partition_totals")
     return list(results.values())
 
 

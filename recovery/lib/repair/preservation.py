@@ -31,7 +31,7 @@ def preservation_gate(
     key = quote_all(spec.key)
     part = quote(spec.target.partition)
     delta = latest_delta_sql(writer, plan, plan.low_seq, through_seq)
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __cw_keys AS SELECT DISTINCT {key} FROM ({delta})")
+    s.temp_table("__cw_keys", f"SELECT DISTINCT {key} FROM ({delta})")
     try:
         n_keys = int(s.scalar("SELECT count(*) FROM __cw_keys") or 0)
         if n_keys == 0:
@@ -71,4 +71,4 @@ def preservation_gate(
             PRESERVATION_GATE, False, result.observed, f"of {n_keys:,} keys written during the repair, {result.details}"
         )
     finally:
-        s.execute("DROP TABLE IF EXISTS __cw_keys")
+        s.drop_relation("__cw_keys")

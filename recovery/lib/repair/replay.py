@@ -92,22 +92,23 @@ def fold_delta(
     key = quote_all(spec.key)
     sv, part = quote(spec.target.metadata.source_version), quote(spec.target.partition)
     cols = quote_all(columns)
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __fold_entries AS SELECT {cols}, _delta_op, _delta_scoped, "
+    s.temp_table(
+        "__fold_entries",
+        f"SELECT {cols}, _delta_op, _delta_scoped, "
         f"row_number() OVER (PARTITION BY {key} ORDER BY _delta_seq, _delta_op, {sv}) AS __rank "
-        f"FROM ({window_delta_sql(writer, plan, after_seq, through_seq)})"
+        f"FROM ({window_delta_sql(writer, plan, after_seq, through_seq)})",
     )
     # each statement creates a temp table, none writes one in place (the Spark engine keeps temp tables
     # as query results it cannot update)
     absent = ", ".join(quote(c) if c in spec.key else f"NULL AS {quote(c)}" for c in columns)
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __fold_state_0 AS "
+    s.temp_table(
+        "__fold_state_0",
         f"SELECT {cols}, true AS __present, true AS __started, false AS __from_entry FROM {start} "
         f"SEMI JOIN (SELECT {key} FROM __fold_entries) USING ({key}) "
         f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {sv} DESC) = 1 "
         f"UNION ALL "
         f"SELECT {absent}, false AS __present, false AS __started, false AS __from_entry "
-        f"FROM (SELECT DISTINCT {key} FROM __fold_entries) ANTI JOIN {start} USING ({key})"
+        f"FROM (SELECT DISTINCT {key} FROM __fold_entries) ANTI JOIN {start} USING ({key})",
     )
     rounds = int(s.scalar("SELECT coalesce(max(__rank), 0) FROM __fold_entries") or 0)
     up = f"coalesce(e._delta_op = 'upsert' AND (NOT o.__present OR e.{sv} > o.{sv}), false)"
@@ -120,16 +121,17 @@ def fold_delta(
         for c in columns
     )
     for rank in range(1, rounds + 1):
-        s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __fold_state_{rank % 2} AS SELECT {picked}, "
+        s.temp_table(
+            f"__fold_state_{rank % 2}",
+            f"SELECT {picked}, "
             f"CASE WHEN {up} THEN true WHEN {down} THEN false ELSE o.__present END AS __present, o.__started, "
             f"CASE WHEN {up} THEN true WHEN {down} THEN false ELSE o.__from_entry END AS __from_entry "
             f"FROM __fold_state_{(rank - 1) % 2} o LEFT JOIN (SELECT * FROM __fold_entries WHERE __rank = {rank}) e "
-            f"ON {' AND '.join(f'e.{quote(k)} = o.{quote(k)}' for k in spec.key)}"
+            f"ON {' AND '.join(f'e.{quote(k)} = o.{quote(k)}' for k in spec.key)}",
         )
-    s.execute(f"CREATE OR REPLACE TEMP TABLE {out} AS SELECT * FROM __fold_state_{rounds % 2}")
+    s.temp_table(out, f"SELECT * FROM __fold_state_{rounds % 2}")
     for t in ("__fold_state_0", "__fold_state_1", "__fold_entries"):
-        s.execute(f"DROP TABLE IF EXISTS {t}")
+        s.drop_relation(t)
     return int(s.scalar(f"SELECT count(*) FROM {out}") or 0)
 
 
@@ -163,28 +165,27 @@ def replay_in(
     # so a second replay of the window changes nothing)
     gen = quote(spec.target.metadata.generation)
     all_cols = quote_all(cols)
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __replay_carried AS SELECT {key} FROM __replay WHERE NOT ({rebuilt})")
+    s.temp_table("__replay_carried", f"SELECT {key} FROM __replay WHERE NOT ({rebuilt})")
     mirrored = removed = 0
     if int(s.scalar("SELECT count(*) FROM __replay_carried") or 0):
-        s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __replay_all_mirror AS SELECT {all_cols} FROM "
+        s.temp_table(
+            "__replay_all_mirror",
+            f"SELECT {all_cols} FROM "
             f"{namespace_sql(plan.from_namespace)} SEMI JOIN __replay_carried USING ({key}) "
-            f"WHERE {gen} NOT IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL)"
+            f"WHERE {gen} NOT IN (SELECT generation FROM {SCHEMA}.generations WHERE fenced_at IS NOT NULL)",
         )
         held = f"SELECT {all_cols} FROM {ns} SEMI JOIN __replay_carried USING ({key})"
-        s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __replay_changed AS SELECT DISTINCT {key} FROM ("
+        s.temp_table(
+            "__replay_changed",
+            f"SELECT DISTINCT {key} FROM ("
             f"(SELECT * FROM __replay_all_mirror EXCEPT {held}) UNION ALL ({held} EXCEPT SELECT * "
-            "FROM __replay_all_mirror))"
+            "FROM __replay_all_mirror))",
         )
-        s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __replay_carried_del AS SELECT {key}, max({sv}) AS {sv} FROM {ns} "
-            f"SEMI JOIN __replay_changed USING ({key}) GROUP BY ALL"
+        s.temp_table(
+            "__replay_carried_del",
+            f"SELECT {key}, max({sv}) AS {sv} FROM {ns} SEMI JOIN __replay_changed USING ({key}) GROUP BY ALL",
         )
-        s.execute(
-            f"CREATE OR REPLACE TEMP TABLE __replay_mirror AS SELECT * FROM __replay_all_mirror "
-            f"SEMI JOIN __replay_changed USING ({key})"
-        )
+        s.temp_table("__replay_mirror", f"SELECT * FROM __replay_all_mirror SEMI JOIN __replay_changed USING ({key})")
         mirrored = int(s.scalar(f"SELECT count(DISTINCT ({key})) FROM __replay_mirror") or 0)
         removed = int(s.scalar("SELECT count(*) FROM __replay_changed") or 0) - mirrored
         if int(s.scalar("SELECT count(*) FROM __replay_carried_del") or 0):
@@ -203,7 +204,7 @@ def replay_in(
                 existing_keys=False,
             )
     if n_up:
-        s.execute(f"CREATE OR REPLACE TEMP TABLE __replay_up AS {upserts}")
+        s.temp_table("__replay_up", f"{upserts}")
         writer.write_in(
             s,
             plan.generation,
@@ -214,7 +215,7 @@ def replay_in(
             keep_stamps=True,
         )
     if n_del:
-        s.execute(f"CREATE OR REPLACE TEMP TABLE __replay_del AS {deletes}")
+        s.temp_table("__replay_del", f"{deletes}")
         writer.write_in(s, plan.generation, "SELECT * FROM __replay_del", mode="delete_keys", run_id=run_id, note=note)
     n_up, n_del = n_up + mirrored, n_del + removed
     result = ReplayResult(after_seq, through_seq, n_up, n_del, total - n_up - n_del)
@@ -232,7 +233,7 @@ def replay_in(
         "__replay_changed",
         "__replay_all_mirror",
     ):
-        s.execute(f"DROP TABLE IF EXISTS {t}")
+        s.drop_relation(t)
     return result
 
 

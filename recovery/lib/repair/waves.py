@@ -91,11 +91,13 @@ def record_fingerprints(s: Session, spec: DatasetSpec, plan: RepairPlan, partiti
         f"DELETE FROM {FINGERPRINTS} WHERE incident_id = ? AND partition IN (SELECT unnest(CAST(? AS VARCHAR[])))",
         [plan.incident_id, partitions],
     )
-    s.execute(
-        f"INSERT INTO {FINGERPRINTS} SELECT ?, partition, coalesce(rows, 0), coalesce(fingerprint, 0), ?, ? "
-        f"FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS partition) p "  # an emptied partition is recorded too
+    s.replace_rows(  # the control-plane rows read the (data-plane) namespace
+        FINGERPRINTS,
+        [n for n, _ in s.columns(FINGERPRINTS)],
+        insert="SELECT ?, partition, coalesce(rows, 0), coalesce(fingerprint, 0), ?, ? "
+        "FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS partition) p "  # an emptied partition is recorded too
         f"LEFT JOIN ({_fingerprints_sql(s, spec, plan, partitions)}) USING (partition)",
-        [plan.incident_id, committed_seq(s), stage, partitions],
+        params=[plan.incident_id, committed_seq(s), stage, partitions],
     )
 
 

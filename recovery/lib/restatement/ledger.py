@@ -20,11 +20,11 @@ from recovery.lib.control.tables import (
     DECISIONS_LEDGER_DDL,
     NOTIFICATIONS,
     NOTIFICATIONS_DDL,
-    restatement_ledger_ddl,
+    RESTATEMENT_LEDGER_COLUMNS,
 )
 from recovery.lib.dataset_spec.models import Consumer, DatasetSpec
 from recovery.lib.engine.base import Session
-from recovery.lib.identifiers import TableName, quote
+from recovery.lib.identifiers import TableName, quote, sql_literal
 
 # what a material change of one key obliges its owner to do, by consumer kind
 ROW_DECISIONS = {
@@ -51,7 +51,7 @@ def notice_key(spec: DatasetSpec, incident_id: str, consumer: str) -> str:
 
 def ensure_ledger(s: Session, spec: DatasetSpec) -> None:
     s.execute(NOTIFICATIONS_DDL)
-    s.execute(restatement_ledger_ddl(ledger_table(spec)))
+    s.create_table(ledger_table(spec), RESTATEMENT_LEDGER_COLUMNS)
 
 
 def _sign_change(kind: str) -> str:
@@ -75,8 +75,9 @@ def write_ledger(
     """Replace the incident's ledger rows for consumer ``c``; the caller owns the transaction."""
     ensure_ledger(s, spec)
     table = ledger_table(spec)
-    s.execute(f"DELETE FROM {table} WHERE incident_id = ? AND consumer = ?", [incident_id, c.name])
+    remove = f"incident_id = {sql_literal(incident_id)} AND consumer = {sql_literal(c.name)}"
     if original_namespace is None:  # never published before: nobody saw a wrong value
+        s.replace_rows(table, [], remove=remove)
         return
     original = TableName.parse(original_namespace).sql()
     corrected = TableName.parse(corrected_namespace).sql()
@@ -86,14 +87,17 @@ def write_ledger(
         spec, c, None, values, original_relation=original, corrected_sql=f"SELECT * FROM {corrected}"
     )
     flip = _sign_change(c.kind)
-    s.execute(
-        f"""INSERT INTO {table}
+    s.replace_rows(
+        table,
+        [n for n, _ in s.columns(table)],
+        remove=remove,
+        insert=f"""
             SELECT ?, i.consumer, ?, ?, i.consumer_key, i.change, i.original_value, i.corrected_value, i.difference,
                    i.material OR {flip} AS material,
                    CASE WHEN {flip} THEN ? WHEN i.material THEN ? ELSE ? END AS decision,
                    ?, ?, n.delivered_at
             FROM ({impact}) i LEFT JOIN {NOTIFICATIONS} n ON n.dedupe_key = ?""",
-        [
+        params=[
             incident_id,
             c.kind,
             c.owner,

@@ -122,10 +122,11 @@ def _stamp(engine: Engine, spec: DatasetSpec, incident_id: str, consumer: str, k
                 else None
             )
             at = at or utcnow()
-            s.execute(
-                f"UPDATE {ledger_table(spec)} SET notified_at = ? WHERE incident_id = ? AND consumer = ? "
-                f"AND notified_at IS DISTINCT FROM ?",
-                [at, incident_id, consumer, at],
+            s.update_rows(
+                ledger_table(spec),
+                [("notified_at", "?")],
+                where="incident_id = ? AND consumer = ? AND notified_at IS DISTINCT FROM ?",
+                params=[at, incident_id, consumer, at],
             )
             s.execute(
                 f"UPDATE {RESTATEMENTS} SET notified_at = ? WHERE incident_id = ? AND dataset = ? AND consumer = ? "

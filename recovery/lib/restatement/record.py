@@ -115,10 +115,12 @@ def record_restatement(
         f"DELETE FROM {RESTATEMENTS} WHERE incident_id = ? AND dataset = ? AND consumer = ?",
         [incident_id, spec.dataset, c.name],
     )
-    s.execute(
-        f"INSERT INTO {RESTATEMENTS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-        f"(SELECT max(notified_at) FROM {ledger_table(spec)} WHERE incident_id = ? AND consumer = ?))",
-        [
+    s.replace_rows(  # the control-plane row reads the (data-plane) ledger
+        RESTATEMENTS,
+        [n for n, _ in s.columns(RESTATEMENTS)],
+        insert="SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        f"(SELECT max(notified_at) FROM {ledger_table(spec)} WHERE incident_id = ? AND consumer = ?)",
+        params=[
             incident_id,
             spec.dataset,
             c.name,

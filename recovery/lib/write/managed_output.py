@@ -157,7 +157,7 @@ def _reported(value: object) -> datetime:
 def drop_stage(writer: Writer, stage: str) -> None:
     def txn() -> None:
         with writer.engine.transaction() as s:
-            s.execute(f"DROP TABLE IF EXISTS {stage}")
+            s.drop_relation(stage)
 
     retrying(txn)
 

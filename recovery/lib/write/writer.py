@@ -193,7 +193,7 @@ class Writer(GenerationRegistry):
         cols = [c for c, _ in s.columns(ns_sql)]
         types = dict(s.columns(ns_sql))
         payload = [c for c in cols if c not in (self.meta.generation, self.meta.written_at)]
-        s.execute(f"CREATE OR REPLACE TEMP TABLE __incoming AS SELECT * FROM ({rows_sql}) AS r", params or [])
+        s.temp_table("__incoming", f"SELECT * FROM ({rows_sql}) AS r", params or [])
         incoming = [c for c, _ in s.columns("__incoming")]
         needed = self.spec.key + [self.meta.source_version] if mode == "delete_keys" else payload
         if keep_stamps and mode != "delete_keys":
@@ -239,10 +239,11 @@ class Writer(GenerationRegistry):
 
         if mode == "replace_partitions":
             if partitions is None:
-                s.execute(f"CREATE OR REPLACE TEMP TABLE __scope AS SELECT DISTINCT {part} AS p FROM __incoming")
+                s.temp_table("__scope", f"SELECT DISTINCT {part} AS p FROM __incoming")
             else:
-                s.execute(
-                    "CREATE OR REPLACE TEMP TABLE __scope AS SELECT DISTINCT CAST(u AS "
+                s.temp_table(
+                    "__scope",
+                    "SELECT DISTINCT CAST(u AS "
                     f"{types[self.spec.target.partition]}) AS p "
                     f"FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS u)",
                     [[str(p) for p in partitions]],
@@ -363,8 +364,8 @@ class Writer(GenerationRegistry):
                     watermark_basis or "given by the writer's caller",
                 ],
             )
-        s.execute("DROP TABLE IF EXISTS __incoming")
-        s.execute("DROP TABLE IF EXISTS __scope")
+        s.drop_relation("__incoming")
+        s.drop_relation("__scope")
         return WriteResult(seq, generation, ns, mode, inserted, deleted, tuple(touched))
 
     def _cast_incoming(self, s: Session, types: dict[str, str], generation: str) -> None:
@@ -380,7 +381,7 @@ class Writer(GenerationRegistry):
             f"CAST({quote(c)} AS {types[c]}) AS {quote(c)}" if c in recast else quote(c) for c, _ in have
         )
         try:
-            s.execute(f"CREATE OR REPLACE TEMP TABLE __incoming_cast AS SELECT {select} FROM __incoming")
+            s.temp_table("__incoming_cast", f"SELECT {select} FROM __incoming")
         except RetryableConflict:
             raise
         except Exception as err:  # a value the column's type cannot hold: the insert would fail on it too
@@ -390,8 +391,8 @@ class Writer(GenerationRegistry):
                 f"rows written as {generation!r} to {self.public} do not fit its column types ({wanted}): {first}; "
                 f"nothing was written. Fix: give those columns values of the table's types"
             ) from err
-        s.execute("CREATE OR REPLACE TEMP TABLE __incoming AS SELECT * FROM __incoming_cast")
-        s.execute("DROP TABLE IF EXISTS __incoming_cast")
+        s.temp_table("__incoming", "SELECT * FROM __incoming_cast")
+        s.drop_relation("__incoming_cast")
 
     def _refuse_null_keys(self, s: Session, generation: str, mode: str) -> None:
         """Refuse a batch in which a key column is NULL: a key is a row's identity, and NULL is no value,

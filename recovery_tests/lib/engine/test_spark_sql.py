@@ -1,4 +1,4 @@
-"""How the Spark engine reads a statement of the phases' DuckDB SQL."""
+"""How the Spark engine reads a statement of the phases' DuckDB SQL: queries only, never DML."""
 
 from __future__ import annotations
 
@@ -6,25 +6,27 @@ import logging
 
 import pytest
 
-from recovery.lib.engine.spark_sql import statement
+from recovery.lib.engine.spark_sql import parse, query_of
 
 
-def test_a_statement_sqlglot_has_no_grammar_for_is_routed_as_other_without_a_warning(caplog):
+def test_a_statement_sqlglot_has_no_grammar_for_is_not_a_query_and_logs_no_warning(caplog):
     with caplog.at_level(logging.WARNING, logger="sqlglot"):
-        st = statement("RESET VARIABLE recovery_evidence_key_inner")
-    assert st.kind == "other" and st.target is None
+        tree = parse("RESET VARIABLE recovery_evidence_key_inner")
+    assert query_of(tree) is None
     assert not caplog.records, [r.getMessage() for r in caplog.records]
 
 
 @pytest.mark.parametrize(
-    ("sql", "kind", "target"),
+    ("sql", "query"),
     [
-        ("INSERT INTO a.t SELECT * FROM b.s", "insert", ("a", "t")),
-        ("DELETE FROM a.t WHERE k = 1", "delete", ("a", "t")),
-        ("CREATE OR REPLACE VIEW a.v AS SELECT 1 AS x", "create_view", ("a", "v")),
-        ("SELECT * FROM a.t", "select", None),
+        ("INSERT INTO a.t SELECT * FROM b.s", None),
+        ("DELETE FROM a.t WHERE k = 1", None),
+        ("CREATE OR REPLACE VIEW a.v AS SELECT 1 AS x", None),
+        ("COPY (SELECT 1) TO 'x.parquet'", None),
+        ("SELECT * FROM a.t", "SELECT * FROM a.t"),
+        ("DESCRIBE SELECT * FROM a.t", "SELECT * FROM a.t"),
     ],
 )
-def test_statements_are_classified_with_their_target(sql: str, kind: str, target):
-    st = statement(sql)
-    assert (st.kind, st.target_key) == (kind, target)
+def test_only_a_query_or_describe_has_a_query_to_run_on_spark(sql: str, query):
+    found = query_of(parse(sql))
+    assert (found.sql("duckdb") if found is not None else None) == query

@@ -60,3 +60,34 @@ def test_swap_pointer_repoints_a_public_view(engine):
     with engine.session(read_only=True) as s:
         assert s.fetchall("SELECT v FROM raw.pub ORDER BY k") == [("X",), ("Y",), ("Z",), ("N",)]
         assert s.object_kind("raw", "pub") == "view"
+
+
+def test_the_named_writes_create_materialize_update_drop_and_export(engine, tmp_path: Path):
+    """Every data write a phase makes is one of these operations; DuckDB runs its own statement."""
+    import pyarrow.parquet as pq
+
+    with engine.transaction() as s:
+        s.create_table("raw.log", "k INTEGER, note VARCHAR")
+        s.create_table("raw.log", "other BOOLEAN")  # exists: left as it is
+        s.materialize("raw.a", "SELECT k, v FROM raw.t WHERE k <= ?", [2])
+        s.materialize("raw.a", "SELECT 0 AS k, 'no' AS v", keep_existing=True)  # exists: kept
+        s.materialize("raw.b", "SELECT k FROM raw.t WHERE k > ?", [2])  # replaced below
+        s.materialize("raw.b", "SELECT k FROM raw.t WHERE k = 1")
+        s.update_rows("raw.t", [("v", "upper(v) || ?")], where="p = ?", params=["!", "a"])
+        s.temp_table("__k", "SELECT k FROM raw.t WHERE p IS NULL")
+        s.collect_table("__n", "SELECT count(*) AS n FROM raw.t")
+        s.temp_view("__v", "SELECT v FROM raw.t JOIN __k USING (k)")
+        assert s.fetchall("SELECT * FROM __v") == [("n",)] and s.scalar("SELECT n FROM __n") == 4
+        s.drop_relation("__v", view=True)
+        s.drop_relation("raw.b")
+        s.drop_relation("raw.nothing")  # absent: nothing to do
+        rows = s.export_parquet("SELECT k, v FROM raw.t WHERE k < ? ORDER BY k", str(tmp_path / "out.parquet"), [3])
+    assert rows == 2 and pq.read_table(tmp_path / "out.parquet").to_pylist() == [
+        {"k": 1, "v": "X!"},
+        {"k": 2, "v": "Y!"},
+    ]
+    with engine.session(read_only=True) as s:
+        assert [c for c, _ in s.columns("raw.log")] == ["k", "note"]
+        assert s.fetchall("SELECT k, v FROM raw.a ORDER BY k") == [(1, "x"), (2, "y")]
+        assert s.object_kind("raw", "b") is None
+        assert s.fetchall("SELECT k, v FROM raw.t ORDER BY k")[2:] == [(3, "z"), (4, "n")]  # NULL p: not updated

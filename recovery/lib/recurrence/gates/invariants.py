@@ -97,7 +97,7 @@ def _builtin_sql(spec: DatasetSpec, name: str) -> str:
 
 def _evaluate(s: Session, spec: DatasetSpec, name: str, sql: str, description: str, relations: dict) -> InvariantResult:
     part = spec.target.partition
-    s.execute(f"CREATE OR REPLACE TEMP TABLE __bf_violations AS {render(sql, **relations)}")
+    s.temp_table("__bf_violations", f"{render(sql, **relations)}")
     cols = [c for c, _ in s.columns("__bf_violations")]
     n = int(s.scalar("SELECT count(*) FROM __bf_violations") or 0)
     parts = (
@@ -111,7 +111,7 @@ def _evaluate(s: Session, spec: DatasetSpec, name: str, sql: str, description: s
         if n
         else []
     )
-    s.execute("DROP TABLE IF EXISTS __bf_violations")
+    s.drop_relation("__bf_violations")
     return InvariantResult(name, n, parts, sample, description)
 
 

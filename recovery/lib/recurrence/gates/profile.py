@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.engine.base import Session
+from recovery.lib.engine.duckdb_engine import duckdb_connection
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.pointers.namespaces import namespace_sql
@@ -176,7 +177,7 @@ def evaluate_profile(
     suite = profile_suite(s, spec, relation, columns, counts=relation == in_range)
     if not suite.expectations:
         return ProfileOutcome(GateResult("profile", True, 0, "no column to profile"), suite, None, baseline)
-    runner = SqlSuiteRunner(s.conn, [suite])
+    runner = SqlSuiteRunner(duckdb_connection(s), [suite])
     result = runner.validate(f"SELECT * FROM {namespace_sql(candidate)} WHERE {checked}")["profile"]
     if result.passed:
         return ProfileOutcome(

@@ -265,9 +265,7 @@ def compare_values(
     if not partitions or not columns:
         return report
     names = [n for n, _ in columns]
-    s.execute(
-        f"CREATE OR REPLACE TEMP TABLE __bf_pairs AS {_pairs_sql(s, spec, candidate, published, partitions, names)}"
-    )
+    s.temp_table("__bf_pairs", f"{_pairs_sql(s, spec, candidate, published, partitions, names)}")
     changed = ", ".join(
         f"count(*) FILTER (WHERE in_a AND in_b AND a_{i} IS DISTINCT FROM b_{i})" for i in range(len(names))
     )
@@ -355,7 +353,7 @@ def compare_values(
                     f"{allowed:.0%}, {'declared' if is_declared else 'not declared'}",
                 )
             )
-    s.execute("DROP TABLE IF EXISTS __bf_pairs")
+    s.drop_relation("__bf_pairs")
     _profile_checks(s, spec, candidate, published, partitions, columns, declared, report)
     return report
 
