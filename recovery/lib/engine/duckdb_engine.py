@@ -207,25 +207,11 @@ def _take_turnstile(location: str, *, writer: bool, deadline: float) -> int | No
                 lane = os.open(urgent_path(location), (os.O_RDWR | os.O_CREAT) if urgent else os.O_RDONLY, 0o600)
             except OSError:
                 lane = None
-        if urgent and lane is not None:
-            while True:  # urgent writers queue among themselves on the lane
-                try:
-                    fcntl.flock(lane, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    _busy(location, deadline)
-                    time.sleep(0.002 + random.random() * 0.003)
-        while True:
-            if not urgent and _lane_taken(lane):
-                _busy(location, deadline)
-                time.sleep(0.002 + random.random() * 0.003)
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                _busy(location, deadline)
-                time.sleep(0.002 + random.random() * 0.003)
+        if urgent and lane is not None:  # urgent writers queue among themselves on the lane
+            while not _took(lane):
+                _wait_a_moment(location, deadline)
+        while (not urgent and _lane_taken(lane)) or not _took(fd):
+            _wait_a_moment(location, deadline)
         if not writer:
             fcntl.flock(fd, fcntl.LOCK_UN)
         return fd
@@ -235,6 +221,21 @@ def _take_turnstile(location: str, *, writer: bool, deadline: float) -> int | No
     finally:
         if lane is not None:
             os.close(lane)  # drops the lane (an urgent writer has the turnstile now)
+
+
+def _took(fd: int) -> bool:
+    """Whether this process now holds the exclusive lock of ``fd`` (never waits)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _wait_a_moment(location: str, deadline: float) -> None:
+    """A few milliseconds before the next try, jittered; past ``deadline``, :func:`_busy` raises."""
+    _busy(location, deadline)
+    time.sleep(0.002 + random.random() * 0.003)
 
 
 def _busy(location: str, deadline: float) -> None:

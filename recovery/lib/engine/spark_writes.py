@@ -110,14 +110,24 @@ class SparkWarehouseSession(SparkQuerySession):
         new = self._write_dir(df, t.db, t.name)
         self._stage(full_name(t.db, t.name), SparkObject("table", [new], df.schema.json()))
 
+    def _spark_query_or_control_temp(
+        self, name: str, select_sql: str, params: Sequence[Any] | None
+    ) -> tuple[str, exp.Expression | None]:
+        """The temp relation's bare name and the parsed query when it reads Spark relations; otherwise the
+        control store's temp table is made here (replacing a Spark temp of that name) and the query is None."""
+        bare = exp.to_table(name, dialect="duckdb").name
+        query = self._query(select_sql, params)
+        if self._touches_spark(query):
+            return bare, query
+        self._drop_spark_temp(bare)
+        super().temp_table(name, select_sql, params)
+        return bare, None
+
     def temp_table(self, name: str, select_sql: str, params: Sequence[Any] | None = None) -> None:
         """Over Spark relations: the result written to the session's scratch directory and read back
         as a temporary view of that name. Otherwise a control-store temp table."""
-        bare = exp.to_table(name, dialect="duckdb").name
-        query = self._query(select_sql, params)
-        if not self._touches_spark(query):
-            self._drop_spark_temp(bare)
-            super().temp_table(name, select_sql, params)
+        bare, query = self._spark_query_or_control_temp(name, select_sql, params)
+        if query is None:
             return
         # written before the name moves: the query may read the relation it replaces
         path = self._write_dir(self._df(query), "_temp", bare, root=self.scratch)
@@ -128,11 +138,8 @@ class SparkWarehouseSession(SparkQuerySession):
 
     def collect_table(self, name: str, select_sql: str, params: Sequence[Any] | None = None) -> None:
         """The (small) result collected into a control-store temp table."""
-        bare = exp.to_table(name, dialect="duckdb").name
-        query = self._query(select_sql, params)
-        if not self._touches_spark(query):
-            self._drop_spark_temp(bare)
-            super().temp_table(name, select_sql, params)
+        bare, query = self._spark_query_or_control_temp(name, select_sql, params)
+        if query is None:
             return
         self._into_control(f"CREATE OR REPLACE TEMP TABLE {name} AS", query)
         self._drop_spark_temp(bare)

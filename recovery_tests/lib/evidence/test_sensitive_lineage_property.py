@@ -21,7 +21,6 @@ import shutil
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
-from typing import cast
 
 import duckdb
 import pytest
@@ -34,7 +33,7 @@ from recovery.lib.consumers.sql import materialize_consumer
 from recovery.lib.control.run_history import RunHistory
 from recovery.lib.dataset_spec.sensitive_lineage import follow_sensitive
 from recovery.lib.engine import open_engine
-from recovery.lib.engine.base import Session
+from recovery.lib.engine.duckdb_engine import DuckDBSession
 from recovery.lib.errors import SpecError
 from recovery.lib.evidence import build_evidence
 from recovery.lib.evidence.bundle import _INNER, _OUTER, _Files, hmac_pads
@@ -158,19 +157,6 @@ class _World:
         return follow_sensitive(fake, {}, self.target_columns)
 
 
-class _Session:
-    """The two calls ``_Files.table`` makes, on the scratch connection."""
-
-    def __init__(self, con):
-        self.con = con
-
-    def fetchall(self, sql, params=None):
-        return self.con.execute(sql, params or []).fetchall()
-
-    def fetchrow(self, sql, params=None):
-        return self.con.execute(sql, params or []).fetchone()
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     return _World(tmp_path_factory.mktemp("lineage_property") / "orders")
@@ -190,7 +176,7 @@ def _copy_and_grep(world: _World, sql: str, followed) -> list[str]:
     target = world.out / rel
     if target.exists():
         target.unlink()
-    files.table(cast(Session, _Session(world.con)), TableCopy(rel, "SELECT * FROM consumer_out", "consumer"))
+    files.table(DuckDBSession(world.con), TableCopy(rel, "SELECT * FROM consumer_out", "consumer"))
     rows = world.con.execute("SELECT CAST(t AS VARCHAR) FROM read_parquet(?) t", [str(target)]).fetchall()
     return [r[0] for r in rows if CLEAR.search(r[0] or "")]
 
