@@ -424,8 +424,16 @@ def reconcile(s: Session, inputs: ReconcileInputs) -> dict:
 def _write_results(s: Session, table: str, staged: str, inputs: ReconcileInputs) -> None:
     """The incident's rows of ``table`` replaced by ``staged``'s, the incident id first. Persisted: a
     results table created on first use, other incidents' rows kept; else the session's own temp table."""
-    if not inputs.persist:
-        s.temp_table(table, f"SELECT CAST(? AS VARCHAR) AS incident_id, * FROM {staged}", [inputs.incident_id])
+    if not inputs.persist:  # other incidents reconciled in this session keep their rows
+        fresh = f"SELECT CAST(? AS VARCHAR) AS incident_id, * FROM {staged}"
+        if s.object_kind("main", table.strip('"')) is None:
+            s.temp_table(table, fresh, [inputs.incident_id])
+        else:
+            s.temp_table(
+                table,
+                f"SELECT * FROM {table} WHERE incident_id <> ? UNION ALL BY NAME {fresh}",
+                [inputs.incident_id, inputs.incident_id],
+            )
         return
     s.materialize(table, f"SELECT CAST(NULL AS VARCHAR) AS incident_id, * FROM {staged} LIMIT 0", keep_existing=True)
     s.replace_rows(
