@@ -24,7 +24,10 @@ own), ``candidate`` (the replay to now and the publish gates), ``verify`` (a con
 back as a plain table), ``restate``, ``notify`` (the restated
 consumers' owners told: the delivery, its key and event, the consumer's stamp), ``register``
 (a generation registered, its status set, a fenced one's registration refused and the attempt
-recorded) and ``ingest`` (ingestion's upserts, tombstones and watermark during the repair) is
+recorded), ``ingest`` (ingestion's upserts, tombstones and watermark during the repair),
+``recur_gate`` (a guarded backfill's post-build gates) and ``recur_publish`` (the gated backfill
+published, its read copy exported, its convergence checked and the prior generation released) and
+``lake_fence`` (a Delta target's history synced, its fence committed on the table and recorded) is
 killed once, injected there, not by timing. After each, no torn state (``torn_states``: a
 pointer without its history or view, a public name released with its pointer or view left (or
 off its pointer without a release), a fence row without its generation's update or event, a
@@ -35,10 +38,12 @@ fingerprints or the reverse, a failed gate without the stop of the expansion, a 
 ledger without its restatement or the reverse, a generation without its registration event or
 namespace, a refused fenced action or a refused publish without its event or the reverse, a
 delivered alert without its event, a notice's stamp apart from its delivery or its ledger rows,
-a read copy that is not whole), the kill left the state expected of its point (rolled back
+a read copy that is not whole, a guarded backfill's gate result without its event, its publish
+without its move, generation or event, its convergence without its event or the prior released,
+a stop without its event), the kill left the state expected of its point (rolled back
 whole, or committed with the rest left to the rerun), and the rerun converges (a refused
-publish refused again, its refusal recorded once); after a publish's or a rollback's rerun the
-BI read copy holds the published view.
+publish refused again, its refusal recorded once); after a publish's, a rollback's or a guarded
+backfill's publish rerun the BI read copy holds the published view.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ["adopt", "fence", "evidence", "wave", "publish", "restate"]
+PUBLISHING = ("publish", "rollback", "recur_publish")  # phases after whose rerun the read copy holds the public view
 
 
 # ---- the state each phase starts from ------------------------------------------------------
@@ -177,7 +183,67 @@ def build_templates(base: Path) -> dict[str, Path]:
             f"{plan.namespace} WHERE CAST({spec.target.partition} AS VARCHAR) = ? ORDER BY region, order_no LIMIT 1)",
             [plan.waves[1][0]],
         )
+    out.update(_guarded_templates(base, base / "damaged"))
+    out["lake_fence"] = _lakehouse_template(base / "lake")
     return out
+
+
+def _lakehouse_template(d: Path) -> Path:
+    """The shipments mart as a Delta table (300 shipments; ``sample_data/shipments/build_lakehouse.py``): its
+    loads, the failed backfill ``bf-0007`` and its retry as commits, nothing contained yet."""
+    import importlib.util
+
+    path = ROOT / "sample_data" / "shipments" / "build_lakehouse.py"
+    loader = importlib.util.spec_from_file_location("shipments_build_lakehouse", path)
+    assert loader is not None and loader.loader is not None
+    module = importlib.util.module_from_spec(loader)
+    sys.modules[loader.name] = module
+    loader.loader.exec_module(module)
+    module.build(d, fmt="delta", shipments=300)
+    return d
+
+
+BACKFILL_ID = "recur-1"
+
+
+def _guarded_templates(base: Path, published: Path) -> dict[str, Path]:
+    """The published, repaired dataset (its read copy exported) with a guarded backfill of three east
+    partitions built (``recur_gate``: its gates next), then gated (``recur_publish``: its publish and the
+    release of the prior next)."""
+    from recovery.lib.catalog_checks import load_spec
+    from recovery.lib.engine import open_engine
+    from recovery.lib.recurrence.launch import build_backfill, preflight, start_backfill
+    from recovery.lib.recurrence.publish import gate_backfill
+    from recovery.lib.recurrence.recompute import resolve_recompute
+    from recovery.lib.recurrence.request import BackfillRequest
+    from recovery.lib.write.writer import Writer
+
+    shutil.copytree(published, base / "recur_gate")
+    # the range's partitions hold a dozen rows each: their quantiles against the history's are noise
+    raw = yaml.safe_load((base / "recur_gate" / "spec.yaml").read_text())
+    raw["recurrence"] = {"anomaly": {"columns": {"qty": {"max_quantile_shift": 100, "max_mean_shift": 100}}}}
+    (base / "recur_gate" / "spec.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    spec = load_spec(base / "recur_gate" / "spec.yaml")
+    writer = Writer(open_engine(spec.warehouse), spec, actor="kill-matrix")
+    request = BackfillRequest(
+        start="east-202601",
+        end="east-202603",
+        recompute="transform",
+        requested_by="data-platform-oncall",
+        approved_by=["head-of-data", "data-platform-lead"],
+        allow_current_partitions=True,
+        backfill_id=BACKFILL_ID,
+    )
+    rec = start_backfill(writer, preflight(writer, request))
+    rec = build_backfill(writer, rec, resolve_recompute(request.recompute))
+    if rec.status != "built":
+        raise AssertionError(f"the guarded backfill is {rec.status}: {rec.reason}")
+    shutil.copytree(base / "recur_gate", base / "recur_publish")
+    spec = load_spec(base / "recur_publish" / "spec.yaml")
+    results, _ = gate_backfill(Writer(open_engine(spec.warehouse), spec, actor="kill-matrix"), BACKFILL_ID)
+    if not all(r.passed for r in results):
+        raise AssertionError([r for r in results if not r.passed])
+    return {"recur_gate": base / "recur_gate", "recur_publish": base / "recur_publish"}
 
 
 # ---- the phases, as a child process runs them --------------------------------------------
@@ -188,6 +254,12 @@ def run_phase(phase: str, d: Path) -> None:
     from recovery.lib.engine import open_engine
     from recovery.lib.write.writer import Writer
 
+    if phase == "lake_fence":  # containment's first step on a Delta target: the fence on the table, recorded
+        from recovery.lib.lakehouse.fence import fence_table
+
+        spec = load_spec(d / "spec.yaml", check_warehouse=False)
+        fence_table(open_engine(spec.warehouse), spec, LAKE_INCIDENT, ["bf-0007"], actor="kill-matrix")
+        return
     spec = load_spec(d / "spec.yaml")
     writer = Writer(open_engine(spec.warehouse), spec, actor="kill-matrix")
     if phase == "adopt":
@@ -302,6 +374,18 @@ def run_phase(phase: str, d: Path) -> None:
         from recovery_tests.repaired_small import now
 
         apply_changes(writer, "ingest-2", until=now())
+    elif phase == "recur_gate":  # a built guarded backfill's post-build gates, recorded (the job's blocking checks)
+        from recovery.lib.recurrence.publish import gate_backfill
+
+        gate_backfill(writer, BACKFILL_ID)
+    elif phase == "recur_publish":  # the gated backfill published (the read copy after), then the prior released
+        from recovery.lib.recurrence.publish import publish_backfill, verify_backfill_convergence
+
+        result = publish_backfill(writer, BACKFILL_ID)
+        if not result["published"]:
+            raise AssertionError(f"the guarded backfill was not published: {result['reason']}")
+        if not verify_backfill_convergence(writer, BACKFILL_ID)["converged"]:
+            raise AssertionError("the published backfill did not converge")
     elif phase == "restate":
         from recovery.lib.restatement.restate import restate_consumers
 
@@ -319,6 +403,8 @@ def _con(d: Path) -> duckdb.DuckDBPyConnection:
 
 def observe(phase: str, d: Path) -> dict:
     """The phase's outcome, independent of wall-clock stamps: what must equal the uninterrupted run."""
+    if phase.startswith("lake_"):
+        return _observe_lake(d)
     con = _con(d)
     try:
 
@@ -393,6 +479,19 @@ def observe(phase: str, d: Path) -> dict:
                 "SELECT generation, source_watermark IS NOT NULL FROM _recovery.generations WHERE kind = 'ingest' "
                 "ORDER BY 1"
             ).fetchall()
+        if phase in ("recur_gate", "recur_publish"):
+            state["backfill"] = con.execute(
+                "SELECT status, published_seq IS NOT NULL, converged_seq IS NOT NULL FROM _recovery.backfills "
+                "WHERE backfill_id = ?",
+                [BACKFILL_ID],
+            ).fetchall()
+            state["backfill_gates"] = con.execute(
+                "SELECT DISTINCT stage, gate, passed FROM _recovery.backfill_gates WHERE backfill_id = ? ORDER BY ALL",
+                [BACKFILL_ID],
+            ).fetchall()
+            state["namespaces"] = con.execute(
+                "SELECT namespace, status FROM _recovery.namespaces ORDER BY ALL"
+            ).fetchall()
         if phase == "release":
             state["managed"] = con.execute(
                 "SELECT table_type FROM information_schema.tables WHERE table_schema = 'mart' AND table_name = 'orders'"
@@ -439,13 +538,15 @@ def observe(phase: str, d: Path) -> dict:
             "replay",
             "notify",
             "release",
+            "recur_gate",
+            "recur_publish",
         ):
             # what the phase put on the timeline: each (kind, subject) once, whatever the reruns
             state["timeline"] = con.execute(
                 "SELECT DISTINCT kind, coalesce(json_extract_string(details, '$.generation'), "
                 "json_extract_string(details, '$.consumer'), '') FROM _recovery.timeline ORDER BY ALL"
             ).fetchall()
-        if phase in ("publish", "rollback"):
+        if phase in PUBLISHING:
             state["read_copy"] = _read_copy_digest(d)
         if phase == "restate":
             tables = {
@@ -509,6 +610,8 @@ def observe(phase: str, d: Path) -> dict:
 
 def consistency_problems(phase: str, d: Path) -> list[str]:
     """The control plane agrees with the catalog, and no half-built thing is visible."""
+    if phase.startswith("lake_"):
+        return _lake_problems(d)
     problems = []
     con = _con(d)
     try:
@@ -538,7 +641,7 @@ def consistency_problems(phase: str, d: Path) -> list[str]:
             problems += torn_states(con)
     finally:
         con.close()
-    if phase in ("publish", "rollback"):
+    if phase in PUBLISHING:
         problems += read_copy_problems(d)
     if phase == "evidence":
         bundle = d / "evidence" / "INC-small"
@@ -609,11 +712,11 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
             "SELECT incident_id, namespace, generation, status FROM _recovery.repair_plans"
         ).fetchall():
             published = status == "published"
-            pointed = bool(  # the pointer at it, or moved off it by a rollback (or the release) since
+            pointed = bool(  # the pointer at it, or moved off it by a rollback, the release or a guarded backfill since
                 con.execute("SELECT count(*) FROM _recovery.pointers WHERE namespace = ?", [ns]).fetchone()[0]
                 or con.execute(
-                    "SELECT count(*) FROM _recovery.pointer_history WHERE from_namespace = ? AND reason IN (?, "
-                    "'released')",
+                    "SELECT count(*) FROM _recovery.pointer_history WHERE from_namespace = ? AND (reason IN (?, "
+                    "'released') OR reason LIKE 'publish guarded backfill %')",
                     [ns, f"rollback for {incident}"],
                 ).fetchone()[0]
             )
@@ -637,6 +740,8 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
         problems += _repair_torn_states(con)
     problems += _recorded_without_event(con, tables)
     problems += _registry_torn_states(con, tables)
+    if "backfills" in tables:
+        problems += _backfill_torn_states(con)
     for public, ns, reason in con.execute(
         "SELECT p.public_name, p.namespace, h.reason FROM _recovery.pointers p JOIN _recovery.pointer_history h "
         "ON h.public_name = p.public_name AND h.seq = p.seq WHERE h.reason LIKE 'restatement of incident %'"
@@ -773,6 +878,148 @@ def _repair_torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
             problems.append(f"{sorted(gated - fingerprinted)} of {incident} gated without their fingerprints")
         if fingerprinted - gated:
             problems.append(f"fingerprints of {sorted(fingerprinted - gated)} of {incident} without their gate event")
+    return problems
+
+
+LAKE_INCIDENT = "INC-SHIP-7"
+
+
+def _lake_con(d: Path) -> duckdb.DuckDBPyConnection | None:
+    """The lakehouse dataset's control plane (``recovery.duckdb``), None before anything was recorded."""
+    path = d / "recovery.duckdb"
+    if not path.exists():
+        return None
+    con = duckdb.connect(str(path), read_only=True)
+    if not con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = '_recovery' AND table_name = "
+        "'lakehouse_fences'"
+    ).fetchone()[0]:
+        con.close()
+        return None
+    return con
+
+
+def _observe_lake(d: Path) -> dict:
+    """The Delta table (its rows, head version and fence properties) and what the control plane recorded of it."""
+    from deltalake import DeltaTable
+
+    from recovery.lib.lakehouse.fence import FENCE_PROPERTY, INCIDENT_PROPERTY
+
+    table = DeltaTable(str(d / "lake" / "shipments"))
+    rows = sorted(table.to_pyarrow_table().to_pylist(), key=repr)
+    conf = table.metadata().configuration
+    state: dict = {
+        "public": hashlib.sha256(repr(rows).encode()).hexdigest()[:16],
+        "head": table.version(),
+        "on_table": (conf.get(FENCE_PROPERTY), conf.get(INCIDENT_PROPERTY)),
+    }
+    con = _lake_con(d)
+    if con is None:
+        return state
+    try:  # (empty tables are as good as none: containment creates them before its first record)
+        recorded = {
+            "fences": con.execute(
+                "SELECT incident_id, version, generations FROM _recovery.lakehouse_fences ORDER BY ALL"
+            ).fetchall(),
+            "commits": con.execute(
+                "SELECT version, status, generation FROM _recovery.lakehouse_commits ORDER BY ALL"
+            ).fetchall(),
+            "timeline": con.execute("SELECT DISTINCT kind FROM _recovery.timeline ORDER BY ALL").fetchall(),
+        }
+    finally:
+        con.close()
+    return state | {k: v for k, v in recorded.items() if v}
+
+
+def _lake_problems(d: Path) -> list[str]:
+    """A lakehouse target's fence found whole: a fence recorded without its event (or the reverse), or at a
+    version whose commit does not set it; a commit after the table's fence commit judged the damaged
+    generation's history."""
+    con = _lake_con(d)
+    if con is None:
+        return []
+    problems: list[str] = []
+    try:
+        for incident, version, events in con.execute(
+            "SELECT coalesce(f.incident_id, e.incident_id), f.version, coalesce(e.n, 0) FROM "
+            "_recovery.lakehouse_fences f FULL JOIN (SELECT incident_id, count(*) AS n FROM _recovery.timeline "
+            "WHERE kind = 'lakehouse_fence' GROUP BY 1) e USING (incident_id)"
+        ).fetchall():
+            if version is None or events != 1:
+                problems.append(f"lakehouse fence of {incident}: version {version}, {events} fence events")
+        for incident, version, setter in con.execute(
+            "SELECT f.incident_id, f.version, json_extract_string(c.properties, '$.\"recovery.fenced_by\"') FROM "
+            "_recovery.lakehouse_fences f JOIN _recovery.lakehouse_commits c USING (dataset, version)"
+        ).fetchall():
+            if setter != incident:
+                problems.append(
+                    f"lakehouse fence of {incident} pinned at version {version}, a commit that sets no fence"
+                )
+        for version, fence_commit in con.execute(
+            "SELECT c.version, f.version FROM _recovery.lakehouse_commits c, (SELECT min(version) AS version FROM "
+            "_recovery.lakehouse_commits WHERE json_extract_string(properties, '$.\"recovery.fenced_by\"') IS NOT "
+            "NULL) f WHERE c.version > f.version AND c.status = 'history'"
+        ).fetchall():
+            problems.append(f"version {version}, after the table's fence commit {fence_commit}, judged history")
+    finally:
+        con.close()
+    return problems
+
+
+def _backfill_torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """A guarded backfill's record, found whole: a gate result without its timeline event or the reverse;
+    a backfill published without the pointer's move to its namespace, its generation published or its
+    event (or a move that publishes it without the backfill recorded published); a backfill converged
+    without its event or its prior namespace releasable (or the prior releasable without it); a
+    backfill stopped without its event."""
+    problems: list[str] = []
+    for bf, gate, stage, rows, events in con.execute(
+        "SELECT coalesce(a.backfill_id, e.backfill_id), coalesce(a.gate, e.gate), coalesce(a.stage, e.stage), "
+        "coalesce(a.n, 0), coalesce(e.n, 0) FROM (SELECT backfill_id, gate, stage, count(*) AS n FROM "
+        "_recovery.backfill_gates GROUP BY ALL) a FULL JOIN (SELECT json_extract_string(details, '$.backfill_id') "
+        "AS backfill_id, json_extract_string(details, '$.gate') AS gate, json_extract_string(details, '$.stage') "
+        "AS stage, count(*) AS n FROM _recovery.timeline WHERE kind = 'backfill_gate' GROUP BY ALL) e "
+        "USING (backfill_id, gate, stage)"
+    ).fetchall():
+        if rows != events:
+            problems.append(f"backfill {bf}: {rows} {stage} results of gate {gate}, {events} on the timeline")
+    for bf, gen, ns, prior, status, published_seq in con.execute(
+        "SELECT backfill_id, generation, namespace, from_namespace, status, published_seq FROM _recovery.backfills"
+    ).fetchall():
+        published = status in ("published", "converged")
+        moved = con.execute(
+            "SELECT count(*) FROM _recovery.pointer_history WHERE to_namespace = ? AND reason = ?",
+            [ns, f"publish guarded backfill {bf}"],
+        ).fetchone()[0]
+        g_status = con.execute("SELECT status FROM _recovery.generations WHERE generation = ?", [gen]).fetchone()
+        event = con.execute(
+            "SELECT count(*) FROM _recovery.timeline WHERE kind = 'backfill_published' AND "
+            "json_extract_string(details, '$.to') = ?",
+            [ns],
+        ).fetchone()[0]
+        seen = (published, published_seq is not None, bool(moved), g_status == ("published",), bool(event))
+        if seen not in ((True,) * 5, (False,) * 5):
+            problems.append(
+                f"publish of backfill {bf} half done: {status}, published_seq {published_seq}, moves {moved}, "
+                f"generation {g_status}, publish events {event}"
+            )
+        converged = status == "converged"
+        told = con.execute(
+            "SELECT count(*) FROM _recovery.timeline WHERE kind = 'backfill_convergence' AND summary LIKE ?",
+            [f"backfill {bf}: converged;%"],
+        ).fetchone()[0]
+        prior_status = con.execute("SELECT status FROM _recovery.namespaces WHERE namespace = ?", [prior]).fetchone()
+        releasable = prior_status is not None and prior_status[0] in ("releasable", "released")
+        if converged != bool(told) or converged != releasable:
+            problems.append(
+                f"convergence of backfill {bf} half recorded: {status}, {told} converged events, prior {prior_status}"
+            )
+        stopped = con.execute(
+            "SELECT count(*) FROM _recovery.timeline WHERE kind = 'backfill_stopped' AND summary LIKE ?",
+            [f"backfill {bf} stopped%"],
+        ).fetchone()[0]
+        if (status == "stopped") != bool(stopped):
+            problems.append(f"backfill {bf} {status} with {stopped} stop events")
     return problems
 
 
@@ -942,14 +1189,17 @@ class Trial:
 
 def _preimport() -> None:
     """Everything a phase imports: the kill must land in the phase's work, not in Python's start-up."""
+    import deltalake  # noqa: F401 (the lakehouse phases' table log)
     import great_expectations  # noqa: F401 (the gates' suites: seconds to import)
 
     import recovery.lib.convergence.verify  # noqa: F401
     import recovery.lib.decision  # noqa: F401
     import recovery.lib.evidence  # noqa: F401
+    import recovery.lib.lakehouse.fence  # noqa: F401
     import recovery.lib.notify  # noqa: F401
     import recovery.lib.pointers.adoption  # noqa: F401
     import recovery.lib.reconcile.run  # noqa: F401
+    import recovery.lib.recurrence.publish  # noqa: F401
     import recovery.lib.repair.build  # noqa: F401
     import recovery.lib.repair.publish  # noqa: F401
     import recovery.lib.repair.sql_suites  # noqa: F401
@@ -1242,6 +1492,26 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "fence_attempt:recorded": "between",
         "fence_attempt:committed": "new",
     },
+    "recur_gate": {  # a guarded backfill's post-build gates: each result and its event, one transaction
+        "backfill_gate:recorded": "old",
+        "backfill_gate:committed": "new",
+    },
+    "recur_publish": {  # the gated backfill published (one transaction), its read copy exported, then its
+        # convergence checked (the check's own transaction) and the prior generation released (another)
+        "backfill_publish:recorded": "old",
+        "backfill_publish:committed": "between",  # the read copy still holds the prior generation
+        "backfill_publish:exported": "between",  # published, not converged
+        "verify:committed": "between",  # the check recorded, the prior not yet releasable
+        "backfill_converge:recorded": "between",
+        "backfill_converge:committed": "new",
+    },
+    "lake_fence": {  # a Delta target fenced: the history synced (one transaction), the fence committed on the
+        # table, recorded in the control plane with its event (another), then the fence commit synced
+        "lake_sync:recorded": "old",
+        "lake_fence:table_fenced": "between",  # the table fenced, the control plane not told
+        "lake_fence:recorded": "between",
+        "lake_fence:committed": "between",  # recorded, the fence commit itself not synced yet
+    },
     "ingest": {  # ingestion's upserts, its tombstones (with the write log's watermark), then the generation's watermark
         "write:recorded": "old",  # inside the upserts' transaction
         "ingest:upserted": "between",
@@ -1294,7 +1564,7 @@ def commit_kill(phase: str, point: str, template: Path, work: Path, before: dict
     again = observe(phase, d)
     if again != after:
         t.problems.append(f"rerun did not converge: {_diff(again, after)}")
-    if phase in ("publish", "rollback") and again.get("read_copy") != again["public"]:
+    if phase in PUBLISHING and again.get("read_copy") != again["public"]:
         t.problems.append("after the rerun the read copy (current.duckdb) differs from the published view")
     shutil.rmtree(d, ignore_errors=True)
     return t
