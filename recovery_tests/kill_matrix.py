@@ -12,38 +12,41 @@ view reads the namespace the pointer names; no write past the commit clock), and
 converges to the uninterrupted run's result. The suite runs a few points per phase;
 ``python -m bench kill`` runs 20+.
 
-Kills at the commit (``run_commit_kills``): every named fault point (``faults.checkpoint``) in
-and right after the commits of ``contain`` (adoption of the plain target, then the fence),
-``evidence`` (the bundle's record), ``assess`` (the reconciliation's results), ``plan`` (the
-repair generation's carried rows and plan), ``canary`` (its rows and record, then its gate),
-``wave`` (wave 1's rows and record), ``stop`` (wave 1's gate failing, with the stop of the
-expansion, then the repair resumed), ``replay`` (the replay to now on its
-own), ``candidate`` (the replay to now and the publish gates), ``verify`` (a convergence check),
-``publish``, ``refuse`` (a publish the preservation gate refuses: its failed gate and event),
-``rollback`` (the pointer moved back, then the read copy), ``release`` (the public name handed
-back as a plain table), ``restate``, ``notify`` (the restated
-consumers' owners told: the delivery, its key and event, the consumer's stamp), ``register``
-(a generation registered, its status set, a fenced one's registration refused and the attempt
-recorded), ``ingest`` (ingestion's upserts, tombstones and watermark during the repair),
-``recur_gate`` (a guarded backfill's post-build gates) and ``recur_publish`` (the gated backfill
-published, its read copy exported, its convergence checked and the prior generation released) and
-``lake_fence`` (a Delta target's history synced, its fence committed on the table and recorded) is
-killed once, injected there, not by timing. After each, no torn state (``torn_states``: a
-pointer without its history or view, a public name released with its pointer or view left (or
-off its pointer without a release), a fence row without its generation's update or event, a
-plan published without its move, a plan without its partitions or event, a partition recorded
-built without its write or a wave's write without its record, a gated wave without its
-fingerprints or the reverse, a failed gate without the stop of the expansion, a repair stopped
-(or building) against its last stop/resume event, results without their timeline event, a
-ledger without its restatement or the reverse, a generation without its registration event or
-namespace, a refused fenced action or a refused publish without its event or the reverse, a
-delivered alert without its event, a notice's stamp apart from its delivery or its ledger rows,
-a read copy that is not whole, a guarded backfill's gate result without its event, its publish
-without its move, generation or event, its convergence without its event or the prior released,
-a stop without its event), the kill left the state expected of its point (rolled back
-whole, or committed with the rest left to the rerun), and the rerun converges (a refused
-publish refused again, its refusal recorded once); after a publish's, a rollback's or a guarded
-backfill's publish rerun the BI read copy holds the published view.
+Kills at the commit (``run_commit_kills``): every named fault point (``faults.checkpoint``) in and
+right after the commits of ``contain`` (adoption of the plain target, then the fence), ``evidence``
+(the bundle's record), ``assess`` (the reconciliation's results), ``plan`` (the repair generation's
+carried rows and plan), ``canary`` (its rows and record, then its gate), ``wave`` (wave 1's rows and
+record), ``stop`` (wave 1's gate failing, with the stop of the expansion, then the repair resumed),
+``replay`` (the replay to now on its own), ``candidate`` (the replay to now and the publish gates),
+``verify`` (a convergence check), ``publish``, ``refuse`` (a publish the preservation gate refuses:
+its failed gate and event), ``rollback`` (the pointer moved back, then the read copy), ``release``
+(the public name handed back as a plain table), ``restate``, ``notify`` (the restated consumers'
+owners told: the delivery, its key and event, the consumer's stamp), ``register`` (a generation
+registered, its status set, a fenced one's registration refused and the attempt recorded),
+``ingest`` (ingestion's upserts, tombstones and watermark during the repair), ``recur_gate`` (a
+guarded backfill's post-build gates), ``recur_publish`` (the gated backfill published, its read
+copy exported, its convergence checked and the prior generation released), ``lake_fence`` (a
+Delta target's history synced, its fence committed on the table and recorded), ``draft`` (a draft
+incident's file and event), ``output`` (a team's asset output through the IO manager: staged, its
+run's generation registered, written, the stage dropped) and ``consumer`` (a SQL consumer's output
+refreshed) is killed once, injected there, not by timing. After each, no torn state
+(``torn_states``: a pointer without its history or view, a public name released with its pointer or
+view left (or off its pointer without a release), a fence row without its generation's update or
+event, a plan published without its move, a plan without its partitions or event, a partition
+recorded built without its write or a wave's write without its record, a gated wave without its
+fingerprints or the reverse, a failed gate without the stop of the expansion, a repair stopped (or
+building) against its last stop/resume event, results without their timeline event, a ledger without
+its restatement or the reverse, a generation without its registration event or namespace, a refused
+fenced action or a refused publish without its event or the reverse, a delivered alert without its
+event, a notice's stamp apart from its delivery or its ledger rows, a read copy that is not whole, a
+guarded backfill's gate result without its event, its publish without its move, generation or event,
+its convergence without its event or the prior released, a stop without its event, a lakehouse fence
+without its event or at a commit that sets none, a commit after the table's fence judged history, a
+draft's event without its file, a run's rows without their write record, a consumer's output apart
+from its build record), the kill left the state expected of its point (rolled back whole, or
+committed with the rest left to the rerun), and the rerun converges (a refused publish refused
+again, its refusal recorded once); after a publish's, a rollback's or a guarded backfill's publish
+rerun the BI read copy holds the published view.
 """
 
 from __future__ import annotations
@@ -184,6 +187,8 @@ def build_templates(base: Path) -> dict[str, Path]:
             [plan.waves[1][0]],
         )
     out.update(_guarded_templates(base, base / "damaged"))
+    out["draft"] = out["output"] = base / "evidence"  # contained, not reconciled yet
+    out["consumer"] = base / "damaged"  # published: a consumer's refresh reads the repaired target
     out["lake_fence"] = _lakehouse_template(base / "lake")
     return out
 
@@ -204,6 +209,7 @@ def _lakehouse_template(d: Path) -> Path:
 
 
 BACKFILL_ID = "recur-1"
+OUTPUT_RUN = "k3run"
 
 
 def _guarded_templates(base: Path, published: Path) -> dict[str, Path]:
@@ -386,6 +392,31 @@ def run_phase(phase: str, d: Path) -> None:
             raise AssertionError(f"the guarded backfill was not published: {result['reason']}")
         if not verify_backfill_convergence(writer, BACKFILL_ID)["converged"]:
             raise AssertionError("the published backfill did not converge")
+    elif phase == "draft":  # the draft incident opened for a failed Dagster backfill (the sensor's step)
+        from recovery.lib.incident.draft import FailedBackfill, open_draft
+
+        failed = FailedBackfill("bf-9", "COMPLETED_FAILED", ("backfill-bf-9",), ("east-202601",), ("run-9",))
+        open_draft(writer.engine, d / "spec.yaml", spec, failed, requested_by="data-platform-oncall")
+    elif phase == "output":  # a team's asset output through the IO manager: staged, written as its run's generation
+        from recovery.lib.snapshot import expected_rows_sql
+        from recovery.lib.write.managed_output import RunGeneration, drop_stage, stage_table, write_output
+
+        stage = stage_table(OUTPUT_RUN, "orders")  # the step retried in its run: the same stage and generation
+        with (
+            writer.engine.transaction() as s
+        ):  # the frame the asset computed from its input, as the type handler stages it
+            s.execute("CREATE SCHEMA IF NOT EXISTS recovery_io")
+            s.execute(
+                f"CREATE OR REPLACE TABLE {stage} AS SELECT * REPLACE (qty + 1 AS qty) FROM "
+                f"({expected_rows_sql(spec, None)}) WHERE shard = 'east-202601'"
+            )
+        run = RunGeneration(f"run-{OUTPUT_RUN}", "ingest", None)
+        write_output(writer, stage, run=run, run_id=OUTPUT_RUN, partitions=["east-202601"])
+        drop_stage(writer, stage)  # as the IO manager does once the write returns
+    elif phase == "consumer":  # a SQL consumer refreshed from the published repair (its output published anew)
+        from recovery.lib.consumers.sql import materialize_consumer
+
+        materialize_consumer(writer.engine, spec, spec.downstream[0])
     elif phase == "restate":
         from recovery.lib.restatement.restate import restate_consumers
 
@@ -479,6 +510,18 @@ def observe(phase: str, d: Path) -> dict:
                 "SELECT generation, source_watermark IS NOT NULL FROM _recovery.generations WHERE kind = 'ingest' "
                 "ORDER BY 1"
             ).fetchall()
+        if phase == "draft":
+            state["drafted"] = con.execute(
+                "SELECT count(*) FROM _recovery.timeline WHERE kind = 'incident_drafted'"
+            ).fetchone()[0]
+        if phase == "output":
+            state["stages"] = con.execute(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'recovery_io'"
+            ).fetchone()[0]
+            state["writes"] = con.execute(  # (a step retried after its write writes the same rows again)
+                "SELECT DISTINCT generation, mode, partitions FROM _recovery.writes WHERE generation = ?",
+                [f"run-{OUTPUT_RUN}"],
+            ).fetchall()
         if phase in ("recur_gate", "recur_publish"):
             state["backfill"] = con.execute(
                 "SELECT status, published_seq IS NOT NULL, converged_seq IS NOT NULL FROM _recovery.backfills "
@@ -540,6 +583,9 @@ def observe(phase: str, d: Path) -> dict:
             "release",
             "recur_gate",
             "recur_publish",
+            "draft",
+            "output",
+            "consumer",
         ):
             # what the phase put on the timeline: each (kind, subject) once, whatever the reruns
             state["timeline"] = con.execute(
@@ -576,7 +622,11 @@ def observe(phase: str, d: Path) -> dict:
             state["evidence_events"] = con.execute(
                 "SELECT count(*) FROM _recovery.timeline WHERE kind = 'evidence_preserved'"
             ).fetchone()[0]
-        if phase == "restate":
+        if phase == "consumer":
+            state["builds"] = con.execute(
+                "SELECT consumer, namespace, row_count, reason FROM _recovery.consumer_builds ORDER BY ALL"
+            ).fetchall()
+        if phase in ("restate", "consumer"):
             state["consumers"] = {
                 name: digest(f"SELECT * FROM consumers.{name}")
                 for (name,) in con.execute(
@@ -593,6 +643,11 @@ def observe(phase: str, d: Path) -> dict:
             sorted({json.loads(line)["dedupe_key"] for line in alerts.read_text().splitlines()})
             if alerts.exists()
             else []
+        )
+    if phase == "draft":
+        draft = d / "incidents" / "INC-DRAFT-bf-9.yaml"
+        state["draft_file"] = (  # (it names itself by its path: the copy's folder left out)
+            hashlib.sha256(draft.read_text().replace(str(d), "").encode()).hexdigest()[:16] if draft.exists() else None
         )
     if phase == "evidence":
         bundle = d / "evidence" / "INC-small"
@@ -742,6 +797,28 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
     problems += _registry_torn_states(con, tables)
     if "backfills" in tables:
         problems += _backfill_torn_states(con)
+    if "consumer_builds" in tables:  # a consumer's output holds the rows its build record counts
+        for public, ns, recorded in con.execute(
+            "SELECT p.public_name, p.namespace, b.row_count FROM _recovery.pointers p JOIN _recovery.consumer_builds b "
+            "USING (namespace)"
+        ).fetchall():
+            held = con.execute(f"SELECT count(*) FROM {ns}").fetchone()[0]
+            if held != recorded:
+                problems.append(f"{public}: {ns} holds {held} rows, its build recorded {recorded}")
+    for incident, file in con.execute(
+        "SELECT incident_id, json_extract_string(details, '$.incident_file') FROM _recovery.timeline "
+        "WHERE kind = 'incident_drafted'"
+    ).fetchall():
+        if file and not Path(file).exists():
+            problems.append(f"draft incident {incident} opened on the timeline without its file {file}")
+    for gen, rows, writes in con.execute(  # a run's output: its rows in the public view with their write record
+        "SELECT g.generation, (SELECT count(*) FROM mart.orders o WHERE o.gen_id = g.generation), (SELECT count(*) "
+        "FROM _recovery.writes w WHERE w.generation = g.generation) FROM _recovery.generations g WHERE g.run_id "
+        "IS NOT NULL AND EXISTS (SELECT 1 FROM information_schema.tables WHERE table_schema = 'mart' AND "
+        "table_name = 'orders')"
+    ).fetchall():
+        if rows and not writes:
+            problems.append(f"{rows} rows of run generation {gen} in the public view without their write record")
     for public, ns, reason in con.execute(
         "SELECT p.public_name, p.namespace, h.reason FROM _recovery.pointers p JOIN _recovery.pointer_history h "
         "ON h.public_name = p.public_name AND h.seq = p.seq WHERE h.reason LIKE 'restatement of incident %'"
@@ -1192,9 +1269,11 @@ def _preimport() -> None:
     import deltalake  # noqa: F401 (the lakehouse phases' table log)
     import great_expectations  # noqa: F401 (the gates' suites: seconds to import)
 
+    import recovery.lib.consumers.sql  # noqa: F401
     import recovery.lib.convergence.verify  # noqa: F401
     import recovery.lib.decision  # noqa: F401
     import recovery.lib.evidence  # noqa: F401
+    import recovery.lib.incident.draft  # noqa: F401
     import recovery.lib.lakehouse.fence  # noqa: F401
     import recovery.lib.notify  # noqa: F401
     import recovery.lib.pointers.adoption  # noqa: F401
@@ -1209,6 +1288,7 @@ def _preimport() -> None:
     import recovery.lib.restatement.restate  # noqa: F401
     import recovery.lib.write.fencing  # noqa: F401
     import recovery.lib.write.ingest  # noqa: F401
+    import recovery.lib.write.managed_output  # noqa: F401
     import recovery_tests.repair_support  # noqa: F401
 
 
@@ -1511,6 +1591,22 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "lake_fence:table_fenced": "between",  # the table fenced, the control plane not told
         "lake_fence:recorded": "between",
         "lake_fence:committed": "between",  # recorded, the fence commit itself not synced yet
+    },
+    "draft": {  # the draft incident: its file written in place inside the transaction that records its event
+        "draft:written": "between",  # the file on disk, its event rolled back: the rerun keeps the file, records it
+        "draft:recorded": "between",
+        "draft:committed": "new",
+    },
+    "output": {  # an asset's output through the IO manager: the stage prepared, the run's generation registered,
+        # the rows written (one transaction each), then the stage dropped
+        "output:staged": "between",  # (every point leaves the stage table behind: the step's retry drops it)
+        "register:committed": "between",
+        "write:recorded": "between",
+        "output:written": "between",
+    },
+    "consumer": {  # a SQL consumer's output refreshed: built, pointed at and recorded in one transaction
+        "consumer:refreshed": "old",
+        "consumer:committed": "new",
     },
     "ingest": {  # ingestion's upserts, its tombstones (with the write log's watermark), then the generation's watermark
         "write:recorded": "old",  # inside the upserts' transaction
