@@ -1,5 +1,5 @@
 """``python -m bench kill [--points N] [--phase P ...] [--json FILE]``: the kill -9 matrix with N
-(default 20) random kill points per phase (``recovery_tests/kill_matrix.py``). Reports, per
+(default 20) random kill points per phase (``recovery_tests/support/kill_matrix.py``). Reports, per
 phase, the kills, what each left (old / new / between) and every problem; exit 1 on any.
 ``--at-commit``: instead, one kill at every fault point of the commits of every phase (contain,
 evidence, assess, plan, canary, wave, verify, publish, restate: ``COMMIT_POINTS``,
@@ -18,7 +18,7 @@ from rich.table import Table
 
 
 def main(argv: list[str]) -> int:
-    from recovery_tests.kill_matrix import PHASES, run_matrix
+    from recovery_tests.support.kill_matrix import PHASES, run_matrix
 
     ap = argparse.ArgumentParser(prog="python -m bench kill")
     ap.add_argument("--points", type=int, default=20)
@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
 
 
 def _at_commit(json_path: str | None) -> int:
-    from recovery_tests.kill_matrix import build_templates, run_commit_kills
+    from recovery_tests.support.kill_matrix import build_templates, run_commit_kills
 
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kill-commit-") as tmp:

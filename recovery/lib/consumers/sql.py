@@ -10,6 +10,7 @@ consumer's code).
 
 from __future__ import annotations
 
+from recovery.lib import faults
 from recovery.lib.consumers.outputs import CONSUMER_SCHEMA, refresh_output
 from recovery.lib.control.plane import SCHEMA, control_plane_exists
 from recovery.lib.dataset_spec.models import DatasetSpec, DownstreamSpec
@@ -61,6 +62,12 @@ def materialize_consumer(engine: Engine, spec: DatasetSpec, consumer: Downstream
                     f"{spec.target.table} exposes its rows; consumer {consumer.name} is paused until the repair "
                     "is published",
                 )
-            return refresh_output(s, spec, consumer.name, consumer_sql(spec, consumer), actor="refresh").rows
+            rows = refresh_output(s, spec, consumer.name, consumer_sql(spec, consumer), actor="refresh").rows
+            faults.checkpoint(
+                "consumer:refreshed"
+            )  # the output rebuilt (or published anew) and recorded, not committed
+            return rows
 
-    return retrying(txn)
+    rows = retrying(txn)
+    faults.checkpoint("consumer:committed")
+    return rows

@@ -20,6 +20,7 @@ from urllib.parse import quote as url_quote
 
 import yaml
 
+from recovery.lib import faults
 from recovery.lib.control.plane import SCHEMA, ensure_control_plane, record_event
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine
@@ -140,6 +141,7 @@ def open_draft(
                 tmp = path.with_suffix(".yaml.tmp")
                 tmp.write_text(text)
                 tmp.replace(path)
+                faults.checkpoint("draft:written")  # the file in place, its timeline event not committed
             record_event(
                 s,
                 kind=DRAFT_KIND,
@@ -160,9 +162,11 @@ def open_draft(
                     default=str,
                 ),
             )
+            faults.checkpoint("draft:recorded")  # the event written, not committed
             return True
 
     newly = retrying(txn)
+    faults.checkpoint("draft:committed")
     return Draft(incident_id, path, newly, span)
 
 

@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
+from recovery.lib import faults
 from recovery.lib.control.plane import SCHEMA, delta_table, ensure_control_plane, record_event, utcnow
 from recovery.lib.control.tables import COMMITS, FENCES, LAKEHOUSE_DDL, TABLES  # noqa: F401 - re-exported
 from recovery.lib.dataset_spec.lakehouse import LakehouseTable
@@ -297,6 +298,7 @@ def _sync_target(engine: Engine, spec: DatasetSpec, table: LakehouseTable) -> Sy
         )
         for t in ("__lh_files", "__lh_net", "__lh_commits"):
             s.drop_relation(t)
+        faults.checkpoint("lake_sync:recorded")  # the commits, their rows and writes recorded, not committed
         return SyncResult(table.location, head, len(commits), len(seqs), not_applied)
 
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from recovery.lib.control.plane import record_event
+from recovery.lib import faults
+from recovery.lib.control.plane import SCHEMA, record_event
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine
 from recovery.lib.errors import GateRefusedError, RecoveryError
@@ -124,6 +125,45 @@ def _published_commit(engine: Engine, spec: DatasetSpec, incident_id: str) -> in
         )
 
 
+def _published_event(s, incident_id: str) -> bool:
+    return bool(
+        s.scalar(
+            f"SELECT count(*) FROM {SCHEMA}.timeline WHERE kind = 'lakehouse_publish' AND incident_id = ?",
+            [incident_id],
+        )
+    )
+
+
+def _record_found(
+    engine: Engine, spec: DatasetSpec, incident_id: str, version: int, namespace: str, actor: str
+) -> None:
+    """The ``lakehouse_publish`` event of a commit found on the table (its history synced), unless recorded."""
+    lake = spec.target.lakehouse
+    assert lake is not None
+
+    def txn() -> None:
+        with engine.transaction() as s:
+            if _published_event(s, incident_id):
+                return
+            row = s.fetchone(
+                f"SELECT partitions, rows_added FROM {COMMITS} WHERE dataset = ? AND version = ?",
+                [spec.dataset, version],
+            )
+            parts, rows = (list(row[0] or []), int(row[1] or 0)) if row else ([], 0)
+            record_event(
+                s,
+                kind="lakehouse_publish",
+                dataset=spec.dataset,
+                incident_id=incident_id,
+                actor=actor,
+                summary=f"{lake.location}: {namespace} published as one commit, version {version} "
+                f"({len(parts)} partitions overwritten, {rows:,} rows; found committed by an interrupted publish)",
+                details=json.dumps({"version": version, "read_version": None, "partitions": parts}),
+            )
+
+    retrying(txn)
+
+
 def publish_to_table(
     engine: Engine,
     spec: DatasetSpec,
@@ -143,6 +183,8 @@ def publish_to_table(
         sync(engine, spec)
         done = _published_commit(engine, spec, incident_id)
         if done is not None:
+            # a publish killed after its commit and before its event: the rerun records what it finds committed
+            _record_found(engine, spec, incident_id, done, namespace, actor)
             return TablePublish(lake.location, done, (), 0, True)
         log = open_log(lake)
         head = log.head()
@@ -185,10 +227,13 @@ def publish_to_table(
             ):
                 raise
             continue
+        faults.checkpoint("lake_publish:committed")  # the table's commit landed, not synced nor on the timeline
         sync(engine, spec)
 
         def record() -> None:
             with engine.transaction() as s:
+                if _published_event(s, incident_id):  # a concurrent publisher's rerun recorded it first
+                    return
                 record_event(
                     s,
                     kind="lakehouse_publish",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 
+from recovery.lib import faults
 from recovery.lib.control.plane import SCHEMA, delta_table, next_seq, record_event, utcnow
 from recovery.lib.convergence.verify import verify_convergence
 from recovery.lib.dataset_spec.models import DatasetSpec
@@ -26,6 +27,7 @@ from recovery.lib.errors import RecoveryError
 from recovery.lib.gates import GateResult
 from recovery.lib.identifiers import quote
 from recovery.lib.pointers.namespaces import current_namespace, move_pointer, namespace_sql
+from recovery.lib.pointers.published_export import refresh_published_export
 from recovery.lib.recurrence.gates.anomaly import evaluate_anomaly
 from recovery.lib.recurrence.gates.invariants import InvariantResult, evaluate_invariants
 from recovery.lib.recurrence.gates.profile import evaluate_profile
@@ -173,9 +175,12 @@ def gate_backfill(
                 readiness_gate(s, spec, rec),
             ]
             record_gates(s, backfill_id, rec.generation, spec.dataset, "candidate", results, run_id=run_id)
+            faults.checkpoint("backfill_gate:recorded")  # the gates' rows and events written, not committed
             return results, details
 
-    return retrying(txn)
+    out = retrying(txn)
+    faults.checkpoint("backfill_gate:committed")
+    return out
 
 
 def publish_backfill(
@@ -189,7 +194,7 @@ def publish_backfill(
             rec = load_backfill(s, backfill_id)
             if rec is None:
                 raise RecoveryError(f"backfill {backfill_id} is unknown; launch it first")
-            if rec.status == "published":
+            if rec.status in ("published", "converged"):  # converged since: still what it published
                 return {"published": True, "already": True, "namespace": rec.namespace, "seq": rec.published_seq}
             if rec.status != "built":
                 return {
@@ -244,6 +249,7 @@ def publish_backfill(
                 + (f"; {len(outside)} partition(s) ingestion wrote meanwhile carried over" if outside else ""),
                 details=json.dumps({"seq": seq, "from": rec.from_namespace, "to": rec.namespace, "refreshed": outside}),
             )
+            faults.checkpoint("backfill_publish:recorded")  # pointer, backfill, generation and event, not committed
             return {
                 "published": True,
                 "already": False,
@@ -253,7 +259,13 @@ def publish_backfill(
             }
 
     result = retrying(txn)
-    if not result["published"] and "already" not in result:
+    if result["published"]:
+        faults.checkpoint("backfill_publish:committed")  # the read copy not yet refreshed
+        # outside readers' copy (BI tools), after the commit as a repair's publish does; a rerun
+        # (already published) refreshes it too, if a kill after the commit left it behind
+        refresh_published_export(writer.engine, spec)
+        faults.checkpoint("backfill_publish:exported")
+    elif "already" not in result:
         _stop(writer, backfill_id, result["reason"], result.get("recheck"), run_id)
     return result
 
@@ -329,6 +341,9 @@ def verify_backfill_convergence(writer: Writer, backfill_id: str, *, run_id: str
                     f"{drift[:5]}); prior {rec.from_namespace} stays retained"
                 ),
             )
+            faults.checkpoint("backfill_converge:recorded")  # converged and the prior releasable, not committed
             return {"converged": converged, "drifting": drift, "check": overall.summary()}
 
-    return retrying(txn)
+    out = retrying(txn)
+    faults.checkpoint("backfill_converge:committed")
+    return out

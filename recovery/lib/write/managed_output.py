@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+from recovery.lib import faults
 from recovery.lib.errors import RecoveryError
 from recovery.lib.identifiers import quote
 from recovery.lib.retry import retrying
@@ -93,10 +94,11 @@ def write_output(
         )
     writer.ensure()
     _prepare_stage(writer, stage, partitions)
+    faults.checkpoint("output:staged")  # the stage prepared, the generation not yet registered
     writer.register_generation(
         run.generation, run.kind, run_id=run_id, backfill_id=run.backfill_id, code_version=code_version
     )
-    return writer.write(
+    result = writer.write(
         run.generation,
         f"SELECT * FROM {stage}",
         mode=mode,
@@ -106,6 +108,8 @@ def write_output(
         source_watermark=source_watermark,
         watermark_basis=watermark_basis,
     )
+    faults.checkpoint("output:written")  # the rows landed, the stage not yet dropped
+    return result
 
 
 def output_watermark(reported: object, run_started: datetime | None, written: datetime) -> tuple[datetime, str]:

@@ -5,18 +5,20 @@ and right after the commits of every phase (containment's adoption and fence, th
 bundle's record, the reconciliation, the repair's plan, canary and wave with their gate, a failed
 gate's stop, the expansion stopped and resumed, the replay to now, publish and a refused publish,
 restatement and its owners' notices, rollback, the release of the public name, convergence
-verification, the generation registry with its fence attempts, and ingestion during the repair) is
-killed once,
+verification, the generation registry with its fence attempts, ingestion during the repair, and a
+guarded backfill's gates, publish, read copy, convergence and release of the prior, a Delta
+target's fence, a draft incident opened, a team's asset output written through the IO manager and a
+SQL consumer refreshed) is killed once,
 injected there (``RECOVERY_FAULT_AT``), not by timing. After every kill the public view serves
 the old or the new result whole, the control plane agrees with the catalog and with itself (no
 torn state), and rerunning the step converges to what an uninterrupted run produced; after a
-publish's rerun the BI read copy holds the published view."""
+publish's rerun (a repair's or a guarded backfill's) the BI read copy holds the published view."""
 
 from __future__ import annotations
 
 import pytest
 
-from recovery_tests.kill_matrix import COMMIT_POINTS, PHASES, build_templates, run_commit_kills, run_matrix
+from recovery_tests.support.kill_matrix import COMMIT_POINTS, PHASES, build_templates, run_commit_kills, run_matrix
 
 
 @pytest.fixture(scope="module")
@@ -66,4 +68,10 @@ def test_every_commit_point_of_every_phase_killed_leaves_no_torn_state_and_the_r
         "replay": ["new", "old"],
         "register": ["between", "new", "old"],
         "ingest": ["between", "new", "old"],
+        "recur_gate": ["new", "old"],
+        "recur_publish": ["between", "new", "old"],
+        "lake_fence": ["between", "old"],  # the sync of the fence commit follows every point
+        "draft": ["between", "new"],  # the draft's file is in place before its event commits
+        "output": ["between"],  # the stage table is dropped after every point: the step's retry drops it
+        "consumer": ["new", "old"],
     }

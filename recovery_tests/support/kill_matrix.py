@@ -12,33 +12,41 @@ view reads the namespace the pointer names; no write past the commit clock), and
 converges to the uninterrupted run's result. The suite runs a few points per phase;
 ``python -m bench kill`` runs 20+.
 
-Kills at the commit (``run_commit_kills``): every named fault point (``faults.checkpoint``) in
-and right after the commits of ``contain`` (adoption of the plain target, then the fence),
-``evidence`` (the bundle's record), ``assess`` (the reconciliation's results), ``plan`` (the
-repair generation's carried rows and plan), ``canary`` (its rows and record, then its gate),
-``wave`` (wave 1's rows and record), ``stop`` (wave 1's gate failing, with the stop of the
-expansion, then the repair resumed), ``replay`` (the replay to now on its
-own), ``candidate`` (the replay to now and the publish gates), ``verify`` (a convergence check),
-``publish``, ``refuse`` (a publish the preservation gate refuses: its failed gate and event),
-``rollback`` (the pointer moved back, then the read copy), ``release`` (the public name handed
-back as a plain table), ``restate``, ``notify`` (the restated
-consumers' owners told: the delivery, its key and event, the consumer's stamp), ``register``
-(a generation registered, its status set, a fenced one's registration refused and the attempt
-recorded) and ``ingest`` (ingestion's upserts, tombstones and watermark during the repair) is
-killed once, injected there, not by timing. After each, no torn state (``torn_states``: a
-pointer without its history or view, a public name released with its pointer or view left (or
-off its pointer without a release), a fence row without its generation's update or event, a
-plan published without its move, a plan without its partitions or event, a partition recorded
-built without its write or a wave's write without its record, a gated wave without its
-fingerprints or the reverse, a failed gate without the stop of the expansion, a repair stopped
-(or building) against its last stop/resume event, results without their timeline event, a
-ledger without its restatement or the reverse, a generation without its registration event or
-namespace, a refused fenced action or a refused publish without its event or the reverse, a
-delivered alert without its event, a notice's stamp apart from its delivery or its ledger rows,
-a read copy that is not whole), the kill left the state expected of its point (rolled back
-whole, or committed with the rest left to the rerun), and the rerun converges (a refused
-publish refused again, its refusal recorded once); after a publish's or a rollback's rerun the
-BI read copy holds the published view.
+Kills at the commit (``run_commit_kills``): every named fault point (``faults.checkpoint``) in and
+right after the commits of ``contain`` (adoption of the plain target, then the fence), ``evidence``
+(the bundle's record), ``assess`` (the reconciliation's results), ``plan`` (the repair generation's
+carried rows and plan), ``canary`` (its rows and record, then its gate), ``wave`` (wave 1's rows and
+record), ``stop`` (wave 1's gate failing, with the stop of the expansion, then the repair resumed),
+``replay`` (the replay to now on its own), ``candidate`` (the replay to now and the publish gates),
+``verify`` (a convergence check), ``publish``, ``refuse`` (a publish the preservation gate refuses:
+its failed gate and event), ``rollback`` (the pointer moved back, then the read copy), ``release``
+(the public name handed back as a plain table), ``restate``, ``notify`` (the restated consumers'
+owners told: the delivery, its key and event, the consumer's stamp), ``register`` (a generation
+registered, its status set, a fenced one's registration refused and the attempt recorded),
+``ingest`` (ingestion's upserts, tombstones and watermark during the repair), ``recur_gate`` (a
+guarded backfill's post-build gates), ``recur_publish`` (the gated backfill published, its read
+copy exported, its convergence checked and the prior generation released), ``lake_fence`` (a
+Delta target's history synced, its fence committed on the table and recorded), ``draft`` (a draft
+incident's file and event), ``output`` (a team's asset output through the IO manager: staged, its
+run's generation registered, written, the stage dropped) and ``consumer`` (a SQL consumer's output
+refreshed) is killed once, injected there, not by timing. After each, no torn state
+(``torn_states``: a pointer without its history or view, a public name released with its pointer or
+view left (or off its pointer without a release), a fence row without its generation's update or
+event, a plan published without its move, a plan without its partitions or event, a partition
+recorded built without its write or a wave's write without its record, a gated wave without its
+fingerprints or the reverse, a failed gate without the stop of the expansion, a repair stopped (or
+building) against its last stop/resume event, results without their timeline event, a ledger without
+its restatement or the reverse, a generation without its registration event or namespace, a refused
+fenced action or a refused publish without its event or the reverse, a delivered alert without its
+event, a notice's stamp apart from its delivery or its ledger rows, a read copy that is not whole, a
+guarded backfill's gate result without its event, its publish without its move, generation or event,
+its convergence without its event or the prior released, a stop without its event, a lakehouse fence
+without its event or at a commit that sets none, a commit after the table's fence judged history, a
+draft's event without its file, a run's rows without their write record, a consumer's output apart
+from its build record), the kill left the state expected of its point (rolled back whole, or
+committed with the rest left to the rerun), and the rerun converges (a refused publish refused
+again, its refusal recorded once); after a publish's, a rollback's or a guarded backfill's publish
+rerun the BI read copy holds the published view.
 """
 
 from __future__ import annotations
@@ -55,12 +63,22 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+
+def _one(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tuple:
+    """The one row a state query returns (an aggregate, or a row the phase's template holds)."""
+    row = con.execute(sql, params).fetchone() if params is not None else con.execute(sql).fetchone()
+    assert row is not None, f"no row for: {sql[:120]}"
+    return row
+
+
+ROOT = Path(__file__).resolve().parents[2]
 PHASES = ["adopt", "fence", "evidence", "wave", "publish", "restate"]
+PUBLISHING = ("publish", "rollback", "recur_publish")  # phases after whose rerun the read copy holds the public view
 
 
 # ---- the state each phase starts from ------------------------------------------------------
@@ -177,7 +195,70 @@ def build_templates(base: Path) -> dict[str, Path]:
             f"{plan.namespace} WHERE CAST({spec.target.partition} AS VARCHAR) = ? ORDER BY region, order_no LIMIT 1)",
             [plan.waves[1][0]],
         )
+    out.update(_guarded_templates(base, base / "damaged"))
+    out["draft"] = out["output"] = base / "evidence"  # contained, not reconciled yet
+    out["consumer"] = base / "damaged"  # published: a consumer's refresh reads the repaired target
+    out["lake_fence"] = _lakehouse_template(base / "lake")
     return out
+
+
+def _lakehouse_template(d: Path) -> Path:
+    """The shipments mart as a Delta table (300 shipments; ``sample_data/shipments/build_lakehouse.py``): its
+    loads, the failed backfill ``bf-0007`` and its retry as commits, nothing contained yet."""
+    import importlib.util
+
+    path = ROOT / "sample_data" / "shipments" / "build_lakehouse.py"
+    loader = importlib.util.spec_from_file_location("shipments_build_lakehouse", path)
+    assert loader is not None and loader.loader is not None
+    module = importlib.util.module_from_spec(loader)
+    sys.modules[loader.name] = module
+    loader.loader.exec_module(module)
+    module.build(d, fmt="delta", shipments=300)
+    return d
+
+
+BACKFILL_ID = "recur-1"
+OUTPUT_RUN = "k3run"
+
+
+def _guarded_templates(base: Path, published: Path) -> dict[str, Path]:
+    """The published, repaired dataset (its read copy exported) with a guarded backfill of three east
+    partitions built (``recur_gate``: its gates next), then gated (``recur_publish``: its publish and the
+    release of the prior next)."""
+    from recovery.lib.catalog_checks import load_spec
+    from recovery.lib.engine import open_engine
+    from recovery.lib.recurrence.launch import build_backfill, preflight, start_backfill
+    from recovery.lib.recurrence.publish import gate_backfill
+    from recovery.lib.recurrence.recompute import resolve_recompute
+    from recovery.lib.recurrence.request import BackfillRequest
+    from recovery.lib.write.writer import Writer
+
+    shutil.copytree(published, base / "recur_gate")
+    # the range's partitions hold a dozen rows each: their quantiles against the history's are noise
+    raw = yaml.safe_load((base / "recur_gate" / "spec.yaml").read_text())
+    raw["recurrence"] = {"anomaly": {"columns": {"qty": {"max_quantile_shift": 100, "max_mean_shift": 100}}}}
+    (base / "recur_gate" / "spec.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    spec = load_spec(base / "recur_gate" / "spec.yaml")
+    writer = Writer(open_engine(spec.warehouse), spec, actor="kill-matrix")
+    request = BackfillRequest(
+        start="east-202601",
+        end="east-202603",
+        recompute="transform",
+        requested_by="data-platform-oncall",
+        approved_by=["head-of-data", "data-platform-lead"],
+        allow_current_partitions=True,
+        backfill_id=BACKFILL_ID,
+    )
+    rec = start_backfill(writer, preflight(writer, request))
+    rec = build_backfill(writer, rec, resolve_recompute(request.recompute))
+    if rec.status != "built":
+        raise AssertionError(f"the guarded backfill is {rec.status}: {rec.reason}")
+    shutil.copytree(base / "recur_gate", base / "recur_publish")
+    spec = load_spec(base / "recur_publish" / "spec.yaml")
+    results, _ = gate_backfill(Writer(open_engine(spec.warehouse), spec, actor="kill-matrix"), BACKFILL_ID)
+    if not all(r.passed for r in results):
+        raise AssertionError([r for r in results if not r.passed])
+    return {"recur_gate": base / "recur_gate", "recur_publish": base / "recur_publish"}
 
 
 # ---- the phases, as a child process runs them --------------------------------------------
@@ -188,6 +269,12 @@ def run_phase(phase: str, d: Path) -> None:
     from recovery.lib.engine import open_engine
     from recovery.lib.write.writer import Writer
 
+    if phase == "lake_fence":  # containment's first step on a Delta target: the fence on the table, recorded
+        from recovery.lib.lakehouse.fence import fence_table
+
+        spec = load_spec(d / "spec.yaml", check_warehouse=False)
+        fence_table(open_engine(spec.warehouse), spec, LAKE_INCIDENT, ["bf-0007"], actor="kill-matrix")
+        return
     spec = load_spec(d / "spec.yaml")
     writer = Writer(open_engine(spec.warehouse), spec, actor="kill-matrix")
     if phase == "adopt":
@@ -302,6 +389,43 @@ def run_phase(phase: str, d: Path) -> None:
         from recovery_tests.support.repaired_small import now
 
         apply_changes(writer, "ingest-2", until=now())
+    elif phase == "recur_gate":  # a built guarded backfill's post-build gates, recorded (the job's blocking checks)
+        from recovery.lib.recurrence.publish import gate_backfill
+
+        gate_backfill(writer, BACKFILL_ID)
+    elif phase == "recur_publish":  # the gated backfill published (the read copy after), then the prior released
+        from recovery.lib.recurrence.publish import publish_backfill, verify_backfill_convergence
+
+        result = publish_backfill(writer, BACKFILL_ID)
+        if not result["published"]:
+            raise AssertionError(f"the guarded backfill was not published: {result['reason']}")
+        if not verify_backfill_convergence(writer, BACKFILL_ID)["converged"]:
+            raise AssertionError("the published backfill did not converge")
+    elif phase == "draft":  # the draft incident opened for a failed Dagster backfill (the sensor's step)
+        from recovery.lib.incident.draft import FailedBackfill, open_draft
+
+        failed = FailedBackfill("bf-9", "COMPLETED_FAILED", ("backfill-bf-9",), ("east-202601",), ("run-9",))
+        open_draft(writer.engine, d / "spec.yaml", spec, failed, requested_by="data-platform-oncall")
+    elif phase == "output":  # a team's asset output through the IO manager: staged, written as its run's generation
+        from recovery.lib.snapshot import expected_rows_sql
+        from recovery.lib.write.managed_output import RunGeneration, drop_stage, stage_table, write_output
+
+        stage = stage_table(OUTPUT_RUN, "orders")  # the step retried in its run: the same stage and generation
+        with (
+            writer.engine.transaction() as s
+        ):  # the frame the asset computed from its input, as the type handler stages it
+            s.execute("CREATE SCHEMA IF NOT EXISTS recovery_io")
+            s.execute(
+                f"CREATE OR REPLACE TABLE {stage} AS SELECT * REPLACE (qty + 1 AS qty) FROM "
+                f"({expected_rows_sql(spec, None)}) WHERE shard = 'east-202601'"
+            )
+        run = RunGeneration(f"run-{OUTPUT_RUN}", "ingest", None)
+        write_output(writer, stage, run=run, run_id=OUTPUT_RUN, partitions=["east-202601"])
+        drop_stage(writer, stage)  # as the IO manager does once the write returns
+    elif phase == "consumer":  # a SQL consumer refreshed from the published repair (its output published anew)
+        from recovery.lib.consumers.sql import materialize_consumer
+
+        materialize_consumer(writer.engine, spec, spec.downstream[0])
     elif phase == "restate":
         from recovery.lib.restatement.restate import restate_consumers
 
@@ -319,6 +443,8 @@ def _con(d: Path) -> duckdb.DuckDBPyConnection:
 
 def observe(phase: str, d: Path) -> dict:
     """The phase's outcome, independent of wall-clock stamps: what must equal the uninterrupted run."""
+    if phase.startswith("lake_"):
+        return _observe_lake(d)
     con = _con(d)
     try:
 
@@ -327,10 +453,8 @@ def observe(phase: str, d: Path) -> dict:
             return hashlib.sha256(repr(rows).encode()).hexdigest()[:16]
 
         public = digest("SELECT * EXCLUDE (landed_at) FROM mart.orders")
-        state = {"public": public}
-        cp = con.execute("SELECT count(*) FROM information_schema.schemata WHERE schema_name = '_recovery'").fetchone()[
-            0
-        ]
+        state: dict[str, Any] = {"public": public}
+        cp = _one(con, "SELECT count(*) FROM information_schema.schemata WHERE schema_name = '_recovery'")[0]
         if cp:
             state["pointer"] = con.execute("SELECT namespace FROM _recovery.pointers").fetchall()
             state["fenced"] = con.execute(
@@ -393,6 +517,29 @@ def observe(phase: str, d: Path) -> dict:
                 "SELECT generation, source_watermark IS NOT NULL FROM _recovery.generations WHERE kind = 'ingest' "
                 "ORDER BY 1"
             ).fetchall()
+        if phase == "draft":
+            state["drafted"] = _one(con, "SELECT count(*) FROM _recovery.timeline WHERE kind = 'incident_drafted'")[0]
+        if phase == "output":
+            state["stages"] = _one(
+                con, "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'recovery_io'"
+            )[0]
+            state["writes"] = con.execute(  # (a step retried after its write writes the same rows again)
+                "SELECT DISTINCT generation, mode, partitions FROM _recovery.writes WHERE generation = ?",
+                [f"run-{OUTPUT_RUN}"],
+            ).fetchall()
+        if phase in ("recur_gate", "recur_publish"):
+            state["backfill"] = con.execute(
+                "SELECT status, published_seq IS NOT NULL, converged_seq IS NOT NULL FROM _recovery.backfills "
+                "WHERE backfill_id = ?",
+                [BACKFILL_ID],
+            ).fetchall()
+            state["backfill_gates"] = con.execute(
+                "SELECT DISTINCT stage, gate, passed FROM _recovery.backfill_gates WHERE backfill_id = ? ORDER BY ALL",
+                [BACKFILL_ID],
+            ).fetchall()
+            state["namespaces"] = con.execute(
+                "SELECT namespace, status FROM _recovery.namespaces ORDER BY ALL"
+            ).fetchall()
         if phase == "release":
             state["managed"] = con.execute(
                 "SELECT table_type FROM information_schema.tables WHERE table_schema = 'mart' AND table_name = 'orders'"
@@ -439,13 +586,18 @@ def observe(phase: str, d: Path) -> dict:
             "replay",
             "notify",
             "release",
+            "recur_gate",
+            "recur_publish",
+            "draft",
+            "output",
+            "consumer",
         ):
             # what the phase put on the timeline: each (kind, subject) once, whatever the reruns
             state["timeline"] = con.execute(
                 "SELECT DISTINCT kind, coalesce(json_extract_string(details, '$.generation'), "
                 "json_extract_string(details, '$.consumer'), '') FROM _recovery.timeline ORDER BY ALL"
             ).fetchall()
-        if phase in ("publish", "rollback"):
+        if phase in PUBLISHING:
             state["read_copy"] = _read_copy_digest(d)
         if phase == "restate":
             tables = {
@@ -472,10 +624,14 @@ def observe(phase: str, d: Path) -> dict:
                 else []
             )
         if phase == "evidence":
-            state["evidence_events"] = con.execute(
-                "SELECT count(*) FROM _recovery.timeline WHERE kind = 'evidence_preserved'"
-            ).fetchone()[0]
-        if phase == "restate":
+            state["evidence_events"] = _one(
+                con, "SELECT count(*) FROM _recovery.timeline WHERE kind = 'evidence_preserved'"
+            )[0]
+        if phase == "consumer":
+            state["builds"] = con.execute(
+                "SELECT consumer, namespace, row_count, reason FROM _recovery.consumer_builds ORDER BY ALL"
+            ).fetchall()
+        if phase in ("restate", "consumer"):
             state["consumers"] = {
                 name: digest(f"SELECT * FROM consumers.{name}")
                 for (name,) in con.execute(
@@ -493,6 +649,11 @@ def observe(phase: str, d: Path) -> dict:
             if alerts.exists()
             else []
         )
+    if phase == "draft":
+        draft = d / "incidents" / "INC-DRAFT-bf-9.yaml"
+        state["draft_file"] = (  # (it names itself by its path: the copy's folder left out)
+            hashlib.sha256(draft.read_text().replace(str(d), "").encode()).hexdigest()[:16] if draft.exists() else None
+        )
     if phase == "evidence":
         bundle = d / "evidence" / "INC-small"
         state["bundle"] = (
@@ -509,12 +670,12 @@ def observe(phase: str, d: Path) -> dict:
 
 def consistency_problems(phase: str, d: Path) -> list[str]:
     """The control plane agrees with the catalog, and no half-built thing is visible."""
+    if phase.startswith("lake_"):
+        return _lake_problems(d)
     problems = []
     con = _con(d)
     try:
-        if con.execute("SELECT count(*) FROM information_schema.schemata WHERE schema_name = '_recovery'").fetchone()[
-            0
-        ]:
+        if _one(con, "SELECT count(*) FROM information_schema.schemata WHERE schema_name = '_recovery'")[0]:
             view = con.execute(
                 "SELECT sql FROM duckdb_views() WHERE schema_name = 'mart' AND view_name = 'orders'"
             ).fetchall()
@@ -525,20 +686,21 @@ def consistency_problems(phase: str, d: Path) -> list[str]:
                 problems.append(f"view reads other than pointer {pointer[0][0]}")
             if not view and pointer:
                 problems.append("pointer without a managed view")
-            clock = con.execute("SELECT seq FROM _recovery.clock").fetchone()[0]
-            late = con.execute("SELECT count(*) FROM _recovery.writes WHERE seq > ?", [clock]).fetchone()[0]
+            clock = _one(con, "SELECT seq FROM _recovery.clock")[0]
+            late = _one(con, "SELECT count(*) FROM _recovery.writes WHERE seq > ?", [clock])[0]
             if late:
                 problems.append(f"{late} writes past the commit clock")
-            fenced_without = con.execute(
+            fenced_without = _one(
+                con,
                 "SELECT count(*) FROM _recovery.generations g WHERE fenced_at IS NOT NULL AND NOT "
-                "EXISTS (SELECT 1 FROM _recovery.fences f WHERE f.generation = g.generation)"
-            ).fetchone()[0]
+                "EXISTS (SELECT 1 FROM _recovery.fences f WHERE f.generation = g.generation)",
+            )[0]
             if fenced_without:
                 problems.append("a generation fenced without its fence record")
             problems += torn_states(con)
     finally:
         con.close()
-    if phase in ("publish", "rollback"):
+    if phase in PUBLISHING:
         problems += read_copy_problems(d)
     if phase == "evidence":
         bundle = d / "evidence" / "INC-small"
@@ -593,7 +755,7 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
         if released:
             if public in views:
                 problems.append(f"{public} released, still a managed view")
-            if not con.execute("SELECT count(*) FROM _recovery.timeline WHERE kind = 'target_released'").fetchone()[0]:
+            if not _one(con, "SELECT count(*) FROM _recovery.timeline WHERE kind = 'target_released'")[0]:
                 problems.append(f"{public} released without its timeline event")
     for gen, token, fenced_at, g_token, events in con.execute(
         "SELECT f.generation, f.token, g.fenced_at, g.token, (SELECT count(*) FROM _recovery.timeline t WHERE "
@@ -609,20 +771,19 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
             "SELECT incident_id, namespace, generation, status FROM _recovery.repair_plans"
         ).fetchall():
             published = status == "published"
-            pointed = bool(  # the pointer at it, or moved off it by a rollback (or the release) since
-                con.execute("SELECT count(*) FROM _recovery.pointers WHERE namespace = ?", [ns]).fetchone()[0]
-                or con.execute(
-                    "SELECT count(*) FROM _recovery.pointer_history WHERE from_namespace = ? AND reason IN (?, "
-                    "'released')",
+            pointed = bool(  # the pointer at it, or moved off it by a rollback, the release or a guarded backfill since
+                _one(con, "SELECT count(*) FROM _recovery.pointers WHERE namespace = ?", [ns])[0]
+                or _one(
+                    con,
+                    "SELECT count(*) FROM _recovery.pointer_history WHERE from_namespace = ? AND (reason IN (?, "
+                    "'released') OR reason LIKE 'publish guarded backfill %')",
                     [ns, f"rollback for {incident}"],
-                ).fetchone()[0]
+                )[0]
             )
-            moved = con.execute(
-                "SELECT count(*) FROM _recovery.pointer_history WHERE to_namespace = ?", [ns]
-            ).fetchone()[0]
-            event = con.execute(
-                "SELECT count(*) FROM _recovery.timeline WHERE kind = 'publish' AND incident_id = ?", [incident]
-            ).fetchone()[0]
+            moved = _one(con, "SELECT count(*) FROM _recovery.pointer_history WHERE to_namespace = ?", [ns])[0]
+            event = _one(
+                con, "SELECT count(*) FROM _recovery.timeline WHERE kind = 'publish' AND incident_id = ?", [incident]
+            )[0]
             g_status = con.execute("SELECT status FROM _recovery.generations WHERE generation = ?", [gen]).fetchone()
             g_published = g_status is not None and g_status[0] == "published"
             if (published, pointed, bool(moved), bool(event), g_published) not in (
@@ -637,6 +798,30 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
         problems += _repair_torn_states(con)
     problems += _recorded_without_event(con, tables)
     problems += _registry_torn_states(con, tables)
+    if "backfills" in tables:
+        problems += _backfill_torn_states(con)
+    if "consumer_builds" in tables:  # a consumer's output holds the rows its build record counts
+        for public, ns, recorded in con.execute(
+            "SELECT p.public_name, p.namespace, b.row_count FROM _recovery.pointers p JOIN _recovery.consumer_builds b "
+            "USING (namespace)"
+        ).fetchall():
+            held = _one(con, f"SELECT count(*) FROM {ns}")[0]
+            if held != recorded:
+                problems.append(f"{public}: {ns} holds {held} rows, its build recorded {recorded}")
+    for incident, file in con.execute(
+        "SELECT incident_id, json_extract_string(details, '$.incident_file') FROM _recovery.timeline "
+        "WHERE kind = 'incident_drafted'"
+    ).fetchall():
+        if file and not Path(file).exists():
+            problems.append(f"draft incident {incident} opened on the timeline without its file {file}")
+    for gen, rows, writes in con.execute(  # a run's output: its rows in the public view with their write record
+        "SELECT g.generation, (SELECT count(*) FROM mart.orders o WHERE o.gen_id = g.generation), (SELECT count(*) "
+        "FROM _recovery.writes w WHERE w.generation = g.generation) FROM _recovery.generations g WHERE g.run_id "
+        "IS NOT NULL AND EXISTS (SELECT 1 FROM information_schema.tables WHERE table_schema = 'mart' AND "
+        "table_name = 'orders')"
+    ).fetchall():
+        if rows and not writes:
+            problems.append(f"{rows} rows of run generation {gen} in the public view without their write record")
     for public, ns, reason in con.execute(
         "SELECT p.public_name, p.namespace, h.reason FROM _recovery.pointers p JOIN _recovery.pointer_history h "
         "ON h.public_name = p.public_name AND h.seq = p.seq WHERE h.reason LIKE 'restatement of incident %'"
@@ -644,11 +829,12 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
         incident = reason.removeprefix("restatement of incident ")
         recorded = (
             "restatements" in tables
-            and con.execute(
+            and _one(
+                con,
                 "SELECT count(*) FROM _recovery.restatements WHERE incident_id = ? AND consumer = ? "
                 "AND corrected_namespace = ?",
                 [incident, public.split(".")[-1], ns],
-            ).fetchone()[0]
+            )[0]
         )
         if not recorded:
             problems.append(f"{public} moved to {ns} by the restatement of {incident} without its restatement record")
@@ -663,20 +849,22 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
             ).fetchone()
             if pointer is None or pointer[0] != corrected:
                 problems.append(f"restatement of {consumer} names {corrected}, the consumer points at {pointer}")
-            event = con.execute(
+            event = _one(
+                con,
                 "SELECT count(*) FROM _recovery.timeline WHERE kind = 'restatement' AND incident_id = ? "
                 "AND json_extract_string(details, '$.consumer') = ?",
                 [incident, consumer],
-            ).fetchone()[0]
+            )[0]
             if not event:
                 problems.append(f"restatement of {consumer} without its timeline event")
             if ledger:
-                n, other = con.execute(
+                n, other = _one(
+                    con,
                     f"SELECT count(*) FILTER (WHERE change IN ('changed', 'missing', 'extra')), "
                     f"count(*) FILTER (WHERE corrected_namespace IS DISTINCT FROM ?) FROM _recovery.{ledger[0]} "
                     f"WHERE incident_id = ? AND consumer = ?",
                     [corrected, incident, consumer],
-                ).fetchone()
+                )
                 if n != ledger_rows or other:
                     problems.append(
                         f"ledger of {consumer} half written: {n} rows for {ledger_rows} recorded, "
@@ -707,12 +895,13 @@ def _repair_torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
         if gen not in planned:
             problems.append(f"rows written by repair generation {gen} without its plan")
     for incident, gen, ns in plans:
-        parts, started, registered = con.execute(
+        parts, started, registered = _one(
+            con,
             "SELECT (SELECT count(*) FROM _recovery.repair_partitions WHERE incident_id = $1), "
             "(SELECT count(*) FROM _recovery.timeline WHERE kind = 'repair_started' AND incident_id = $1), "
             "(SELECT count(*) FROM _recovery.generations WHERE generation = $2 AND namespace = $3)",
             [incident, gen, ns],
-        ).fetchone()
+        )
         if not (parts and started and registered):
             problems.append(
                 f"plan of {incident} half recorded: {parts} partitions, {started} start events, generation {registered}"
@@ -761,9 +950,7 @@ def _repair_torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
             "'repair_resumed') ORDER BY event_id DESC LIMIT 1",
             [incident],
         ).fetchone()
-        status = con.execute("SELECT status FROM _recovery.repair_plans WHERE incident_id = ?", [incident]).fetchone()[
-            0
-        ]
+        status = _one(con, "SELECT status FROM _recovery.repair_plans WHERE incident_id = ?", [incident])[0]
         if (status == "stopped") != (last is not None and last[0] == "repair_stopped") and status in (
             "stopped",
             "building",
@@ -773,6 +960,153 @@ def _repair_torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
             problems.append(f"{sorted(gated - fingerprinted)} of {incident} gated without their fingerprints")
         if fingerprinted - gated:
             problems.append(f"fingerprints of {sorted(fingerprinted - gated)} of {incident} without their gate event")
+    return problems
+
+
+LAKE_INCIDENT = "INC-SHIP-7"
+
+
+def _lake_con(d: Path) -> duckdb.DuckDBPyConnection | None:
+    """The lakehouse dataset's control plane (``recovery.duckdb``), None before anything was recorded."""
+    path = d / "recovery.duckdb"
+    if not path.exists():
+        return None
+    con = duckdb.connect(str(path), read_only=True)
+    if not _one(
+        con,
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = '_recovery' AND table_name = "
+        "'lakehouse_fences'",
+    )[0]:
+        con.close()
+        return None
+    return con
+
+
+def _observe_lake(d: Path) -> dict:
+    """The Delta table (its rows, head version and fence properties) and what the control plane recorded of it."""
+    from deltalake import DeltaTable
+
+    from recovery.lib.lakehouse.fence import FENCE_PROPERTY, INCIDENT_PROPERTY
+
+    table = DeltaTable(str(d / "lake" / "shipments"))
+    rows = sorted(table.to_pyarrow_table().to_pylist(), key=repr)
+    conf = table.metadata().configuration
+    state: dict = {
+        "public": hashlib.sha256(repr(rows).encode()).hexdigest()[:16],
+        "head": table.version(),
+        "on_table": (conf.get(FENCE_PROPERTY), conf.get(INCIDENT_PROPERTY)),
+    }
+    con = _lake_con(d)
+    if con is None:
+        return state
+    try:  # (empty tables are as good as none: containment creates them before its first record)
+        recorded = {
+            "fences": con.execute(
+                "SELECT incident_id, version, generations FROM _recovery.lakehouse_fences ORDER BY ALL"
+            ).fetchall(),
+            "commits": con.execute(
+                "SELECT version, status, generation FROM _recovery.lakehouse_commits ORDER BY ALL"
+            ).fetchall(),
+            "timeline": con.execute("SELECT DISTINCT kind FROM _recovery.timeline ORDER BY ALL").fetchall(),
+        }
+    finally:
+        con.close()
+    return state | {k: v for k, v in recorded.items() if v}
+
+
+def _lake_problems(d: Path) -> list[str]:
+    """A lakehouse target's fence found whole: a fence recorded without its event (or the reverse), or at a
+    version whose commit does not set it; a commit after the table's fence commit judged the damaged
+    generation's history."""
+    con = _lake_con(d)
+    if con is None:
+        return []
+    problems: list[str] = []
+    try:
+        for incident, version, events in con.execute(
+            "SELECT coalesce(f.incident_id, e.incident_id), f.version, coalesce(e.n, 0) FROM "
+            "_recovery.lakehouse_fences f FULL JOIN (SELECT incident_id, count(*) AS n FROM _recovery.timeline "
+            "WHERE kind = 'lakehouse_fence' GROUP BY 1) e USING (incident_id)"
+        ).fetchall():
+            if version is None or events != 1:
+                problems.append(f"lakehouse fence of {incident}: version {version}, {events} fence events")
+        for incident, version, setter in con.execute(
+            "SELECT f.incident_id, f.version, json_extract_string(c.properties, '$.\"recovery.fenced_by\"') FROM "
+            "_recovery.lakehouse_fences f JOIN _recovery.lakehouse_commits c USING (dataset, version)"
+        ).fetchall():
+            if setter != incident:
+                problems.append(
+                    f"lakehouse fence of {incident} pinned at version {version}, a commit that sets no fence"
+                )
+        for version, fence_commit in con.execute(
+            "SELECT c.version, f.version FROM _recovery.lakehouse_commits c, (SELECT min(version) AS version FROM "
+            "_recovery.lakehouse_commits WHERE json_extract_string(properties, '$.\"recovery.fenced_by\"') IS NOT "
+            "NULL) f WHERE c.version > f.version AND c.status = 'history'"
+        ).fetchall():
+            problems.append(f"version {version}, after the table's fence commit {fence_commit}, judged history")
+    finally:
+        con.close()
+    return problems
+
+
+def _backfill_torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """A guarded backfill's record, found whole: a gate result without its timeline event or the reverse;
+    a backfill published without the pointer's move to its namespace, its generation published or its
+    event (or a move that publishes it without the backfill recorded published); a backfill converged
+    without its event or its prior namespace releasable (or the prior releasable without it); a
+    backfill stopped without its event."""
+    problems: list[str] = []
+    for bf, gate, stage, rows, events in con.execute(
+        "SELECT coalesce(a.backfill_id, e.backfill_id), coalesce(a.gate, e.gate), coalesce(a.stage, e.stage), "
+        "coalesce(a.n, 0), coalesce(e.n, 0) FROM (SELECT backfill_id, gate, stage, count(*) AS n FROM "
+        "_recovery.backfill_gates GROUP BY ALL) a FULL JOIN (SELECT json_extract_string(details, '$.backfill_id') "
+        "AS backfill_id, json_extract_string(details, '$.gate') AS gate, json_extract_string(details, '$.stage') "
+        "AS stage, count(*) AS n FROM _recovery.timeline WHERE kind = 'backfill_gate' GROUP BY ALL) e "
+        "USING (backfill_id, gate, stage)"
+    ).fetchall():
+        if rows != events:
+            problems.append(f"backfill {bf}: {rows} {stage} results of gate {gate}, {events} on the timeline")
+    for bf, gen, ns, prior, status, published_seq in con.execute(
+        "SELECT backfill_id, generation, namespace, from_namespace, status, published_seq FROM _recovery.backfills"
+    ).fetchall():
+        published = status in ("published", "converged")
+        moved = _one(
+            con,
+            "SELECT count(*) FROM _recovery.pointer_history WHERE to_namespace = ? AND reason = ?",
+            [ns, f"publish guarded backfill {bf}"],
+        )[0]
+        g_status = con.execute("SELECT status FROM _recovery.generations WHERE generation = ?", [gen]).fetchone()
+        event = _one(
+            con,
+            "SELECT count(*) FROM _recovery.timeline WHERE kind = 'backfill_published' AND "
+            "json_extract_string(details, '$.to') = ?",
+            [ns],
+        )[0]
+        seen = (published, published_seq is not None, bool(moved), g_status == ("published",), bool(event))
+        if seen not in ((True,) * 5, (False,) * 5):
+            problems.append(
+                f"publish of backfill {bf} half done: {status}, published_seq {published_seq}, moves {moved}, "
+                f"generation {g_status}, publish events {event}"
+            )
+        converged = status == "converged"
+        told = _one(
+            con,
+            "SELECT count(*) FROM _recovery.timeline WHERE kind = 'backfill_convergence' AND summary LIKE ?",
+            [f"backfill {bf}: converged;%"],
+        )[0]
+        prior_status = con.execute("SELECT status FROM _recovery.namespaces WHERE namespace = ?", [prior]).fetchone()
+        releasable = prior_status is not None and prior_status[0] in ("releasable", "released")
+        if converged != bool(told) or converged != releasable:
+            problems.append(
+                f"convergence of backfill {bf} half recorded: {status}, {told} converged events, prior {prior_status}"
+            )
+        stopped = _one(
+            con,
+            "SELECT count(*) FROM _recovery.timeline WHERE kind = 'backfill_stopped' AND summary LIKE ?",
+            [f"backfill {bf} stopped%"],
+        )[0]
+        if (status == "stopped") != bool(stopped):
+            problems.append(f"backfill {bf} {status} with {stopped} stop events")
     return problems
 
 
@@ -823,11 +1157,12 @@ def _registry_torn_states(con: duckdb.DuckDBPyConnection, tables: set[str]) -> l
             if at is not None and key_at is not None and at != key_at:
                 problems.append(f"notice of {consumer} stamped {at}, delivered {key_at}")
             if ledger:
-                off = con.execute(
+                off = _one(
+                    con,
                     f"SELECT count(*) FROM _recovery.{ledger[0]} WHERE incident_id = ? AND consumer = ? "
                     "AND notified_at IS DISTINCT FROM ?",
                     [incident, consumer, at],
-                ).fetchone()[0]
+                )[0]
                 if off:
                     problems.append(f"{off} ledger rows of {consumer} stamped other than its restatement ({at})")
     if "gate_results" in tables:
@@ -856,9 +1191,11 @@ def _recorded_without_event(con: duckdb.DuckDBPyConnection, tables: set[str]) ->
     problems: list[str] = []
     for table in sorted(n for n in tables if n.startswith("recon__")):
         for (incident,) in con.execute(f'SELECT DISTINCT incident_id FROM _recovery."{table}"').fetchall():
-            if not con.execute(
-                "SELECT count(*) FROM _recovery.timeline WHERE kind = 'reconciliation' AND incident_id = ?", [incident]
-            ).fetchone()[0]:
+            if not _one(
+                con,
+                "SELECT count(*) FROM _recovery.timeline WHERE kind = 'reconciliation' AND incident_id = ?",
+                [incident],
+            )[0]:
                 problems.append(f"reconciliation rows of {incident} without their timeline event")
     checks = {
         int(c)
@@ -942,14 +1279,19 @@ class Trial:
 
 def _preimport() -> None:
     """Everything a phase imports: the kill must land in the phase's work, not in Python's start-up."""
+    import deltalake  # noqa: F401 (the lakehouse phases' table log)
     import great_expectations  # noqa: F401 (the gates' suites: seconds to import)
 
+    import recovery.lib.consumers.sql  # noqa: F401
     import recovery.lib.convergence.verify  # noqa: F401
     import recovery.lib.decision  # noqa: F401
     import recovery.lib.evidence  # noqa: F401
+    import recovery.lib.incident.draft  # noqa: F401
+    import recovery.lib.lakehouse.fence  # noqa: F401
     import recovery.lib.notify  # noqa: F401
     import recovery.lib.pointers.adoption  # noqa: F401
     import recovery.lib.reconcile.run  # noqa: F401
+    import recovery.lib.recurrence.publish  # noqa: F401
     import recovery.lib.repair.build  # noqa: F401
     import recovery.lib.repair.publish  # noqa: F401
     import recovery.lib.repair.sql_suites  # noqa: F401
@@ -959,6 +1301,7 @@ def _preimport() -> None:
     import recovery.lib.restatement.restate  # noqa: F401
     import recovery.lib.write.fencing  # noqa: F401
     import recovery.lib.write.ingest  # noqa: F401
+    import recovery.lib.write.managed_output  # noqa: F401
     import recovery_tests.support.repair_support  # noqa: F401
 
 
@@ -985,7 +1328,8 @@ class _Forked:
     (none when it was killed)."""
 
     def __init__(self, pid: int, status: Path):
-        self.pid, self.status, self.returncode = pid, status, None
+        self.pid, self.status = pid, status
+        self.returncode: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -1012,7 +1356,7 @@ class _Zygote:
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "recovery_tests.kill_matrix", "--zygote"],
+            [sys.executable, "-m", "recovery_tests.support.kill_matrix", "--zygote"],
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             cwd=ROOT,
             stdin=subprocess.PIPE,
@@ -1242,6 +1586,42 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "fence_attempt:recorded": "between",
         "fence_attempt:committed": "new",
     },
+    "recur_gate": {  # a guarded backfill's post-build gates: each result and its event, one transaction
+        "backfill_gate:recorded": "old",
+        "backfill_gate:committed": "new",
+    },
+    "recur_publish": {  # the gated backfill published (one transaction), its read copy exported, then its
+        # convergence checked (the check's own transaction) and the prior generation released (another)
+        "backfill_publish:recorded": "old",
+        "backfill_publish:committed": "between",  # the read copy still holds the prior generation
+        "backfill_publish:exported": "between",  # published, not converged
+        "verify:committed": "between",  # the check recorded, the prior not yet releasable
+        "backfill_converge:recorded": "between",
+        "backfill_converge:committed": "new",
+    },
+    "lake_fence": {  # a Delta target fenced: the history synced (one transaction), the fence committed on the
+        # table, recorded in the control plane with its event (another), then the fence commit synced
+        "lake_sync:recorded": "old",
+        "lake_fence:table_fenced": "between",  # the table fenced, the control plane not told
+        "lake_fence:recorded": "between",
+        "lake_fence:committed": "between",  # recorded, the fence commit itself not synced yet
+    },
+    "draft": {  # the draft incident: its file written in place inside the transaction that records its event
+        "draft:written": "between",  # the file on disk, its event rolled back: the rerun keeps the file, records it
+        "draft:recorded": "between",
+        "draft:committed": "new",
+    },
+    "output": {  # an asset's output through the IO manager: the stage prepared, the run's generation registered,
+        # the rows written (one transaction each), then the stage dropped
+        "output:staged": "between",  # (every point leaves the stage table behind: the step's retry drops it)
+        "register:committed": "between",
+        "write:recorded": "between",
+        "output:written": "between",
+    },
+    "consumer": {  # a SQL consumer's output refreshed: built, pointed at and recorded in one transaction
+        "consumer:refreshed": "old",
+        "consumer:committed": "new",
+    },
     "ingest": {  # ingestion's upserts, its tombstones (with the write log's watermark), then the generation's watermark
         "write:recorded": "old",  # inside the upserts' transaction
         "ingest:upserted": "between",
@@ -1294,7 +1674,7 @@ def commit_kill(phase: str, point: str, template: Path, work: Path, before: dict
     again = observe(phase, d)
     if again != after:
         t.problems.append(f"rerun did not converge: {_diff(again, after)}")
-    if phase in ("publish", "rollback") and again.get("read_copy") != again["public"]:
+    if phase in PUBLISHING and again.get("read_copy") != again["public"]:
         t.problems.append("after the rerun the read copy (current.duckdb) differs from the published view")
     shutil.rmtree(d, ignore_errors=True)
     return t
