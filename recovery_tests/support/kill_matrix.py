@@ -28,8 +28,10 @@ guarded backfill's post-build gates), ``recur_publish`` (the gated backfill publ
 copy exported, its convergence checked and the prior generation released), ``lake_fence`` (a
 Delta target's history synced, its fence committed on the table and recorded), ``draft`` (a draft
 incident's file and event), ``output`` (a team's asset output through the IO manager: staged, its
-run's generation registered, written, the stage dropped) and ``consumer`` (a SQL consumer's output
-refreshed) is killed once, injected there, not by timing. After each, no torn state
+run's generation registered, written, the stage dropped), ``consumer`` (a SQL consumer's output
+refreshed) and ``asset_restate`` (a Dagster asset consumer restated: its original captured, its
+partitions re-materialized, then its corrected rows, ledger, record, event and check) is killed once,
+injected there, not by timing. After each, no torn state
 (``torn_states``: a pointer without its history or view, a public name released with its pointer or
 view left (or off its pointer without a release), a fence row without its generation's update or
 event, a plan published without its move, a plan without its partitions or event, a partition
@@ -43,7 +45,8 @@ guarded backfill's gate result without its event, its publish without its move, 
 its convergence without its event or the prior released, a stop without its event, a lakehouse fence
 without its event or at a commit that sets none, a commit after the table's fence judged history, a
 draft's event without its file, a run's rows without their write record, a consumer's output apart
-from its build record), the kill left the state expected of its point (rolled back whole, or
+from its build record, an asset consumer's restatement without its check or its corrected rows kept),
+the kill left the state expected of its point (rolled back whole, or
 committed with the rest left to the rerun), and the rerun converges (a refused publish refused
 again, its refusal recorded once); after a publish's, a rollback's or a guarded backfill's publish
 rerun the BI read copy holds the published view.
@@ -199,7 +202,42 @@ def build_templates(base: Path) -> dict[str, Path]:
     out["draft"] = out["output"] = base / "evidence"  # contained, not reconciled yet
     out["consumer"] = base / "damaged"  # published: a consumer's refresh reads the repaired target
     out["lake_fence"] = _lakehouse_template(base / "lake")
+    out["asset_restate"] = _asset_consumer_template(base / "damaged", base / "asset_restate")
     return out
+
+
+ASSET = "marts/orders_by_shard"
+ASSET_TABLE = "marts.orders_by_shard"
+
+
+def _asset_consumer_template(published: Path, d: Path) -> Path:
+    """The published, repaired dataset with a Dagster asset downstream of the target (``marts/orders_by_shard``:
+    orders and units per shard, stored in ``marts.orders_by_shard`` by the team's IO manager, partitioned by
+    shard) as the damage left it: its damaged partitions' units tripled, and no impact traced it (its
+    original is captured at the restatement)."""
+    from recovery.lib.catalog_checks import load_spec
+    from recovery.lib.consumers.assets import damaged_target_partitions
+    from recovery.lib.engine import open_engine
+
+    shutil.copytree(published, d)
+    raw = yaml.safe_load((d / "spec.yaml").read_text())
+    raw["downstream_assets"] = [
+        {"asset": ASSET, "key": ["shard"], "table": ASSET_TABLE, "partition": "shard", "owner": "team:sales-ops"}
+    ]
+    (d / "spec.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    spec = load_spec(d / "spec.yaml")
+    engine = open_engine(spec.warehouse)
+    with engine.session(read_only=True) as s:
+        damaged = damaged_target_partitions(s, spec, "INC-small")
+    assert damaged, "the incident damaged no partition"
+    with engine.transaction() as s:
+        s.execute("CREATE SCHEMA IF NOT EXISTS marts")
+        s.execute(
+            f"CREATE TABLE {ASSET_TABLE} AS SELECT shard, count(*) AS orders, sum(qty) * (CASE WHEN shard IN "
+            f"({', '.join('?' for _ in damaged)}) THEN 3 ELSE 1 END) AS units FROM mart.orders GROUP BY shard",
+            damaged,
+        )
+    return d
 
 
 def _lakehouse_template(d: Path) -> Path:
@@ -426,6 +464,44 @@ def run_phase(phase: str, d: Path) -> None:
         from recovery.lib.consumers.sql import materialize_consumer
 
         materialize_consumer(writer.engine, spec, spec.downstream[0])
+    elif phase == "asset_restate":  # a Dagster asset consumer restated: its original kept, its partitions
+        # re-materialized (as the team's IO manager writes them, in its own transaction), then the corrected
+        # rows kept with the ledger, the record, its event and its check
+        from recovery.lib import faults
+        from recovery.lib.consumers.assets import PartitionScope, damaged_target_partitions
+        from recovery.lib.restatement.assets import original_for, record_restated
+        from recovery.lib.restatement.checks import MaterializationRun
+
+        a = spec.downstream_assets[0]
+        with writer.engine.session(read_only=True) as s:
+            damaged = damaged_target_partitions(s, spec, "INC-small")
+        original = original_for(
+            writer.engine,
+            spec,
+            a,
+            incident_id="INC-small",
+            partitions=damaged,
+            scope=PartitionScope(a.partition, tuple(damaged)),
+            field="downstream_assets[0]",
+        )
+        with writer.engine.transaction() as s:  # the team's code on the repaired target, through its IO manager
+            where = original.scope.predicate()
+            s.execute(f"DELETE FROM {ASSET_TABLE} WHERE {where}")
+            s.execute(
+                f"INSERT INTO {ASSET_TABLE} SELECT shard, count(*), sum(qty) FROM mart.orders WHERE {where} "
+                "GROUP BY shard"
+            )
+        faults.checkpoint("asset_restate:materialized")
+        record_restated(
+            writer.engine,
+            spec,
+            a,
+            incident_id="INC-small",
+            original=original,
+            runs=[MaterializationRun(p, f"run-{p}", True) for p in original.partitions],
+            actor="kill-matrix",
+            run_id="k4run",
+        )
     elif phase == "restate":
         from recovery.lib.restatement.restate import restate_consumers
 
@@ -591,6 +667,7 @@ def observe(phase: str, d: Path) -> dict:
             "draft",
             "output",
             "consumer",
+            "asset_restate",
         ):
             # what the phase put on the timeline: each (kind, subject) once, whatever the reruns
             state["timeline"] = con.execute(
@@ -599,7 +676,13 @@ def observe(phase: str, d: Path) -> dict:
             ).fetchall()
         if phase in PUBLISHING:
             state["read_copy"] = _read_copy_digest(d)
-        if phase == "restate":
+        if phase == "asset_restate":
+            state["asset"] = digest(f"SELECT * FROM {ASSET_TABLE}")
+            state["asset_copies"] = con.execute(  # the original and corrected rows kept, never pointed at
+                "SELECT namespace, status FROM _recovery.namespaces WHERE dataset = ? ORDER BY 1",
+                [f"orders:{ASSET}"],
+            ).fetchall()
+        if phase in ("restate", "asset_restate"):
             tables = {
                 n
                 for (n,) in con.execute(
@@ -717,7 +800,8 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Control-plane rows that only make sense together, found apart: a pointer moved without its
     history or its view, a fence row without its generation's update (or the reverse) or its
     timeline event, a plan published without the move (or the move without the plan), a
-    restatement without its ledger, or a ledger without its restatement."""
+    restatement without its ledger, or a ledger without its restatement; a Dagster asset consumer's
+    restatement (its copies never pointed at) without its corrected rows kept or its check."""
     problems: list[str] = []
     tables = {
         n
@@ -843,12 +927,37 @@ def torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
         rows = con.execute(
             "SELECT incident_id, consumer, corrected_namespace, ledger_rows FROM _recovery.restatements"
         ).fetchall()
+        checked = (
+            set(con.execute("SELECT incident_id, consumer FROM _recovery.restatement_checks").fetchall())
+            if "restatement_checks" in tables
+            else set()
+        )
         for incident, consumer, corrected, ledger_rows in rows:
-            pointer = con.execute(
-                "SELECT namespace FROM _recovery.pointers WHERE public_name = ?", [f"consumers.{consumer}"]
+            # a Dagster asset's copies are never pointed at (its own table stays the team's): its corrected rows
+            # kept in the catalog with its check, committed with the record
+            copy = con.execute(
+                "SELECT n.status, n.public_name IN (SELECT public_name FROM _recovery.pointer_history) FROM "
+                "_recovery.namespaces n WHERE namespace = ?",
+                [corrected],
             ).fetchone()
-            if pointer is None or pointer[0] != corrected:
-                problems.append(f"restatement of {consumer} names {corrected}, the consumer points at {pointer}")
+            if copy is not None and not copy[1]:
+                if (
+                    copy[0] != "retained"
+                    or not _one(
+                        con,
+                        "SELECT count(*) FROM information_schema.tables WHERE table_schema || '.' || table_name = ?",
+                        [corrected],
+                    )[0]
+                ):
+                    problems.append(f"restatement of asset {consumer} names {corrected}, kept {copy[0]!r}")
+                if (incident, consumer) not in checked:
+                    problems.append(f"restatement of asset {consumer} without its check")
+            else:
+                pointer = con.execute(
+                    "SELECT namespace FROM _recovery.pointers WHERE public_name = ?", [f"consumers.{consumer}"]
+                ).fetchone()
+                if pointer is None or pointer[0] != corrected:
+                    problems.append(f"restatement of {consumer} names {corrected}, the consumer points at {pointer}")
             event = _one(
                 con,
                 "SELECT count(*) FROM _recovery.timeline WHERE kind = 'restatement' AND incident_id = ? "
@@ -1297,6 +1406,7 @@ def _preimport() -> None:
     import recovery.lib.repair.sql_suites  # noqa: F401
     import recovery.lib.repair.suites  # noqa: F401
     import recovery.lib.repair.waves  # noqa: F401
+    import recovery.lib.restatement.assets  # noqa: F401
     import recovery.lib.restatement.notices  # noqa: F401
     import recovery.lib.restatement.restate  # noqa: F401
     import recovery.lib.write.fencing  # noqa: F401
@@ -1621,6 +1731,16 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
     "consumer": {  # a SQL consumer's output refreshed: built, pointed at and recorded in one transaction
         "consumer:refreshed": "old",
         "consumer:committed": "new",
+    },
+    "asset_restate": {  # a Dagster asset consumer restated: its original captured (one transaction), its
+        # partitions re-materialized by the team's code (another), then the corrected rows kept, the ledger, the
+        # record, its event and its check (a third)
+        "asset_original:captured": "old",
+        "asset_original:committed": "between",  # the original kept, the asset not re-materialized yet
+        "asset_restate:materialized": "between",  # re-materialized, not recorded: the rerun must keep the original
+        "restate:ledger_written": "between",
+        "asset_restate:checked": "between",
+        "asset_restate:committed": "new",
     },
     "ingest": {  # ingestion's upserts, its tombstones (with the write log's watermark), then the generation's watermark
         "write:recorded": "old",  # inside the upserts' transaction

@@ -7,7 +7,8 @@ compares with (the copy the impact kept while the damage was published, else one
 now, and the report says which); after, a copy of the corrected rows in a kept namespace
 (the team's table may be rewritten any time later), the ledger, the decisions, the
 restatement record and the check (``checks.asset_check``). A re-run keeps the first
-original and reuses the corrected copy while the table still holds exactly its rows.
+original (also one it captured itself before a kill, never the re-materialized rows) and
+reuses the corrected copy while the table still holds exactly its rows.
 """
 
 from __future__ import annotations
@@ -15,14 +16,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from recovery.lib import faults
 from recovery.lib.consumers.assets import (
     CAPTURED_AT_RESTATEMENT,
     PartitionScope,
     asset_impacts,
     capture,
+    managed,
     table_exists,
 )
 from recovery.lib.consumers.outputs import RESTATEMENTS, ensure_tables
+from recovery.lib.control.plane import SCHEMA
 from recovery.lib.dataset_spec.models import AssetConsumerSpec, DatasetSpec
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError, SpecError
@@ -61,6 +65,10 @@ def check_columns(s: Session, c: AssetConsumerSpec, field: str) -> None:
             )
 
 
+def _parts(t: TableName) -> tuple[str, str]:
+    return t.schema, t.name
+
+
 def original_for(
     engine: Engine,
     spec: DatasetSpec,
@@ -72,7 +80,9 @@ def original_for(
     field: str,
 ) -> AssetOriginal:
     """The original to compare with: kept by an earlier restatement of the incident, else by the
-    impact (with the partitions it traced), else a copy of the rows in ``scope`` taken now."""
+    impact (with the partitions it traced), else one an earlier run captured here (committed before it was
+    killed or its runs failed: the table may hold re-materialized rows since), else a copy of the rows in
+    ``scope`` taken now."""
 
     def txn() -> AssetOriginal:
         with engine.transaction() as s:
@@ -92,15 +102,26 @@ def original_for(
                 return AssetOriginal(prior[0], basis, partitions_, scope_)
             if traced is not None and traced.original_namespace is not None:
                 return AssetOriginal(traced.original_namespace, traced.basis, partitions_, scope_)
-            ns = capture(
-                s, spec, c, scope_, actor="restatement", note=f"{c.asset}: {CAPTURED_AT_RESTATEMENT} ({incident_id})"
+            note = f"{c.asset}: {CAPTURED_AT_RESTATEMENT} ({incident_id})"
+            # a capture committed by an earlier run the restatement record never followed (killed after it, or
+            # its runs failed): that copy is the original, the table may hold re-materialized rows since
+            kept = s.fetchone(
+                f"SELECT namespace FROM {SCHEMA}.namespaces WHERE dataset = ? AND note = ? AND status = 'retained' "
+                "ORDER BY created_seq LIMIT 1",
+                [managed(spec, c).label, note],
             )
+            if kept is not None and s.object_kind(*_parts(TableName.parse(kept[0]))) is not None:
+                return AssetOriginal(kept[0], CAPTURED_AT_RESTATEMENT, partitions_, scope_)
+            ns = capture(s, spec, c, scope_, actor="restatement", note=note)
             basis = (
                 CAPTURED_AT_RESTATEMENT if ns else "none: the asset's table did not exist before its re-materialization"
             )
+            faults.checkpoint("asset_original:captured")  # the copy taken, not committed
             return AssetOriginal(ns, basis, partitions_, scope_)
 
-    return retrying(txn)
+    original = retrying(txn)
+    faults.checkpoint("asset_original:committed")
+    return original
 
 
 def record_restated(
@@ -173,6 +194,9 @@ def record_restated(
                 ledger_rows=result.ledger_rows,
             )
             record_checks(s, spec.dataset, incident_id, [check], run_id=run_id)
+            faults.checkpoint("asset_restate:checked")  # everything written, not committed
             return result.model_copy(update={"check": check})
 
-    return retrying(txn)
+    restated = retrying(txn)
+    faults.checkpoint("asset_restate:committed")
+    return restated
