@@ -7,8 +7,9 @@ gate's stop, the expansion stopped and resumed, the replay to now, publish and a
 restatement and its owners' notices, rollback, the release of the public name, convergence
 verification, the generation registry with its fence attempts, ingestion during the repair, and a
 guarded backfill's gates, publish, read copy, convergence and release of the prior, a Delta
-target's fence, a draft incident opened, a team's asset output written through the IO manager, a
-SQL consumer refreshed and a Dagster asset consumer restated) is killed once,
+target's fence, a repair's publish onto a Delta target, a draft incident opened, a team's asset
+output written through the IO manager, a SQL consumer refreshed and a Dagster asset consumer
+restated) is killed once,
 injected there (``RECOVERY_FAULT_AT``), not by timing. After every kill the public view serves
 the old or the new result whole, the control plane agrees with the catalog and with itself (no
 torn state), and rerunning the step converges to what an uninterrupted run produced; after a
@@ -71,6 +72,7 @@ def test_every_commit_point_of_every_phase_killed_leaves_no_torn_state_and_the_r
         "recur_gate": ["new", "old"],
         "recur_publish": ["between", "new", "old"],
         "lake_fence": ["between", "old"],  # the sync of the fence commit follows every point
+        "lake_publish": ["between", "new"],  # the table's commit precedes every point but the last
         "draft": ["between", "new"],  # the draft's file is in place before its event commits
         "output": ["between"],  # the stage table is dropped after every point: the step's retry drops it
         "consumer": ["new", "old"],

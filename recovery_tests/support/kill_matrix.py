@@ -26,7 +26,9 @@ registered, its status set, a fenced one's registration refused and the attempt 
 ``ingest`` (ingestion's upserts, tombstones and watermark during the repair), ``recur_gate`` (a
 guarded backfill's post-build gates), ``recur_publish`` (the gated backfill published, its read
 copy exported, its convergence checked and the prior generation released), ``lake_fence`` (a
-Delta target's history synced, its fence committed on the table and recorded), ``draft`` (a draft
+Delta target's history synced, its fence committed on the table and recorded), ``lake_publish`` (a
+repair published in the warehouse committed onto its Delta target: the table's commit, its sync, then
+its event), ``draft`` (a draft
 incident's file and event), ``output`` (a team's asset output through the IO manager: staged, its
 run's generation registered, written, the stage dropped), ``consumer`` (a SQL consumer's output
 refreshed) and ``asset_restate`` (a Dagster asset consumer restated: its original captured, its
@@ -44,6 +46,8 @@ event, a notice's stamp apart from its delivery or its ledger rows, a read copy 
 guarded backfill's gate result without its event, its publish without its move, generation or event,
 its convergence without its event or the prior released, a stop without its event, a lakehouse fence
 without its event or at a commit that sets none, a commit after the table's fence judged history, a
+lakehouse publish's sync record or event without its table commit, or (once the step ran to its end)
+its table commit without its sync record or event, or any of them twice, a
 draft's event without its file, a run's rows without their write record, a consumer's output apart
 from its build record, an asset consumer's restatement without its check or its corrected rows kept),
 the kill left the state expected of its point (rolled back whole, or
@@ -202,6 +206,7 @@ def build_templates(base: Path) -> dict[str, Path]:
     out["draft"] = out["output"] = base / "evidence"  # contained, not reconciled yet
     out["consumer"] = base / "damaged"  # published: a consumer's refresh reads the repaired target
     out["lake_fence"] = _lakehouse_template(base / "lake")
+    out["lake_publish"] = _lake_publish_template(base / "lake", base / "lake_publish")
     out["asset_restate"] = _asset_consumer_template(base / "damaged", base / "asset_restate")
     return out
 
@@ -252,6 +257,28 @@ def _lakehouse_template(d: Path) -> Path:
     sys.modules[loader.name] = module
     loader.loader.exec_module(module)
     module.build(d, fmt="delta", shipments=300)
+    return d
+
+
+def _lake_publish_template(lake: Path, d: Path) -> Path:
+    """The Delta dataset contained, reconciled and repaired through the CLI, its candidate gated and published
+    in the warehouse (the pointer moved): the table's own publish commit next."""
+    from recovery.lib.catalog_checks import load_spec
+    from recovery.lib.engine import open_engine
+    from recovery.lib.repair.publish import gate_candidate, publish
+    from recovery.lib.write.writer import Writer
+    from recovery_tests.support.foreign_warehouse import cli
+    from recovery_tests.support.repair_support import current_plan
+
+    shutil.copytree(lake, d)
+    for verb in ("contain", "assess", "repair"):
+        r = cli(d.parent / "lake_home", verb, "--incident", str(d / "incident.yaml"))
+        if r.code != 0:
+            raise AssertionError((verb, r.out))
+    spec = load_spec(d / "spec.yaml", check_warehouse=False)
+    writer = Writer(open_engine(spec.warehouse), spec, actor="kill-matrix")
+    gate_candidate(writer, current_plan(spec, LAKE_INCIDENT))
+    publish(writer, LAKE_INCIDENT)
     return d
 
 
@@ -312,6 +339,11 @@ def run_phase(phase: str, d: Path) -> None:
 
         spec = load_spec(d / "spec.yaml", check_warehouse=False)
         fence_table(open_engine(spec.warehouse), spec, LAKE_INCIDENT, ["bf-0007"], actor="kill-matrix")
+        return
+    if phase == "lake_publish":  # the repair published in the warehouse: its one commit onto the table, recorded
+        from recovery.defs.repair.lakehouse import publish_onto_table
+
+        publish_onto_table(load_spec(d / "spec.yaml", check_warehouse=False), LAKE_INCIDENT)
         return
     spec = load_spec(d / "spec.yaml")
     writer = Writer(open_engine(spec.warehouse), spec, actor="kill-matrix")
@@ -751,10 +783,11 @@ def observe(phase: str, d: Path) -> dict:
     return state
 
 
-def consistency_problems(phase: str, d: Path) -> list[str]:
-    """The control plane agrees with the catalog, and no half-built thing is visible."""
+def consistency_problems(phase: str, d: Path, *, finished: bool = False) -> list[str]:
+    """The control plane agrees with the catalog, and no half-built thing is visible (``finished``: the step
+    ran to its end, so nothing it commits outside the control plane may be left unrecorded)."""
     if phase.startswith("lake_"):
-        return _lake_problems(d)
+        return _lake_problems(d) + _lake_publish_problems(d, finished=finished)
     problems = []
     con = _con(d)
     try:
@@ -1104,6 +1137,7 @@ def _observe_lake(d: Path) -> dict:
         "public": hashlib.sha256(repr(rows).encode()).hexdigest()[:16],
         "head": table.version(),
         "on_table": (conf.get(FENCE_PROPERTY), conf.get(INCIDENT_PROPERTY)),
+        "table_publishes": _table_publishes(d),
     }
     con = _lake_con(d)
     if con is None:
@@ -1117,10 +1151,78 @@ def _observe_lake(d: Path) -> dict:
                 "SELECT version, status, generation FROM _recovery.lakehouse_commits ORDER BY ALL"
             ).fetchall(),
             "timeline": con.execute("SELECT DISTINCT kind FROM _recovery.timeline ORDER BY ALL").fetchall(),
+            "publish_events": con.execute(
+                "SELECT incident_id, count(*) FROM _recovery.timeline WHERE kind = 'lakehouse_publish' GROUP BY 1 "
+                "ORDER BY 1"
+            ).fetchall(),
         }
     finally:
         con.close()
     return state | {k: v for k, v in recorded.items() if v}
+
+
+def _table_publishes(d: Path) -> list[tuple[int, str]]:
+    """(version, incident) of each commit the package's publish made on the Delta table, oldest first."""
+    from deltalake import DeltaTable
+
+    return sorted(
+        (int(h["version"]), str(h.get("recovery.incident")))
+        for h in DeltaTable(str(d / "lake" / "shipments")).history()
+        if h.get("recovery.writer") == "publish"
+    )
+
+
+def _lake_publish_problems(d: Path, *, finished: bool) -> list[str]:
+    """A publish onto the lakehouse table found whole: an incident's publish committed on the table more than
+    once, recorded (synced as published, or on the timeline) more than once, a sync record or a timeline event
+    of a publish the table does not hold at that version; once the step ``finished``: a publish commit on the
+    table without its sync record or its timeline event."""
+    on_table = _table_publishes(d)
+    problems = [
+        f"the publish of {incident} committed on the table {n} times"
+        for incident, n in sorted({i: sum(1 for _, j in on_table if j == i) for _, i in on_table}.items())
+        if n > 1
+    ]
+    con = _lake_con(d)
+    synced: dict[int, str] = {}
+    events: list[tuple[str, int | None]] = []
+    if con is not None:
+        try:
+            synced = dict(
+                con.execute(
+                    "SELECT version, incident_id FROM _recovery.lakehouse_commits WHERE status = 'published'"
+                ).fetchall()
+            )
+            events = [
+                (i, None if v is None else int(v))
+                for i, v in con.execute(
+                    "SELECT incident_id, json_extract(details, '$.version') FROM _recovery.timeline "
+                    "WHERE kind = 'lakehouse_publish'"
+                ).fetchall()
+            ]
+        finally:
+            con.close()
+    held = dict(on_table)
+    for version, incident in sorted(synced.items()):
+        if held.get(version) != incident:
+            problems.append(f"version {version} synced as {incident}'s publish, not a publish commit of it")
+    for incident in sorted({i for i in synced.values()}):
+        if sum(1 for i in synced.values() if i == incident) > 1:
+            problems.append(f"the publish of {incident} synced as published more than once")
+    for incident in sorted({i for i, _ in events}):
+        mine = [v for i, v in events if i == incident]
+        if len(mine) > 1:
+            problems.append(f"the publish of {incident} on the timeline {len(mine)} times")
+        for v in mine:
+            if v is None or held.get(v) != incident or synced.get(v) != incident:
+                problems.append(f"a publish event of {incident} at version {v} without its commit or sync record")
+    if finished:
+        for version, incident in on_table:
+            if synced.get(version) != incident:
+                problems.append(f"the publish commit of {incident} (version {version}) without its sync record")
+            if (incident, version) not in events:
+                problems.append(f"the publish commit of {incident} (version {version}) without its timeline event")
+    return problems
 
 
 def _lake_problems(d: Path) -> list[str]:
@@ -1391,6 +1493,7 @@ def _preimport() -> None:
     import deltalake  # noqa: F401 (the lakehouse phases' table log)
     import great_expectations  # noqa: F401 (the gates' suites: seconds to import)
 
+    import recovery.defs.repair.lakehouse  # noqa: F401
     import recovery.lib.consumers.sql  # noqa: F401
     import recovery.lib.convergence.verify  # noqa: F401
     import recovery.lib.decision  # noqa: F401
@@ -1548,7 +1651,7 @@ def trial(phase: str, template: Path, work: Path, n: int, delay_s: float, before
     if mid["public"] not in (before["public"], after["public"]):
         t.problems.append("the public view serves neither the old nor the new result")
     run_phase(phase, d)  # the rerun of the same step
-    t.problems += consistency_problems(phase, d)
+    t.problems += consistency_problems(phase, d, finished=True)
     again = observe(phase, d)
     if again != after:
         t.problems.append(f"rerun did not converge: {_diff(again, after)}")
@@ -1716,6 +1819,13 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "lake_fence:recorded": "between",
         "lake_fence:committed": "between",  # recorded, the fence commit itself not synced yet
     },
+    "lake_publish": {  # a published repair committed onto the Delta target (one table commit), the commit
+        # synced (one transaction), then its timeline event (another)
+        "lake_publish:committed": "between",  # the table's commit landed, not synced nor on the timeline
+        "lake_sync:recorded": "between",  # the sync of the publish commit, not committed
+        "lake_publish:recorded": "between",  # synced, its event not committed
+        "lake_publish:event_committed": "new",
+    },
     "draft": {  # the draft incident: its file written in place inside the transaction that records its event
         "draft:written": "between",  # the file on disk, its event rolled back: the rerun keeps the file, records it
         "draft:recorded": "between",
@@ -1790,7 +1900,7 @@ def commit_kill(phase: str, point: str, template: Path, work: Path, before: dict
     except Exception as e:  # noqa: BLE001 (a rerun that fails is the finding)
         t.problems.append(f"the rerun failed: {type(e).__name__}: {str(e)[:200]}")
         return t
-    t.problems += [f"after the rerun: {p}" for p in consistency_problems(phase, d)]
+    t.problems += [f"after the rerun: {p}" for p in consistency_problems(phase, d, finished=True)]
     again = observe(phase, d)
     if again != after:
         t.problems.append(f"rerun did not converge: {_diff(again, after)}")

@@ -244,8 +244,10 @@ def publish_to_table(
                     f"({len(differing)} partitions overwritten, {data.num_rows:,} rows; read at version {head})",
                     details=json.dumps({"version": version, "read_version": head, "partitions": differing}),
                 )
+                faults.checkpoint("lake_publish:recorded")  # the event in its transaction, not committed
 
         retrying(record)
+        faults.checkpoint("lake_publish:event_committed")  # the commit synced and on the timeline
         return TablePublish(lake.location, version, tuple(differing), data.num_rows, False)
     raise RecoveryError(
         f"publish onto {lake.location}: other commits kept landing ({ATTEMPTS} attempts); run publish again"
