@@ -63,9 +63,8 @@ def materialize_consumer(engine: Engine, spec: DatasetSpec, consumer: Downstream
                     "is published",
                 )
             rows = refresh_output(s, spec, consumer.name, consumer_sql(spec, consumer), actor="refresh").rows
-            faults.checkpoint(
-                "consumer:refreshed"
-            )  # the output rebuilt (or published anew) and recorded, not committed
+            # the output rebuilt (or published anew) and recorded, not committed
+            faults.checkpoint("consumer:refreshed")
             return rows
 
     rows = retrying(txn)
