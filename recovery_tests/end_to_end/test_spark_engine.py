@@ -283,6 +283,8 @@ def test_the_named_writes_are_native_on_spark_and_dml_text_is_refused(tmp_path: 
         monkeypatch.undo()
         assert s.scalar("SELECT n FROM __n") == 4 and s.object_kind("raw", "b") is None
         assert s.control.scalar("SELECT n FROM __n") == 4  # collected into the control store
+        # a Spark temp view (``__k``) and a control-store temp (``__n``) are both this session's temps
+        assert s.has_temp("__k") and s.has_temp("__n") and not s.has_temp("t")
     assert rows == 2 and pq.read_table(tmp_path / "out.parquet").to_pylist() == [
         {"k": 1, "v": "X!"},
         {"k": 2, "v": "Y!"},

@@ -19,6 +19,10 @@ from pathlib import Path
 import duckdb
 import yaml
 
+from recovery.lib.dataset_spec.models import DatasetSpec, parse_spec
+from recovery.lib.engine.duckdb_engine import DuckDBSession
+from recovery.lib.snapshot import expected_rows_sql
+
 REGIONS = ("north", "south", "east", "west")
 SOURCE_TABLE = "src.order_events"
 TARGET_TABLE = "mart.orders"
@@ -224,3 +228,17 @@ def rows_digest(db: Path, relation: str) -> tuple[int, str]:
     """(row count, sha256 of the sorted rows) of a table or view."""
     rows = sorted(fetch(db, f"SELECT * FROM {relation}"), key=repr)
     return len(rows), hashlib.sha256(repr(rows).encode()).hexdigest()
+
+
+def target_equal_to_the_source(dir: Path, n_orders: int) -> tuple[DatasetSpec, DuckDBSession]:  # noqa: A002
+    """The small dataset with its target built as exactly the source's expected rows (no drift yet), and an
+    open session on its warehouse (the caller's to use; convergence tests stage their sides in it)."""
+    spec = parse_spec(build_small_dataset(dir, n_orders=n_orders))
+    s = DuckDBSession(duckdb.connect(str(spec.warehouse.path)))
+    s.execute("CREATE SCHEMA _recovery")
+    s.execute("CREATE SCHEMA mart")
+    s.execute(
+        f"CREATE TABLE mart.orders AS SELECT *, 'g1' AS gen_id, TIMESTAMP '2026-03-09' AS landed_at "
+        f"FROM ({expected_rows_sql(spec, None)})"
+    )
+    return spec, s

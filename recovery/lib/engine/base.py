@@ -99,6 +99,10 @@ class Session(ABC):
     def object_kind(self, schema: str, name: str) -> str | None:
         """'table', 'view' or None."""
 
+    @abstractmethod
+    def has_temp(self, name: str) -> bool:
+        """Whether this session holds the temp relation ``name`` (bare), as :meth:`temp_table` makes it."""
+
     def joins_as_written(self) -> AbstractContextManager[None]:
         """Within it, each hash join builds on the side its SQL puts on the right (where the engine
         lets a caller say so; elsewhere the engine plans as usual)."""

@@ -310,6 +310,10 @@ class DuckDBSession(Session):
         finally:
             self.conn.execute(f"SET disabled_optimizers = {string_literal(before)}")
 
+    def has_temp(self, name: str) -> bool:
+        rows = self.conn.execute("SELECT 1 FROM duckdb_tables() WHERE temporary AND table_name = ?", [name]).fetchall()
+        return bool(rows)
+
     def object_kind(self, schema: str, name: str) -> str | None:
         rows = self.conn.execute(  # fetchall: a half-read result would block the next arrow() call
             "SELECT table_type FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",

@@ -289,6 +289,10 @@ class SparkQuerySession(Session):
             return self.control.relation_columns(select_sql)
         return [(f.name, duckdb_type(f.dataType)) for f in self._df(query).schema.fields]
 
+    def has_temp(self, name: str) -> bool:
+        """A Spark temp view of that name (a temp over Spark relations), else the control store's temp table."""
+        return name in self.spark_temps or self.control.has_temp(name)
+
     def object_kind(self, schema: str, name: str) -> str | None:
         if is_data_relation(schema, name):
             obj = self.lookup(schema, name)

@@ -426,7 +426,7 @@ def _write_results(s: Session, table: str, staged: str, inputs: ReconcileInputs)
     results table created on first use, other incidents' rows kept; else the session's own temp table."""
     if not inputs.persist:  # other incidents reconciled in this session keep their rows
         fresh = f"SELECT CAST(? AS VARCHAR) AS incident_id, * FROM {staged}"
-        if s.object_kind("main", table.strip('"')) is None:
+        if not s.has_temp(table.strip('"')):
             s.temp_table(table, fresh, [inputs.incident_id])
         else:
             s.temp_table(

@@ -7,32 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
-
 from recovery.lib.convergence.drift import compare_partitions, stage_sides
-from recovery.lib.dataset_spec.models import parse_spec
-from recovery.lib.engine.duckdb_engine import DuckDBSession
-from recovery.lib.snapshot import expected_rows_sql
-from recovery_tests.support.small_dataset import build_small_dataset
+from recovery_tests.support.rows import present
+from recovery_tests.support.small_dataset import target_equal_to_the_source
 
 COLUMNS = "partition, expected_rows, actual_rows, missing, extra, changed, duplicate, drift_keys, sample_keys"
 
 
-def _target_equal_to_the_source(tmp_path: Path):
-    """The small dataset's target built as exactly the source's expected rows (no drift yet)."""
-    spec = parse_spec(build_small_dataset(tmp_path, n_orders=400))
-    s = DuckDBSession(duckdb.connect(str(spec.warehouse.path)))
-    s.execute("CREATE SCHEMA _recovery")
-    s.execute("CREATE SCHEMA mart")
-    s.execute(
-        f"CREATE TABLE mart.orders AS SELECT *, 'g1' AS gen_id, TIMESTAMP '2026-03-09' AS landed_at "
-        f"FROM ({expected_rows_sql(spec, None)})"
-    )
-    return spec, s
-
-
 def test_a_narrow_and_a_wide_scope_report_the_same_drift(tmp_path: Path):
-    spec, s = _target_equal_to_the_source(tmp_path)
+    spec, s = target_equal_to_the_source(tmp_path, 400)
     shards = [r[0] for r in s.fetchall("SELECT shard FROM mart.orders GROUP BY 1 ORDER BY count(*) DESC, 1")]
     a, b, far = shards[0], shards[1], shards[-1]  # the two fullest partitions, and one far from them
     one = "(SELECT region, order_no FROM mart.orders WHERE shard = ? ORDER BY ALL LIMIT 1 OFFSET ?)"
@@ -63,10 +46,10 @@ def test_a_copy_in_another_partition_counts_where_both_rows_sit_though_one_parti
     """Partitions whose rows hash alike on both sides are not compared key by key; a key copied
     from such a partition into another one is still a duplicate in both, and the partitions with
     no drift at all report their row counts and nothing else."""
-    spec, s = _target_equal_to_the_source(tmp_path)
+    spec, s = target_equal_to_the_source(tmp_path, 400)
     shards = [r[0] for r in s.fetchall("SELECT shard FROM mart.orders GROUP BY 1 ORDER BY count(*) DESC, 1")]
     x, y = shards[0], shards[1]
-    k = s.fetchone("SELECT region, order_no FROM mart.orders WHERE shard = ? ORDER BY ALL LIMIT 1", [x])
+    k = present(s.fetchone("SELECT region, order_no FROM mart.orders WHERE shard = ? ORDER BY ALL LIMIT 1", [x]))
     s.execute(
         "INSERT INTO mart.orders SELECT * REPLACE (? AS shard) FROM mart.orders WHERE region = ? AND order_no = ?",
         [y, *k],

@@ -12,28 +12,16 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import duckdb
-
 from recovery.lib.convergence.drift import compare_partitions, stage_sides
 from recovery.lib.convergence.pending import PENDING, pending_totals, stage_pending
 from recovery.lib.convergence.watermark import stage_partition_watermarks
-from recovery.lib.dataset_spec.models import parse_spec
-from recovery.lib.engine.duckdb_engine import DuckDBSession
-from recovery.lib.snapshot import expected_rows_sql
-from recovery_tests.support.small_dataset import build_small_dataset
+from recovery_tests.support.small_dataset import target_equal_to_the_source
 
 NEW = "region, order_no, rev, change, loaded_at, placed_at, qty, sku"
 
 
 def test_late_changes_are_pending_where_the_key_sits_and_where_it_goes_and_the_rest_is_drift(tmp_path: Path):
-    spec = parse_spec(build_small_dataset(tmp_path, n_orders=200))
-    s = DuckDBSession(duckdb.connect(str(spec.warehouse.path)))
-    s.execute("CREATE SCHEMA _recovery")
-    s.execute("CREATE SCHEMA mart")
-    s.execute(
-        f"CREATE TABLE mart.orders AS SELECT *, 'g1' AS gen_id, TIMESTAMP '2026-03-09' AS landed_at "
-        f"FROM ({expected_rows_sql(spec, None)})"
-    )
+    spec, s = target_equal_to_the_source(tmp_path, 200)
     watermark: datetime = s.scalar("SELECT max(loaded_at) FROM src.order_events")
     keys = s.fetchall("SELECT region, order_no, shard FROM mart.orders ORDER BY shard, region, order_no LIMIT 6")
     (a, b, c, drifted, unversioned, _) = keys

@@ -91,3 +91,12 @@ def test_the_named_writes_create_materialize_update_drop_and_export(engine, tmp_
         assert s.fetchall("SELECT k, v FROM raw.a ORDER BY k") == [(1, "x"), (2, "y")]
         assert s.object_kind("raw", "b") is None
         assert s.fetchall("SELECT k, v FROM raw.t ORDER BY k")[2:] == [(3, "z"), (4, "n")]  # NULL p: not updated
+
+
+def test_has_temp_sees_this_sessions_temp_tables_only(engine):
+    with engine.session() as s:
+        assert not s.has_temp("scratch")
+        s.temp_table("scratch", "SELECT k FROM raw.t WHERE p = ?", ["a"])
+        assert s.has_temp("scratch") and not s.has_temp("t")  # raw.t is a table, not a temp
+    with engine.session() as s:
+        assert not s.has_temp("scratch")  # gone with the session that made it
