@@ -36,6 +36,7 @@ from recovery.lib.errors import FencedGenerationError, RecoveryError
 from recovery.lib.write.managed_output import (
     SOURCE_WATERMARK_KEY,
     STAGE_SCHEMA,
+    clear_superseded,
     drop_stage,
     generation_for_run,
     output_watermark,
@@ -43,6 +44,7 @@ from recovery.lib.write.managed_output import (
     write_output,
 )
 
+PARENT_RUN_TAG, ROOT_RUN_TAG = "dagster/parent_run_id", "dagster/root_run_id"  # a re-execution's earlier runs
 WRITE_MODE_KEY = "recovery/write_mode"
 """Asset metadata choosing how an output is written: replace_partitions (default for a
 partitioned asset), upsert_keys (default otherwise) or append."""
@@ -87,7 +89,8 @@ class ManagedDbIOManager(DbIOManager):
             )
         self._check_supported_type(type(obj))
         partitions = list(context.asset_partition_keys) if context.has_asset_partitions else None
-        run_tags = context.step_context.dagster_run.tags
+        dagster_run = context.step_context.dagster_run
+        run_tags = dagster_run.tags
         run = generation_for_run(run_tags, context.run_id)
         writer = warehouse_resource(spec_path).writer(actor=f"io_manager:{context.asset_key.to_user_string()}")
         stage = stage_table(context.run_id, context.step_key)
@@ -95,6 +98,17 @@ class ManagedDbIOManager(DbIOManager):
         try:
             watermark, basis = output_watermark(
                 _unwrap((context.output_metadata or {}).get(SOURCE_WATERMARK_KEY)), _run_started(context), utcnow()
+            )
+            # a re-execution of a run killed (or failed) before its cleanup: that attempt's stage and empty generation
+            clear_superseded(
+                writer,
+                run,
+                context.run_id,
+                context.step_key,
+                [
+                    dagster_run.parent_run_id or run_tags.get(PARENT_RUN_TAG),
+                    dagster_run.root_run_id or run_tags.get(ROOT_RUN_TAG),
+                ],
             )
             with writer.engine.transaction() as s:
                 s.execute(f"CREATE SCHEMA IF NOT EXISTS {STAGE_SCHEMA}")

@@ -19,7 +19,7 @@ from recovery.lib.engine import open_engine
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.write.fencing import GENERATION_TAG
 from recovery.lib.write.ingest import apply_changes
-from recovery.lib.write.managed_output import generation_for_run
+from recovery.lib.write.managed_output import generation_for_run, stage_table
 from recovery.lib.write.writer import Writer
 from recovery.orchestration import failure_reason
 from recovery_tests.support.io_manager import failure_message, resources
@@ -113,6 +113,30 @@ def test_partitioned_output_replaces_its_partition_only_stamped_with_the_runs_ge
     mat = result.asset_materializations_for_node("mart__orders")[0]
     assert mat.metadata["recovery/generation"].value == "bf-9"
     assert mat.metadata["dagster/row_count"].value == len(rows)
+
+
+def test_a_run_re_executed_after_a_kill_clears_the_killed_attempts_stage_and_empty_generation(orders):
+    """Run ``r-killed`` died after its IO manager staged its output and registered ``run-r-killed``; Dagster's
+    re-execution (a new run naming it as parent and root) writes its output and leaves nothing of it behind."""
+    spec_path, spec, db, shards = orders
+    target = shards[0]
+    writer = Writer(open_engine(spec.warehouse), spec, actor="test")
+    with writer.engine.transaction() as s:  # what the killed attempt left: its stage, its generation without a write
+        s.execute("CREATE SCHEMA IF NOT EXISTS recovery_io")
+        s.execute(f"CREATE TABLE {stage_table('r-killed', 'mart__orders')} AS SELECT * FROM mart.orders LIMIT 2")
+    writer.register_generation("run-r-killed", "ingest", run_id="r-killed")
+
+    result = dg.materialize(
+        [user_asset(spec, shards)],
+        partition_key=target,
+        tags={"dagster/parent_run_id": "r-killed", "dagster/root_run_id": "r-killed"},
+        resources=resources(spec_path, db),
+    )
+    assert result.success
+    assert fetch(db, "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'recovery_io'") == [(0,)]
+    ended = fetch(db, f"SELECT status, writes, note FROM {SCHEMA}.generations WHERE generation = 'run-r-killed'")
+    assert ended == [("failed", 0, f"superseded by its re-execution, run {result.run_id}")]
+    assert {r[4] for r in shard_rows(db, target)} == {f"run-{result.run_id}"}
 
 
 def test_a_fenced_generations_write_is_refused_in_the_run_while_another_run_lands(orders):

@@ -204,6 +204,7 @@ def build_templates(base: Path) -> dict[str, Path]:
         )
     out.update(_guarded_templates(base, base / "damaged"))
     out["draft"] = out["output"] = base / "evidence"  # contained, not reconciled yet
+    out["reexecute"] = _reexecute_template(base / "evidence", base / "reexecute")
     out["consumer"] = base / "damaged"  # published: a consumer's refresh reads the repaired target
     out["lake_fence"] = _lakehouse_template(base / "lake")
     out["lake_publish"] = _lake_publish_template(base / "lake", base / "lake_publish")
@@ -284,28 +285,41 @@ def _lake_publish_template(lake: Path, d: Path) -> Path:
 
 BACKFILL_ID = "recur-1"
 OUTPUT_RUN = "k3run"
+REEXECUTED_RUN = "k3run2"  # Dagster's re-execution of OUTPUT_RUN (its parent and root run)
 
 
-def _guarded_templates(base: Path, published: Path) -> dict[str, Path]:
-    """The published, repaired dataset (its read copy exported) with a guarded backfill of three east
-    partitions built (``recur_gate``: its gates next), then gated (``recur_publish``: its publish and the
-    release of the prior next)."""
+def _reexecute_template(contained: Path, d: Path) -> Path:
+    """The contained dataset as a team's asset run ``OUTPUT_RUN`` left it when killed after its IO manager staged
+    its output and registered its run's generation: the stage table, the generation with no write."""
     from recovery.lib.catalog_checks import load_spec
     from recovery.lib.engine import open_engine
-    from recovery.lib.recurrence.launch import build_backfill, preflight, start_backfill
-    from recovery.lib.recurrence.publish import gate_backfill
-    from recovery.lib.recurrence.recompute import resolve_recompute
-    from recovery.lib.recurrence.request import BackfillRequest
+    from recovery.lib.write.managed_output import stage_table
     from recovery.lib.write.writer import Writer
 
-    shutil.copytree(published, base / "recur_gate")
-    # the range's partitions hold a dozen rows each: their quantiles against the history's are noise
-    raw = yaml.safe_load((base / "recur_gate" / "spec.yaml").read_text())
-    raw["recurrence"] = {"anomaly": {"columns": {"qty": {"max_quantile_shift": 100, "max_mean_shift": 100}}}}
-    (base / "recur_gate" / "spec.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    spec = load_spec(base / "recur_gate" / "spec.yaml")
+    shutil.copytree(contained, d)
+    spec = load_spec(d / "spec.yaml")
     writer = Writer(open_engine(spec.warehouse), spec, actor="kill-matrix")
-    request = BackfillRequest(
+    writer.ensure()
+    with writer.engine.transaction() as s:
+        s.execute("CREATE SCHEMA IF NOT EXISTS recovery_io")
+        s.execute(f"CREATE TABLE {stage_table(OUTPUT_RUN, 'orders')} AS SELECT * FROM mart.orders LIMIT 3")
+    writer.register_generation(f"run-{OUTPUT_RUN}", "ingest", run_id=OUTPUT_RUN)
+    return d
+
+
+def _empty_runs(con: duckdb.DuckDBPyConnection) -> list:
+    """A run's generations still running with no write (a run killed before its write, never ended)."""
+    return con.execute(
+        "SELECT generation FROM _recovery.generations WHERE run_id IS NOT NULL AND writes = 0 AND status = 'running' "
+        "ORDER BY 1"
+    ).fetchall()
+
+
+def _backfill_request():
+    """The guarded backfill of three east partitions the recurrence phases launch, gate and publish."""
+    from recovery.lib.recurrence.request import BackfillRequest
+
+    return BackfillRequest(
         start="east-202601",
         end="east-202603",
         recompute="transform",
@@ -314,16 +328,47 @@ def _guarded_templates(base: Path, published: Path) -> dict[str, Path]:
         allow_current_partitions=True,
         backfill_id=BACKFILL_ID,
     )
+
+
+def _launch(writer: Any) -> Any:
+    """The guarded backfill launched as its asset (``guarded_backfill_generation``) does: preflight, start (the
+    manifest, the own generation, the seed), then the recompute built."""
+    from recovery.lib.recurrence.launch import build_backfill, preflight, start_backfill
+    from recovery.lib.recurrence.recompute import resolve_recompute
+
+    request = _backfill_request()
     rec = start_backfill(writer, preflight(writer, request))
-    rec = build_backfill(writer, rec, resolve_recompute(request.recompute))
+    if rec.status == "building":
+        rec = build_backfill(writer, rec, resolve_recompute(request.recompute))
     if rec.status != "built":
         raise AssertionError(f"the guarded backfill is {rec.status}: {rec.reason}")
+    return rec
+
+
+def _guarded_templates(base: Path, published: Path) -> dict[str, Path]:
+    """The published, repaired dataset (its read copy exported) with a guarded backfill of three east
+    partitions declared (``launch``: its preflight, manifest, generation, seed and build next), built
+    (``recur_gate``: its gates next), then gated (``recur_publish``: its publish and the release of the prior
+    next)."""
+    from recovery.lib.catalog_checks import load_spec
+    from recovery.lib.engine import open_engine
+    from recovery.lib.recurrence.publish import gate_backfill
+    from recovery.lib.write.writer import Writer
+
+    shutil.copytree(published, base / "launch")
+    # the range's partitions hold a dozen rows each: their quantiles against the history's are noise
+    raw = yaml.safe_load((base / "launch" / "spec.yaml").read_text())
+    raw["recurrence"] = {"anomaly": {"columns": {"qty": {"max_quantile_shift": 100, "max_mean_shift": 100}}}}
+    (base / "launch" / "spec.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    shutil.copytree(base / "launch", base / "recur_gate")
+    spec = load_spec(base / "recur_gate" / "spec.yaml")
+    _launch(Writer(open_engine(spec.warehouse), spec, actor="kill-matrix"))
     shutil.copytree(base / "recur_gate", base / "recur_publish")
     spec = load_spec(base / "recur_publish" / "spec.yaml")
     results, _ = gate_backfill(Writer(open_engine(spec.warehouse), spec, actor="kill-matrix"), BACKFILL_ID)
     if not all(r.passed for r in results):
         raise AssertionError([r for r in results if not r.passed])
-    return {"recur_gate": base / "recur_gate", "recur_publish": base / "recur_publish"}
+    return {"launch": base / "launch", "recur_gate": base / "recur_gate", "recur_publish": base / "recur_publish"}
 
 
 # ---- the phases, as a child process runs them --------------------------------------------
@@ -459,6 +504,8 @@ def run_phase(phase: str, d: Path) -> None:
         from recovery_tests.support.repaired_small import now
 
         apply_changes(writer, "ingest-2", until=now())
+    elif phase == "launch":  # a guarded backfill launched through its asset's steps: manifest to build
+        _launch(writer)
     elif phase == "recur_gate":  # a built guarded backfill's post-build gates, recorded (the job's blocking checks)
         from recovery.lib.recurrence.publish import gate_backfill
 
@@ -476,11 +523,22 @@ def run_phase(phase: str, d: Path) -> None:
 
         failed = FailedBackfill("bf-9", "COMPLETED_FAILED", ("backfill-bf-9",), ("east-202601",), ("run-9",))
         open_draft(writer.engine, d / "spec.yaml", spec, failed, requested_by="data-platform-oncall")
-    elif phase == "output":  # a team's asset output through the IO manager: staged, written as its run's generation
+    elif phase in ("output", "reexecute"):  # a team's asset output through the IO manager: staged, written as its
+        # run's generation ("reexecute": as Dagster's re-execution of a run killed after it registered its
+        # generation, which first clears that attempt's stage and empty generation)
         from recovery.lib.snapshot import expected_rows_sql
-        from recovery.lib.write.managed_output import RunGeneration, drop_stage, stage_table, write_output
+        from recovery.lib.write.managed_output import (
+            RunGeneration,
+            clear_superseded,
+            drop_stage,
+            stage_table,
+            write_output,
+        )
 
-        stage = stage_table(OUTPUT_RUN, "orders")  # the step retried in its run: the same stage and generation
+        run_id, earlier = (OUTPUT_RUN, []) if phase == "output" else (REEXECUTED_RUN, [OUTPUT_RUN])
+        run = RunGeneration(f"run-{run_id}", "ingest", None)
+        clear_superseded(writer, run, run_id, "orders", earlier)  # as the IO manager does first
+        stage = stage_table(run_id, "orders")  # the step retried in its run: the same stage and generation
         with (
             writer.engine.transaction() as s
         ):  # the frame the asset computed from its input, as the type handler stages it
@@ -489,8 +547,7 @@ def run_phase(phase: str, d: Path) -> None:
                 f"CREATE OR REPLACE TABLE {stage} AS SELECT * REPLACE (qty + 1 AS qty) FROM "
                 f"({expected_rows_sql(spec, None)}) WHERE shard = 'east-202601'"
             )
-        run = RunGeneration(f"run-{OUTPUT_RUN}", "ingest", None)
-        write_output(writer, stage, run=run, run_id=OUTPUT_RUN, partitions=["east-202601"])
+        write_output(writer, stage, run=run, run_id=run_id, partitions=["east-202601"])
         drop_stage(writer, stage)  # as the IO manager does once the write returns
     elif phase == "consumer":  # a SQL consumer refreshed from the published repair (its output published anew)
         from recovery.lib.consumers.sql import materialize_consumer
@@ -627,14 +684,43 @@ def observe(phase: str, d: Path) -> dict:
             ).fetchall()
         if phase == "draft":
             state["drafted"] = _one(con, "SELECT count(*) FROM _recovery.timeline WHERE kind = 'incident_drafted'")[0]
-        if phase == "output":
+        if phase in ("output", "reexecute"):
             state["stages"] = _one(
                 con, "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'recovery_io'"
             )[0]
             state["writes"] = con.execute(  # (a step retried after its write writes the same rows again)
                 "SELECT DISTINCT generation, mode, partitions FROM _recovery.writes WHERE generation = ?",
-                [f"run-{OUTPUT_RUN}"],
+                [f"run-{OUTPUT_RUN if phase == 'output' else REEXECUTED_RUN}"],
             ).fetchall()
+            state["open_runs"] = _empty_runs(con)
+        if phase == "launch":
+            state["backfill"] = (
+                con.execute(
+                    "SELECT b.status, b.namespace IS NOT NULL, b.seed_seq IS NOT NULL, g.status, g.namespace = "
+                    "b.namespace FROM _recovery.backfills b LEFT JOIN _recovery.generations g USING (generation) "
+                    "WHERE b.backfill_id = ?",
+                    [BACKFILL_ID],
+                ).fetchall()
+                if "backfills" in tables
+                else []
+            )
+            state["backfill_gates"] = (
+                con.execute(
+                    "SELECT DISTINCT stage, gate, passed FROM _recovery.backfill_gates WHERE backfill_id = ? "
+                    "ORDER BY ALL",
+                    [BACKFILL_ID],
+                ).fetchall()
+                if "backfill_gates" in tables
+                else []
+            )
+            built = (
+                con.execute("SELECT namespace FROM _recovery.backfills WHERE backfill_id = ?", [BACKFILL_ID]).fetchone()
+                if "backfills" in tables
+                else None
+            )
+            state["built_rows"] = (
+                digest(f"SELECT * EXCLUDE (landed_at) FROM {built[0]}") if built and built[0] else None
+            )
         if phase in ("recur_gate", "recur_publish"):
             state["backfill"] = con.execute(
                 "SELECT status, published_seq IS NOT NULL, converged_seq IS NOT NULL FROM _recovery.backfills "
@@ -694,10 +780,12 @@ def observe(phase: str, d: Path) -> dict:
             "replay",
             "notify",
             "release",
+            "launch",
             "recur_gate",
             "recur_publish",
             "draft",
             "output",
+            "reexecute",
             "consumer",
             "asset_restate",
         ):
@@ -818,6 +906,19 @@ def consistency_problems(phase: str, d: Path, *, finished: bool = False) -> list
         con.close()
     if phase in PUBLISHING:
         problems += read_copy_problems(d)
+    if finished and phase in ("output", "reexecute"):  # the step ended: nothing of any attempt's left behind
+        con = _con(d)
+        try:
+            stages = con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'recovery_io' ORDER BY 1"
+            ).fetchall()
+            empty = _empty_runs(con)
+        finally:
+            con.close()
+        if stages:
+            problems.append(f"stage tables left once the output was written: {stages}")
+        if empty:
+            problems.append(f"run generations left running with no write: {empty}")
     if phase == "evidence":
         bundle = d / "evidence" / "INC-small"
         if bundle.exists():
@@ -1318,6 +1419,33 @@ def _backfill_torn_states(con: duckdb.DuckDBPyConnection) -> list[str]:
         )[0]
         if (status == "stopped") != bool(stopped):
             problems.append(f"backfill {bf} {status} with {stopped} stop events")
+    # its launch: the manifest with its gate and event; once seeded (building or later), its own generation's
+    # namespace, the seed's write and the start event; once built, the build's event and its generation complete
+    for bf, status, ns, seed_seq, g_status, g_ns, manifests, gates, started, built, seeded in con.execute(
+        "SELECT b.backfill_id, b.status, b.namespace, b.seed_seq, g.status, g.namespace, (SELECT count(*) FROM "
+        "_recovery.timeline t WHERE t.kind = 'backfill_manifest' AND starts_with(t.summary, 'backfill ' || "
+        "b.backfill_id || ' manifest')), (SELECT count(*) FROM _recovery.backfill_gates x WHERE x.backfill_id = "
+        "b.backfill_id AND x.gate = 'manifest'), (SELECT count(*) FROM _recovery.timeline t WHERE t.kind = "
+        "'backfill_started' AND starts_with(t.summary, 'backfill ' || b.backfill_id || ' writes')), (SELECT count(*) "
+        "FROM _recovery.timeline t WHERE t.kind = 'backfill_built' AND starts_with(t.summary, 'backfill ' || "
+        "b.backfill_id || ' built')), (SELECT count(*) FROM _recovery.writes w WHERE w.seq = b.seed_seq AND "
+        "w.generation = b.generation) FROM _recovery.backfills b LEFT JOIN _recovery.generations g USING (generation) "
+        "WHERE b.status <> 'refused'"
+    ).fetchall():
+        if manifests != 1 or gates != 1:
+            problems.append(f"backfill {bf} {status}: {gates} manifest gates, {manifests} manifest events")
+        if status == "manifest":
+            if seed_seq is not None or started:
+                problems.append(f"backfill {bf} seeded (seq {seed_seq}, {started} start events) still at its manifest")
+        elif ns is None or g_ns != ns or seed_seq is None or not seeded or started != 1:
+            problems.append(
+                f"backfill {bf} {status} half seeded: namespace {ns} (its generation's {g_ns}), seed seq {seed_seq} "
+                f"({seeded} writes), {started} start events"
+            )
+        if status in ("built", "published", "converged") and built != 1:
+            problems.append(f"backfill {bf} {status} with {built} build events")
+        if status == "built" and g_status != "complete":
+            problems.append(f"backfill {bf} built, its generation {g_status}")
     return problems
 
 
@@ -1503,6 +1631,7 @@ def _preimport() -> None:
     import recovery.lib.notify  # noqa: F401
     import recovery.lib.pointers.adoption  # noqa: F401
     import recovery.lib.reconcile.run  # noqa: F401
+    import recovery.lib.recurrence.launch  # noqa: F401
     import recovery.lib.recurrence.publish  # noqa: F401
     import recovery.lib.repair.build  # noqa: F401
     import recovery.lib.repair.publish  # noqa: F401
@@ -1799,6 +1928,18 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "fence_attempt:recorded": "between",
         "fence_attempt:committed": "new",
     },
+    "launch": {  # a guarded backfill launched: its manifest (one transaction), its own generation (another), its
+        # seed (a third), the recompute's write (a fourth), then the build recorded with its generation ended (a fifth)
+        "backfill_manifest:recorded": "old",
+        "backfill_manifest:committed": "between",  # the manifest recorded, no generation yet: the rerun resumes
+        "register:recorded": "between",
+        "register:committed": "between",
+        "backfill_seed:recorded": "between",
+        "backfill_seed:committed": "between",  # building: the rerun builds
+        "write:recorded": "between",
+        "backfill_built:recorded": "between",
+        "backfill_built:committed": "new",  # (its generation ended in the same commit)
+    },
     "recur_gate": {  # a guarded backfill's post-build gates: each result and its event, one transaction
         "backfill_gate:recorded": "old",
         "backfill_gate:committed": "new",
@@ -1837,6 +1978,15 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "register:committed": "between",
         "write:recorded": "between",
         "output:written": "between",
+    },
+    "reexecute": {  # Dagster's re-execution of a run killed after it registered its generation: that attempt's
+        # stage dropped and its empty generation ended (one transaction), then its own output written as "output"'s
+        "superseded:cleared": "old",
+        "superseded:committed": "between",  # the killed attempt cleared, the output not written yet
+        "output:staged": "between",
+        "register:committed": "between",
+        "write:recorded": "between",
+        "output:written": "between",  # the stage table is dropped after every point: the step's retry drops it
     },
     "consumer": {  # a SQL consumer's output refreshed: built, pointed at and recorded in one transaction
         "consumer:refreshed": "old",

@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 
-from recovery.lib.control.plane import record_event, utcnow
+from recovery.lib import faults
+from recovery.lib.control.plane import SCHEMA, record_event, utcnow
 from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.errors import DuplicateKeyError, RecoveryError, SpecError
 from recovery.lib.gates import GateResult
@@ -114,19 +115,23 @@ def manifest(writer: Writer, pf: Preflight, code: str, published_seq: int | None
 def start_backfill(
     writer: Writer, pf: Preflight, *, recompute: Recompute | None = None, run_id: str | None = None
 ) -> BackfillRecord:
-    """Record the refusal, or the manifest then the generation and its seed. Idempotent per backfill id."""
+    """Record the refusal, or the manifest then the generation and its seed. Idempotent per backfill id: a
+    launch stopped after its manifest's commit (or its generation's) resumes from the recorded manifest."""
     spec, req, pv = writer.spec, pf.request, pf.preview
     fn = recompute or resolve_recompute(req.recompute)
     code = code_version(req.recompute, fn)
     with writer.engine.session(read_only=True) as s:
         existing = load_backfill(s, req.id)
-    if existing is not None and existing.status not in ("refused",):
+    if existing is not None and existing.status not in ("refused", "manifest"):
         if existing.status in ("failed", "stopped"):
             raise RecoveryError(
                 f"backfill {req.id} already ran and ended {existing.status} ({existing.reason}); "
                 f"launch a new one with another backfill_id"
             )
         return existing
+    if existing is not None and existing.status == "manifest":
+        # the manifest committed, its generation or seed not: go on from what the manifest recorded
+        return _seed(writer, req, existing, code, run_id)
 
     def txn() -> None:
         with writer.engine.transaction() as s:
@@ -197,34 +202,47 @@ def start_backfill(
                 f"{', '.join(req.approved_by) or 'nobody'}",
                 details=json.dumps(body),
             )
+            faults.checkpoint("backfill_manifest:recorded")  # the manifest, its gate and its event, not committed
 
     retrying(txn)
+    with writer.engine.session(read_only=True) as s:
+        rec = require_backfill(s, req.id)
     if not pf.passed:
-        with writer.engine.session(read_only=True) as s:
-            return require_backfill(s, req.id)
+        return rec
+    faults.checkpoint("backfill_manifest:committed")  # the manifest recorded, no generation yet
+    return _seed(writer, req, rec, code, run_id)
+
+
+def _seed(writer: Writer, req: BackfillRequest, rec: BackfillRecord, code: str, run_id: str | None) -> BackfillRecord:
+    """Register the backfill's generation with its own namespace, then seed it with the published rows outside
+    the range and set the backfill building (one transaction), as its manifest recorded them."""
+    spec = writer.spec
+    published = rec.from_namespace
     namespace = writer.register_generation(
         req.generation,
         "backfill",
         own_namespace=True,
-        source_watermark=pv.source_watermark,
+        source_watermark=rec.source_watermark,
         code_version=code,
         run_id=run_id,
         backfill_id=req.id,
-        parent=pv.published_namespace,
+        parent=published,
         note=f"guarded backfill {req.id}",
     )
-    if namespace == pv.published_namespace or namespace is None:
+    if namespace == published or namespace is None:
         raise RecoveryError(f"generation {req.generation} has no namespace of its own; refusing to write")
 
     def seed() -> None:
         with writer.engine.transaction() as s:
-            part_filter = in_partitions(s, spec, pv.partitions)
-            if current_namespace(s, spec) != pv.published_namespace:
+            if s.scalar(f"SELECT status FROM {BACKFILLS} WHERE backfill_id = ?", [req.id]) != "manifest":
+                return  # seeded by another attempt
+            part_filter = in_partitions(s, spec, rec.partitions)
+            if current_namespace(s, spec) != published:
                 raise RecoveryError(f"{spec.target.table} was republished while the backfill started; launch it again")
             res = writer.write_in(
                 s,
                 req.generation,
-                f"SELECT * FROM {namespace_sql(pv.published_namespace)} WHERE NOT ({part_filter})",
+                f"SELECT * FROM {namespace_sql(published)} WHERE NOT ({part_filter})",
                 mode="append",
                 run_id=run_id,
                 note=f"seed of guarded backfill {req.id}: published rows outside the range",
@@ -244,8 +262,10 @@ def start_backfill(
                 summary=f"backfill {req.id} writes generation {req.generation} into its own namespace {namespace}, "
                 f"seeded with {res.rows_inserted:,} published rows outside the range (seq {res.seq})",
             )
+            faults.checkpoint("backfill_seed:recorded")  # the seed, the backfill building and its event, not committed
 
     retrying(seed)
+    faults.checkpoint("backfill_seed:committed")
     with writer.engine.session(read_only=True) as s:
         return require_backfill(s, req.id)
 
@@ -312,9 +332,16 @@ def build_backfill(
                 summary=f"backfill {rec.backfill_id} built {rows:,} rows over {len(rec.partitions)} partitions "
                 f"({part} {rec.partitions[0]}..{rec.partitions[-1]}) in {seconds:,.1f} s",
             )
+            # its generation complete in the same commit: a rerun finds the backfill built and builds nothing
+            s.execute(
+                f"UPDATE {SCHEMA}.generations SET status = 'complete', ended_at = ? WHERE generation = ? "
+                "AND fenced_at IS NULL",
+                [utcnow(), rec.generation],
+            )
+            faults.checkpoint("backfill_built:recorded")  # the backfill built, its generation complete, its event
 
     retrying(built)
-    writer.set_status(rec.generation, "complete", ended_at=utcnow())
+    faults.checkpoint("backfill_built:committed")
     with writer.engine.session(read_only=True) as s:
         return require_backfill(s, rec.backfill_id)
 
@@ -331,6 +358,11 @@ def _end_build(
             if gate is not None:
                 record_gates(s, rec.backfill_id, rec.generation, writer.spec.dataset, "build", [gate], run_id=run_id)
             set_status(s, rec.backfill_id, status, reason[:2000])
+            s.execute(  # its generation failed in the same commit, as a build's completes
+                f"UPDATE {SCHEMA}.generations SET status = 'failed', ended_at = ? WHERE generation = ? "
+                "AND fenced_at IS NULL",
+                [utcnow(), rec.generation],
+            )
             record_event(
                 s,
                 kind=f"backfill_{status}",
@@ -342,4 +374,3 @@ def _end_build(
             )
 
     retrying(txn)
-    writer.set_status(rec.generation, "failed", ended_at=utcnow())

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from recovery.lib import faults
+from recovery.lib.control.plane import SCHEMA, utcnow
 from recovery.lib.errors import RecoveryError
 from recovery.lib.identifiers import quote
 from recovery.lib.retry import retrying
@@ -158,6 +159,34 @@ def _reported(value: object) -> datetime:
     return at.astimezone(UTC).replace(tzinfo=None) if at.tzinfo else at
 
 
+def clear_superseded(writer: Writer, run: RunGeneration, run_id: str, step: str, earlier: Sequence[str | None]) -> None:
+    """What the earlier attempts of a re-executed run (Dagster's parent and root runs: killed, or failed before
+    their IO manager cleaned up) left of this step: each one's stage table is dropped and, when the run writes
+    its own ``run-<run id>`` generation, each one's generation registered without a write is ended ``failed``
+    (a generation that wrote keeps its rows and write records, as any earlier run's). One transaction."""
+    prior = [r for r in dict.fromkeys(earlier) if r and r != run_id]
+    if not prior:
+        return
+    own = run.generation == f"run-{run_id}"
+
+    def txn() -> None:
+        with writer.engine.transaction() as s:
+            if s.scalar("SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?", [STAGE_SCHEMA]):
+                for r in prior:
+                    s.drop_relation(stage_table(r, step))
+            if own:
+                s.execute(
+                    f"UPDATE {SCHEMA}.generations SET status = 'failed', ended_at = ?, note = ? WHERE list_contains("
+                    "CAST(? AS VARCHAR[]), generation) AND list_contains(CAST(? AS VARCHAR[]), run_id) AND writes = 0 "
+                    "AND status = 'running' AND fenced_at IS NULL",
+                    [utcnow(), f"superseded by its re-execution, run {run_id}", [f"run-{r}" for r in prior], prior],
+                )
+            faults.checkpoint("superseded:cleared")  # the earlier attempts' stages dropped, their generations ended
+
+    retrying(txn)
+    faults.checkpoint("superseded:committed")
+
+
 def drop_stage(writer: Writer, stage: str) -> None:
     def txn() -> None:
         with writer.engine.transaction() as s:
@@ -205,6 +234,7 @@ __all__ = [
     "write_output",
     "output_watermark",
     "drop_stage",
+    "clear_superseded",
     "STAGE_SCHEMA",
     "SOURCE_WATERMARK_KEY",
 ]
