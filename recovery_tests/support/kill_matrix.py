@@ -124,6 +124,7 @@ def build_templates(base: Path) -> dict[str, Path]:
     shutil.copytree(base / "damaged", base / "evidence")
     out["evidence"] = base / "evidence"
     out["assess"] = base / "evidence"  # not reconciled yet
+    out["decide"] = base / "plan"  # reconciled: its impact and decision next
     # repair_through_library's steps (reconcile, plan, the canary built and gated), a template between each
     incident = parse_incident(damaged.incident_path)
     run_reconciliation(damaged.spec, incident.failed_generations, incident_id=incident.incident_id)
@@ -389,6 +390,28 @@ def run_phase(phase: str, d: Path) -> None:
         from recovery.defs.repair.lakehouse import publish_onto_table
 
         publish_onto_table(load_spec(d / "spec.yaml", check_warehouse=False), LAKE_INCIDENT)
+        return
+    if phase == "decide":  # the assess job's impact and decision assets materialized (one commit each)
+        import dagster as dg
+        from dagster_duckdb import DuckDBResource
+
+        from recovery.defs.decision.assets import decision
+        from recovery.defs.impact.assets import impact
+        from recovery.defs.resources import WarehouseResource
+
+        config = {"config": {"incident_file": str(d / "incident.yaml")}}
+        result = dg.materialize(
+            [impact, decision],
+            resources={
+                "warehouse": WarehouseResource(
+                    spec_path=str(d / "spec.yaml"), duckdb=DuckDBResource(database=str(d / "wh.duckdb"))
+                )
+            },
+            run_config={"ops": {"incident__impact": config, "incident__decision": config}},
+            instance=dg.DagsterInstance.ephemeral(),
+            raise_on_error=True,
+        )
+        assert result.success
         return
     spec = load_spec(d / "spec.yaml")
     writer = Writer(open_engine(spec.warehouse), spec, actor="kill-matrix")
@@ -754,6 +777,8 @@ def observe(phase: str, d: Path) -> dict:
                 if "notifications" in tables
                 else []
             )
+        if phase == "decide":
+            state["impact"] = digest("SELECT * FROM _recovery.impact__orders") if "impact__orders" in tables else None
         if phase == "assess":
             recon = "recon__orders" in tables
             state["recon"] = digest("SELECT * FROM _recovery.recon__orders") if recon else None
@@ -768,6 +793,7 @@ def observe(phase: str, d: Path) -> dict:
             "publish",
             "restate",
             "assess",
+            "decide",
             "plan",
             "canary",
             "wave",
@@ -1536,6 +1562,12 @@ def _recorded_without_event(con: duckdb.DuckDBPyConnection, tables: set[str]) ->
                 [incident],
             )[0]:
                 problems.append(f"reconciliation rows of {incident} without their timeline event")
+    for table in sorted(n for n in tables if n.startswith(("impact__", "asset_impact__"))):
+        for (incident,) in con.execute(f'SELECT DISTINCT incident_id FROM _recovery."{table}"').fetchall():
+            if not _one(
+                con, "SELECT count(*) FROM _recovery.timeline WHERE kind = 'impact' AND incident_id = ?", [incident]
+            )[0]:
+                problems.append(f"impact rows of {incident} ({table}) without their timeline event")
     checks = {
         int(c)
         for (c,) in con.execute(
@@ -1618,9 +1650,12 @@ class Trial:
 
 def _preimport() -> None:
     """Everything a phase imports: the kill must land in the phase's work, not in Python's start-up."""
+    import dagster_duckdb  # noqa: F401 (the decide phase's warehouse resource)
     import deltalake  # noqa: F401 (the lakehouse phases' table log)
     import great_expectations  # noqa: F401 (the gates' suites: seconds to import)
 
+    import recovery.defs.decision.assets  # noqa: F401
+    import recovery.defs.impact.assets  # noqa: F401
     import recovery.defs.repair.lakehouse  # noqa: F401
     import recovery.lib.consumers.sql  # noqa: F401
     import recovery.lib.convergence.verify  # noqa: F401
@@ -1851,6 +1886,12 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "evidence:committed": "new",
     },
     "assess": {"reconcile:recorded": "old", "reconcile:committed": "new"},
+    "decide": {  # the assess job's impact (its rows and event) and decision (its event): one transaction each
+        "impact:recorded": "old",
+        "impact:committed": "between",  # the impact recorded, not decided yet
+        "decision:recorded": "between",
+        "decision:committed": "new",
+    },
     "plan": {  # the repair generation is registered first (its own transaction), then the plan's
         "plan:carried": "old",  # the carried rows rolled back (the generation stays registered, unused)
         "plan:recorded": "old",

@@ -4,6 +4,7 @@ import dagster as dg
 
 from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.resources import WarehouseResource
+from recovery.lib import faults
 from recovery.lib.control.plane import record_event
 from recovery.lib.decision import decide
 from recovery.lib.engine import open_engine
@@ -36,9 +37,11 @@ def decision(
                 actor="decision",
                 summary=f"{d.choice}: " + "; ".join(d.reasons),
             )
+            faults.checkpoint("decision:recorded")  # the decision's event, not committed
             return d
 
     d = retrying(txn)
+    faults.checkpoint("decision:committed")
     return dg.MaterializeResult(
         metadata={
             "choice": d.choice,

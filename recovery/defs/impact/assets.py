@@ -15,6 +15,7 @@ from recovery.defs.asset_consumers import affected_partitions, resolve
 from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.location import asset_graph
 from recovery.defs.resources import WarehouseResource
+from recovery.lib import faults
 from recovery.lib.consumers.assets import AssetImpact, damaged_target_partitions, trace_asset
 from recovery.lib.consumers.impact import assess_impact
 from recovery.lib.control.plane import record_event
@@ -84,9 +85,11 @@ def impact(
                 )
                 + "".join(f"; asset {u.asset} not traced: it {u.problem} (fix: {u.fix})" for u in undeclared),
             )
+            faults.checkpoint("impact:recorded")  # the impact's rows, the assets' originals and its event
             return impacts, traced
 
     impacts, traced = retrying(txn)
+    faults.checkpoint("impact:committed")
     rows = [
         "| consumer | kind | owner | changed | missing | extra | material | decision |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |",
