@@ -395,13 +395,13 @@ def run_phase(phase: str, d: Path) -> None:
         import dagster as dg
         from dagster_duckdb import DuckDBResource
 
-        from recovery.defs.decision.assets import decision
-        from recovery.defs.impact.assets import impact
+        from recovery.defs.decision.assets import decision as decision_asset
+        from recovery.defs.impact.assets import impact as impact_asset
         from recovery.defs.resources import WarehouseResource
 
         config = {"config": {"incident_file": str(d / "incident.yaml")}}
-        result = dg.materialize(
-            [impact, decision],
+        materialized = dg.materialize(
+            [impact_asset, decision_asset],
             resources={
                 "warehouse": WarehouseResource(
                     spec_path=str(d / "spec.yaml"), duckdb=DuckDBResource(database=str(d / "wh.duckdb"))
@@ -411,7 +411,7 @@ def run_phase(phase: str, d: Path) -> None:
             instance=dg.DagsterInstance.ephemeral(),
             raise_on_error=True,
         )
-        assert result.success
+        assert materialized.success
         return
     spec = load_spec(d / "spec.yaml")
     writer = Writer(open_engine(spec.warehouse), spec, actor="kill-matrix")
