@@ -74,6 +74,7 @@ def test_every_commit_point_of_every_phase_killed_leaves_no_torn_state_and_the_r
         "recur_gate": ["new", "old"],
         "recur_publish": ["between", "new", "old"],
         "lake_fence": ["between", "old"],  # the sync of the fence commit follows every point
+        "lake_adopt": ["new", "old"],  # the write log follows the adoption in its commit
         "lake_publish": ["between", "new"],  # the table's commit precedes every point but the last
         "draft": ["between", "new"],  # the draft's file is in place before its event commits
         "output": ["between"],  # the stage table is dropped after every point: the step's retry drops it

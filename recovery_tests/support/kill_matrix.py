@@ -209,6 +209,7 @@ def build_templates(base: Path) -> dict[str, Path]:
     out["consumer"] = base / "damaged"  # published: a consumer's refresh reads the repaired target
     out["lake_fence"] = _lakehouse_template(base / "lake")
     out["lake_publish"] = _lake_publish_template(base / "lake", base / "lake_publish")
+    out["lake_adopt"] = _lake_fenced_template(base / "lake", base / "lake_adopt")
     out["asset_restate"] = _asset_consumer_template(base / "damaged", base / "asset_restate")
     return out
 
@@ -259,6 +260,18 @@ def _lakehouse_template(d: Path) -> Path:
     sys.modules[loader.name] = module
     loader.loader.exec_module(module)
     module.build(d, fmt="delta", shipments=300)
+    return d
+
+
+def _lake_fenced_template(lake: Path, d: Path) -> Path:
+    """The Delta dataset with its table fenced and recorded (containment's first step): its adoption next."""
+    from recovery.lib.catalog_checks import load_spec
+    from recovery.lib.engine import open_engine
+    from recovery.lib.lakehouse.fence import fence_table
+
+    shutil.copytree(lake, d)
+    spec = load_spec(d / "spec.yaml", check_warehouse=False)
+    fence_table(open_engine(spec.warehouse), spec, LAKE_INCIDENT, ["bf-0007"], actor="kill-matrix")
     return d
 
 
@@ -385,6 +398,17 @@ def run_phase(phase: str, d: Path) -> None:
 
         spec = load_spec(d / "spec.yaml", check_warehouse=False)
         fence_table(open_engine(spec.warehouse), spec, LAKE_INCIDENT, ["bf-0007"], actor="kill-matrix")
+        return
+    if phase == "lake_adopt":  # containment's adoption on a Delta target (adopt_target): the fence found on the
+        # table, the warehouse's copy adopted, then the write log's rows pointed at the adopted namespace
+        from recovery.lib.lakehouse.adoption import adopted_lakehouse
+        from recovery.lib.lakehouse.fence import fence_table
+        from recovery.lib.pointers.adoption import adopt
+
+        spec = load_spec(d / "spec.yaml", check_warehouse=False)
+        engine = open_engine(spec.warehouse)
+        fence = fence_table(engine, spec, LAKE_INCIDENT, ["bf-0007"], actor="kill-matrix")
+        adopted_lakehouse(engine, spec, adopt(engine, spec, actor="kill-matrix", incident_id=LAKE_INCIDENT), fence)
         return
     if phase == "lake_publish":  # the repair published in the warehouse: its one commit onto the table, recorded
         from recovery.defs.repair.lakehouse import publish_onto_table
@@ -1283,6 +1307,12 @@ def _observe_lake(d: Path) -> dict:
                 "ORDER BY 1"
             ).fetchall(),
         }
+        if _one(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'pointers'")[0]:
+            recorded["adopted"] = con.execute(  # the pointer, and the namespaces the write log's rows name
+                "SELECT (SELECT list(namespace ORDER BY namespace) FROM _recovery.pointers), (SELECT list(DISTINCT "
+                "namespace ORDER BY namespace) FROM _recovery.writes), (SELECT list(DISTINCT _delta_namespace ORDER "
+                "BY _delta_namespace) FROM _recovery.delta__shipments)"
+            ).fetchall()
     finally:
         con.close()
     return state | {k: v for k, v in recorded.items() if v}
@@ -1382,6 +1412,17 @@ def _lake_problems(d: Path) -> list[str]:
             "NULL) f WHERE c.version > f.version AND c.status = 'history'"
         ).fetchall():
             problems.append(f"version {version}, after the table's fence commit {fence_commit}, judged history")
+        if _one(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'pointers'")[0]:
+            # adopted: no write log row names the public name, now a managed view, as where its rows live
+            for public, writes, logged in con.execute(
+                "SELECT p.public_name, (SELECT count(*) FROM _recovery.writes w WHERE w.namespace = p.public_name), "
+                "(SELECT count(*) FROM _recovery.delta__shipments l WHERE l._delta_namespace = p.public_name) "
+                "FROM _recovery.pointers p"
+            ).fetchall():
+                if writes or logged:
+                    problems.append(
+                        f"{public} adopted, {writes} writes and {logged} logged rows still placed at the public name"
+                    )
     finally:
         con.close()
     return problems
@@ -1888,8 +1929,7 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
     "assess": {"reconcile:recorded": "old", "reconcile:committed": "new"},
     "decide": {  # the assess job's impact (its rows and event) and decision (its event): one transaction each
         "impact:recorded": "old",
-        "impact:committed": "between",  # the impact recorded, not decided yet
-        "decision:recorded": "between",
+        "impact:committed": "between",  # the impact recorded, not decided yet (decision:recorded leaves the same)
         "decision:committed": "new",
     },
     "plan": {  # the repair generation is registered first (its own transaction), then the plan's
@@ -1970,15 +2010,15 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "fence_attempt:committed": "new",
     },
     "launch": {  # a guarded backfill launched: its manifest (one transaction), its own generation (another), its
-        # seed (a third), the recompute's write (a fourth), then the build recorded with its generation ended (a fifth)
+        # seed (a third), the recompute's write (a fourth), then the build recorded with its generation ended (a
+        # fifth). A kill inside a transaction leaves the state of the point after the commit before it: those of the
+        # generation, the seed and the write (register:recorded, backfill_seed:recorded, write:recorded) are left
+        # out here (the same functions' are killed in "register", "ingest" and "output")
         "backfill_manifest:recorded": "old",
         "backfill_manifest:committed": "between",  # the manifest recorded, no generation yet: the rerun resumes
-        "register:recorded": "between",
         "register:committed": "between",
-        "backfill_seed:recorded": "between",
         "backfill_seed:committed": "between",  # building: the rerun builds
-        "write:recorded": "between",
-        "backfill_built:recorded": "between",
+        "backfill_built:recorded": "between",  # the recompute's rows written, the build not recorded
         "backfill_built:committed": "new",  # (its generation ended in the same commit)
     },
     "recur_gate": {  # a guarded backfill's post-build gates: each result and its event, one transaction
@@ -2001,6 +2041,14 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "lake_fence:recorded": "between",
         "lake_fence:committed": "between",  # recorded, the fence commit itself not synced yet
     },
+    "lake_adopt": {  # containment's adoption on a Delta target, its fence recorded: the warehouse's copy adopted (one
+        # transaction, the write log's rows pointed at it in the same commit), then that pointing again for a
+        # target adopted before it did (another). (adopt:renamed and adopt:view_moved, earlier in the same
+        # transaction as adopt:recorded, are killed in "contain".)
+        "adopt:recorded": "old",
+        "adopt:committed": "new",
+        "lake_adopt:committed": "new",  # (lake_adopt:recorded, inside it, leaves the same: nothing left to point)
+    },
     "lake_publish": {  # a published repair committed onto the Delta target (one table commit), the commit
         # synced (one transaction), then its timeline event (another)
         "lake_publish:committed": "between",  # the table's commit landed, not synced nor on the timeline
@@ -2022,12 +2070,10 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
     },
     "reexecute": {  # Dagster's re-execution of a run killed after it registered its generation: that attempt's
         # stage dropped and its empty generation ended (one transaction), then its own output written as "output"'s
+        # (its points between those two are killed in "output")
         "superseded:cleared": "old",
         "superseded:committed": "between",  # the killed attempt cleared, the output not written yet
-        "output:staged": "between",
-        "register:committed": "between",
-        "write:recorded": "between",
-        "output:written": "between",  # the stage table is dropped after every point: the step's retry drops it
+        "output:written": "between",  # written, its stage not dropped: the step's retry drops it
     },
     "consumer": {  # a SQL consumer's output refreshed: built, pointed at and recorded in one transaction
         "consumer:refreshed": "old",

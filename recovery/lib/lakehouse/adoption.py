@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from recovery.lib import faults
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine
 from recovery.lib.lakehouse.fence import TableFence
@@ -18,13 +19,16 @@ from recovery.lib.retry import retrying
 
 
 def adopted_lakehouse(engine: Engine, spec: DatasetSpec, adoption: Adoption, fence: TableFence) -> Adoption:
-    """Point the history's rows at the adopted namespace (idempotent) and add the table's fence to the line."""
+    """Point the history's rows at the adopted namespace (idempotent: ``adopt`` does it in its own commit; this
+    covers a target adopted before it did) and add the table's fence to the line."""
 
     def txn() -> None:
         with engine.transaction() as s:
             fix_adopted_namespace(s, spec, adoption.namespace)
+            faults.checkpoint("lake_adopt:recorded")  # the write log's rows pointed at the namespace, not committed
 
     retrying(txn)
+    faults.checkpoint("lake_adopt:committed")
     kept_out = [c for r in fence.synced for c in r.not_applied]
     note = fence.line() + (f"; {len(kept_out)} commit(s) after the fence kept out of the repair" if kept_out else "")
     return dataclasses.replace(adoption, note=note)

@@ -85,6 +85,10 @@ def adopt(engine: Engine, spec: DatasetSpec, *, actor: str, incident_id: str | N
             rows, checksum = content_checksum(s, public.sql()) if kind == "table" else (0, None)
             columns = [c for c, _ in s.columns(public.sql())]
             ns = create_or_adopt(s, spec, actor=actor)
+            if spec.target.lakehouse is not None:  # the table's synced history follows its rows, in the same commit
+                from recovery.lib.lakehouse.history import fix_adopted_namespace
+
+                fix_adopted_namespace(s, spec, ns)
             registered = int(
                 s.scalar(
                     f"SELECT count(*) FROM {SCHEMA}.generations WHERE dataset = ? AND note LIKE 'from registry %'",
