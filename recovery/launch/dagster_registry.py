@@ -19,6 +19,7 @@ from pathlib import Path
 import dagster as dg
 
 from recovery.dagster_history import backfill_incident
+from recovery.lib import faults
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine import open_engine
 from recovery.lib.errors import RecoveryError
@@ -154,8 +155,10 @@ def write_registry(spec: DatasetSpec, runs: list[DagsterRun], backfill_id: str, 
                         WATERMARK_BASIS,
                     ],
                 )
+            faults.checkpoint("registry:recorded")  # the registry table replaced, not committed
 
     retrying(txn)
+    faults.checkpoint("registry:committed")
     return DagsterRegistry(backfill_id, tuple(carried), tuple(runs), str(name), int(rows))
 
 

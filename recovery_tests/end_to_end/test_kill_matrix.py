@@ -54,6 +54,8 @@ def test_every_commit_point_of_every_phase_killed_leaves_no_torn_state_and_the_r
         "contain": ["between", "new", "old"],
         "evidence": ["between", "new"],  # the bundle is on disk before its event commits
         "assess": ["new", "old"],
+        "registry": ["new", "old"],
+        "patrol": ["between", "old"],
         "decide": ["between", "new", "old"],
         "plan": ["new", "old"],
         "canary": ["between", "new", "old"],

@@ -124,6 +124,7 @@ def build_templates(base: Path) -> dict[str, Path]:
     shutil.copytree(base / "damaged", base / "evidence")
     out["evidence"] = base / "evidence"
     out["assess"] = base / "evidence"  # not reconciled yet
+    out["registry"] = out["contain"]  # a plain target, before containment: its runs' registry next
     out["decide"] = base / "plan"  # reconciled: its impact and decision next
     # repair_through_library's steps (reconcile, plan, the canary built and gated), a template between each
     incident = parse_incident(damaged.incident_path)
@@ -206,6 +207,7 @@ def build_templates(base: Path) -> dict[str, Path]:
     out.update(_guarded_templates(base, base / "damaged"))
     out["draft"] = out["output"] = base / "evidence"  # contained, not reconciled yet
     out["reexecute"] = _reexecute_template(base / "evidence", base / "reexecute")
+    out["patrol"] = _patrol_template(base / "evidence", base / "patrol")
     out["consumer"] = base / "damaged"  # published: a consumer's refresh reads the repaired target
     out["lake_fence"] = _lakehouse_template(base / "lake")
     out["lake_publish"] = _lake_publish_template(base / "lake", base / "lake_publish")
@@ -263,6 +265,40 @@ def _lakehouse_template(d: Path) -> Path:
     return d
 
 
+def _patrol_template(contained: Path, d: Path) -> Path:
+    """The contained dataset (bf-7 fenced) with a Dagster instance of its own (``dagster/``, the project's
+    ``dagster.yaml``) holding two runs of bf-7 queued after the fence (a relaunch and its retry)."""
+    import dagster as dg
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    from recovery.lib.write.fencing import GENERATION_TAG
+
+    shutil.copytree(contained, d)
+    (d / "dagster").mkdir()
+    shutil.copy(ROOT / "dagster.yaml", d / "dagster" / "dagster.yaml")
+    origin = RemoteJobOrigin(
+        RemoteRepositoryOrigin(
+            InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="recovery.definitions")), "__repository__"
+        ),
+        "__ASSET_JOB",
+    )
+    with dg.DagsterInstance.from_config(str(d / "dagster")) as instance:
+        for run_id, parent in ((PATROL_RUNS[0], None), (PATROL_RUNS[1], PATROL_RUNS[0])):
+            instance.add_run(
+                dg.DagsterRun(
+                    job_name="__ASSET_JOB",
+                    run_id=run_id,
+                    status=dg.DagsterRunStatus.QUEUED,
+                    tags={GENERATION_TAG: "bf-7"},
+                    parent_run_id=parent,
+                    root_run_id=parent,
+                    remote_job_origin=origin,
+                )
+            )
+    return d
+
+
 def _lake_fenced_template(lake: Path, d: Path) -> Path:
     """The Delta dataset with its table fenced and recorded (containment's first step): its adoption next."""
     from recovery.lib.catalog_checks import load_spec
@@ -297,6 +333,7 @@ def _lake_publish_template(lake: Path, d: Path) -> Path:
     return d
 
 
+PATROL_RUNS = ("0000aaaa-0000-4000-8000-000000000001", "0000aaaa-0000-4000-8000-000000000002")
 BACKFILL_ID = "recur-1"
 OUTPUT_RUN = "k3run"
 REEXECUTED_RUN = "k3run2"  # Dagster's re-execution of OUTPUT_RUN (its parent and root run)
@@ -414,6 +451,33 @@ def run_phase(phase: str, d: Path) -> None:
         from recovery.defs.repair.lakehouse import publish_onto_table
 
         publish_onto_table(load_spec(d / "spec.yaml", check_warehouse=False), LAKE_INCIDENT)
+        return
+    if phase == "patrol":  # the fencing sensor's pass: the fenced generation's runs relaunched after the fence
+        # stopped, each counted once with its event, then its owner alerted
+        import dagster as dg
+
+        from recovery.defs.containment.patrol import patrol
+        from recovery.lib.notify import FileChannel, Notifier
+
+        spec = load_spec(d / "spec.yaml")
+        engine = open_engine(spec.warehouse)
+        with dg.DagsterInstance.from_config(str(d / "dagster")) as instance:
+            report = patrol(instance, engine, Notifier(FileChannel(d / "alerts.jsonl"), engine))
+        if report.alert_failures:
+            raise AssertionError(report.alert_failures)
+        return
+    if phase == "registry":  # `recovery registry --from-dagster`'s record: the backfill's runs (as the instance
+        # listed them) written as the team's run registry table, replaced whole
+        from datetime import datetime
+
+        from recovery.launch.dagster_registry import DagsterRun, write_registry
+
+        at = datetime(2026, 3, 2)
+        runs = [
+            DagsterRun("ingest-1", "ingest", None, "SUCCESS", at.replace(day=1), at.replace(day=1, hour=1)),
+            DagsterRun("bf-7", "backfill", "dbf-7", "FAILURE", at, at.replace(hour=2)),
+        ]
+        write_registry(load_spec(d / "spec.yaml"), runs, "dbf-7", "ops.dagster_runs")
         return
     if phase == "decide":  # the assess job's impact and decision assets materialized (one commit each)
         import dagster as dg
@@ -801,6 +865,22 @@ def observe(phase: str, d: Path) -> dict:
                 if "notifications" in tables
                 else []
             )
+        if phase == "registry":
+            state["registry"] = (
+                con.execute("SELECT * FROM ops.dagster_runs ORDER BY ALL").fetchall()
+                if _one(con, "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'ops'")[0]
+                else None
+            )
+        if phase == "patrol":
+            state["run_attempts"] = con.execute(
+                "SELECT run_id, action, count(*) FROM _recovery.fence_attempts WHERE action LIKE 'run:%' GROUP BY ALL "
+                "ORDER BY ALL"
+            ).fetchall()
+            state["alerted"] = (
+                _one(con, "SELECT count(*) FROM _recovery.notifications WHERE dedupe_key LIKE 'fence-attempt:%'")[0]
+                if "notifications" in tables
+                else 0
+            )
         if phase == "decide":
             state["impact"] = digest("SELECT * FROM _recovery.impact__orders") if "impact__orders" in tables else None
         if phase == "assess":
@@ -817,6 +897,7 @@ def observe(phase: str, d: Path) -> dict:
             "publish",
             "restate",
             "assess",
+            "patrol",
             "decide",
             "plan",
             "canary",
@@ -956,6 +1037,28 @@ def consistency_problems(phase: str, d: Path, *, finished: bool = False) -> list
         con.close()
     if phase in PUBLISHING:
         problems += read_copy_problems(d)
+    if phase == "patrol":  # a run the sensor stopped (its instance's runs, read from its SQLite file) is counted
+        import sqlite3
+
+        runs = sqlite3.connect(str(d / "dagster" / "history" / "runs.db"))
+        try:
+            stopped = {r for (r,) in runs.execute("SELECT run_id FROM runs WHERE status IN ('CANCELED', 'CANCELING')")}
+        finally:
+            runs.close()
+        con = _con(d)
+        try:
+            counted = {
+                r
+                for (r,) in con.execute(
+                    "SELECT run_id FROM _recovery.fence_attempts WHERE action LIKE 'run:%'"
+                ).fetchall()
+            }
+        finally:
+            con.close()
+        if stopped - counted:
+            problems.append(
+                f"runs of a fenced generation stopped without their attempt counted: {sorted(stopped - counted)}"
+            )
     if finished and phase in ("output", "reexecute"):  # the step ended: nothing of any attempt's left behind
         con = _con(d)
         try:
@@ -1695,9 +1798,11 @@ def _preimport() -> None:
     import deltalake  # noqa: F401 (the lakehouse phases' table log)
     import great_expectations  # noqa: F401 (the gates' suites: seconds to import)
 
+    import recovery.defs.containment.patrol  # noqa: F401
     import recovery.defs.decision.assets  # noqa: F401
     import recovery.defs.impact.assets  # noqa: F401
     import recovery.defs.repair.lakehouse  # noqa: F401
+    import recovery.launch.dagster_registry  # noqa: F401
     import recovery.lib.consumers.sql  # noqa: F401
     import recovery.lib.convergence.verify  # noqa: F401
     import recovery.lib.decision  # noqa: F401
@@ -1927,6 +2032,16 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "evidence:committed": "new",
     },
     "assess": {"reconcile:recorded": "old", "reconcile:committed": "new"},
+    "registry": {  # a run registry from Dagster written for a plain target: the table replaced whole, one transaction
+        "registry:recorded": "old",
+        "registry:committed": "new",
+    },
+    "patrol": {  # the fencing sensor's pass over bf-7's two runs queued after the fence: each counted with its event
+        # (one transaction each), then stopped; then each attempt's owner alerted (the points of the alerts'
+        # delivery are killed in "notify")
+        "run_attempt:recorded": "old",
+        "run_attempt:committed": "between",  # the first run counted, not stopped yet
+    },
     "decide": {  # the assess job's impact (its rows and event) and decision (its event): one transaction each
         "impact:recorded": "old",
         "impact:committed": "between",  # the impact recorded, not decided yet (decision:recorded leaves the same)

@@ -176,14 +176,17 @@ def _stop_fenced_runs(instance: dg.DagsterInstance, engine: Engine, fence: Fence
         run = record.dagster_run
         if run.status not in dagster_runs.STOPPABLE:
             continue
-        result = dagster_runs.stop_run(instance, run)
         when = "after" if naive_utc(record.create_timestamp) > fence.fenced_at else "before"
+        # counted before it is stopped: a pass killed between the two finds it still active and stops it (counted
+        # after, the stopped run was no longer active for the next pass, and never counted nor alerted)
         counted += count_run_attempt(
             engine,
             fence,
             run.run_id,
             run.status.value,
-            f"run created {when} the fence (parent {run.parent_run_id or 'none'}): {result.action}",
+            f"run created {when} the fence (parent {run.parent_run_id or 'none'}): "
+            + ("canceled from the queue" if run.status == dg.DagsterRunStatus.QUEUED else "termination requested"),
         )
+        dagster_runs.stop_run(instance, run)
         stopped.append(run.run_id)
     return stopped, counted

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from recovery.lib import faults
 from recovery.lib.control.plane import SCHEMA, control_plane_exists, record_event, utcnow
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.incident.model import Incident
@@ -170,9 +171,12 @@ def count_run_attempt(engine: Engine, fence: FenceRecord, run_id: str, status: s
                 summary=f"run {run_id} of fenced generation {fence.generation} was {status} after the fence; stopped",
                 details=json.dumps({"generation": fence.generation, "action": action, "detail": detail}),
             )
+            faults.checkpoint("run_attempt:recorded")  # the attempt and its event, not committed
             return True
 
-    return retrying(txn)
+    counted = retrying(txn)
+    faults.checkpoint("run_attempt:committed")
+    return counted
 
 
 ATTEMPT_KEY_SQL = (
