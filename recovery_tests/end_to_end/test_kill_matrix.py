@@ -8,8 +8,10 @@ restatement and its owners' notices, rollback, the release of the public name, c
 verification, the generation registry with its fence attempts, ingestion during the repair, and a
 guarded backfill's gates, publish, read copy, convergence and release of the prior, a Delta
 target's fence, a repair's publish onto a Delta target, a draft incident opened, a team's asset
-output written through the IO manager, a SQL consumer refreshed and a Dagster asset consumer
-restated) is killed once,
+output written through the IO manager (and re-executed as a new run after a kill), a SQL consumer
+refreshed, a Dagster asset consumer restated, a guarded backfill's launch, the impact and decision
+records, a Delta target's adoption, a run registry from Dagster and the fencing sensor's pass) is killed
+once,
 injected there (``RECOVERY_FAULT_AT``), not by timing. After every kill the public view serves
 the old or the new result whole, the control plane agrees with the catalog and with itself (no
 torn state), and rerunning the step converges to what an uninterrupted run produced; after a
@@ -55,7 +57,7 @@ def test_every_commit_point_of_every_phase_killed_leaves_no_torn_state_and_the_r
         "evidence": ["between", "new"],  # the bundle is on disk before its event commits
         "assess": ["new", "old"],
         "registry": ["new", "old"],
-        "patrol": ["between", "old"],
+        "patrol": ["between", "old"],  # (events:recorded: the backfill's cancel rolled back)
         "decide": ["between", "new", "old"],
         "plan": ["new", "old"],
         "canary": ["between", "new", "old"],

@@ -32,8 +32,12 @@ its event), ``draft`` (a draft
 incident's file and event), ``output`` (a team's asset output through the IO manager: staged, its
 run's generation registered, written, the stage dropped), ``consumer`` (a SQL consumer's output
 refreshed) and ``asset_restate`` (a Dagster asset consumer restated: its original captured, its
-partitions re-materialized, then its corrected rows, ledger, record, event and check) is killed once,
-injected there, not by timing. After each, no torn state
+partitions re-materialized, then its corrected rows, ledger, record, event and check), ``launch`` (a
+guarded backfill's manifest, own generation, seed, recompute and build), ``reexecute`` (a team's output
+re-executed as a new run after a kill: the killed attempt's stage and empty generation cleared, then its
+write), ``decide`` (the impact and decision assets' records), ``lake_adopt`` (a Delta target's adoption),
+``registry`` (a run registry from Dagster) and ``patrol`` (the fencing sensor's pass: a backfill's cancel
+event, each run's attempt counted) is killed once, injected there, not by timing. After each, no torn state
 (``torn_states``: a pointer without its history or view, a public name released with its pointer or
 view left (or off its pointer without a release), a fence row without its generation's update or
 event, a plan published without its move, a plan without its partitions or event, a partition
@@ -47,7 +51,11 @@ guarded backfill's gate result without its event, its publish without its move, 
 its convergence without its event or the prior released, a stop without its event, a lakehouse fence
 without its event or at a commit that sets none, a commit after the table's fence judged history, a
 lakehouse publish's sync record or event without its table commit, or (once the step ran to its end)
-its table commit without its sync record or event, or any of them twice, a
+its table commit without its sync record or event, or any of them twice, a guarded backfill without its
+manifest's gate and event, seeded without its namespace, seed write or start event, built without its build
+event or over a running generation, a stage table or an empty running run generation left once an output
+step finished, impact rows without their event, an adopted lakehouse target's write log still at the public
+name, a run or backfill stopped in the Dagster instance without its attempt or cancel event, a
 draft's event without its file, a run's rows without their write record, a consumer's output apart
 from its build record, an asset consumer's restatement without its check or its corrected rows kept),
 the kill left the state expected of its point (rolled back whole, or
@@ -267,8 +275,10 @@ def _lakehouse_template(d: Path) -> Path:
 
 def _patrol_template(contained: Path, d: Path) -> Path:
     """The contained dataset (bf-7 fenced) with a Dagster instance of its own (``dagster/``, the project's
-    ``dagster.yaml``) holding two runs of bf-7 queued after the fence (a relaunch and its retry)."""
+    ``dagster.yaml``) holding a backfill of bf-7 requested again and two runs of bf-7 queued after the fence (a
+    relaunch and its retry)."""
     import dagster as dg
+    from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
     from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
     from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
@@ -284,6 +294,15 @@ def _patrol_template(contained: Path, d: Path) -> Path:
         "__ASSET_JOB",
     )
     with dg.DagsterInstance.from_config(str(d / "dagster")) as instance:
+        instance.add_backfill(
+            PartitionBackfill(
+                backfill_id=PATROL_BACKFILL,
+                status=BulkActionStatus.REQUESTED,
+                from_failure=False,
+                tags={GENERATION_TAG: "bf-7"},
+                backfill_timestamp=time.time(),
+            )
+        )
         for run_id, parent in ((PATROL_RUNS[0], None), (PATROL_RUNS[1], PATROL_RUNS[0])):
             instance.add_run(
                 dg.DagsterRun(
@@ -333,6 +352,7 @@ def _lake_publish_template(lake: Path, d: Path) -> Path:
     return d
 
 
+PATROL_BACKFILL = "kbf0007"
 PATROL_RUNS = ("0000aaaa-0000-4000-8000-000000000001", "0000aaaa-0000-4000-8000-000000000002")
 BACKFILL_ID = "recur-1"
 OUTPUT_RUN = "k3run"
@@ -1058,6 +1078,28 @@ def consistency_problems(phase: str, d: Path, *, finished: bool = False) -> list
         if stopped - counted:
             problems.append(
                 f"runs of a fenced generation stopped without their attempt counted: {sorted(stopped - counted)}"
+            )
+        runs = sqlite3.connect(str(d / "dagster" / "history" / "runs.db"))
+        try:
+            cancelled = {
+                k for (k,) in runs.execute("SELECT key FROM bulk_actions WHERE status IN ('CANCELING', 'CANCELED')")
+            }
+        finally:
+            runs.close()
+        con = _con(d)
+        try:
+            told = {
+                b
+                for (b,) in con.execute(
+                    "SELECT json_extract_string(details, '$.backfill_id') FROM _recovery.timeline WHERE kind IN "
+                    "('fence_cancel_backfill', 'containment_cancel_backfill')"
+                ).fetchall()
+            }
+        finally:
+            con.close()
+        if cancelled - told:
+            problems.append(
+                f"backfills of a fenced generation cancelled without their event: {sorted(cancelled - told)}"
             )
     if finished and phase in ("output", "reexecute"):  # the step ended: nothing of any attempt's left behind
         con = _con(d)
@@ -2036,10 +2078,13 @@ COMMIT_POINTS: dict[str, dict[str, str]] = {
         "registry:recorded": "old",
         "registry:committed": "new",
     },
-    "patrol": {  # the fencing sensor's pass over bf-7's two runs queued after the fence: each counted with its event
-        # (one transaction each), then stopped; then each attempt's owner alerted (the points of the alerts'
+    "patrol": {  # the fencing sensor's pass over bf-7's backfill requested again and its two runs queued after the
+        # fence: the backfill's cancel recorded (one transaction), then each run counted with its event (one
+        # transaction each) and stopped; then each attempt's owner alerted (the points of the alerts'
         # delivery are killed in "notify")
-        "run_attempt:recorded": "old",
+        "events:recorded": "old",  # the backfill's cancel event, not committed
+        "events:committed": "between",
+        "run_attempt:recorded": "between",
         "run_attempt:committed": "between",  # the first run counted, not stopped yet
     },
     "decide": {  # the assess job's impact (its rows and event) and decision (its event): one transaction each

@@ -82,9 +82,8 @@ def runs_of(
     return sorted(found.values(), key=lambda r: r.create_timestamp)
 
 
-def cancel_backfill(instance: dg.DagsterInstance, backfill_id: str) -> str | None:
-    """Move a live backfill to CANCELING, as the UI's cancel does. Returns the status it had,
-    or None when it was already cancelling or finished (nothing changed)."""
+def live_backfill_status(instance: dg.DagsterInstance, backfill_id: str) -> str | None:
+    """The status of a backfill still live (one a cancel would change), None when it is gone, cancelling or finished."""
     backfill = instance.get_backfill(backfill_id)
     if (
         backfill is None
@@ -92,8 +91,18 @@ def cancel_backfill(instance: dg.DagsterInstance, backfill_id: str) -> str | Non
         or backfill.status in (BulkActionStatus.CANCELING, BulkActionStatus.FAILING)
     ):
         return None
-    instance.update_backfill(backfill.with_status(BulkActionStatus.CANCELING))
     return backfill.status.value
+
+
+def cancel_backfill(instance: dg.DagsterInstance, backfill_id: str) -> str | None:
+    """Move a live backfill to CANCELING, as the UI's cancel does. Returns the status it had,
+    or None when it was already cancelling or finished (nothing changed)."""
+    before = live_backfill_status(instance, backfill_id)
+    backfill = instance.get_backfill(backfill_id)
+    if before is None or backfill is None:
+        return None
+    instance.update_backfill(backfill.with_status(BulkActionStatus.CANCELING))
+    return before
 
 
 def strip_retries(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> list[str]:

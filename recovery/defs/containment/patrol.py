@@ -155,20 +155,23 @@ def _explain_refused_writes(
 def _stop_fenced_runs(instance: dg.DagsterInstance, engine: Engine, fence: FenceRecord) -> tuple[list[str], int]:
     backfills = dagster_runs.backfills_of(instance, fence.generation, fence.backfill_id)
     events = []
-    for b in backfills:
-        before = dagster_runs.cancel_backfill(instance, b)
-        if before is not None:  # someone resumed or relaunched it after containment
-            events.append(
-                TimelineEvent(
-                    "fence_cancel_backfill",
-                    f"backfill {b} of fenced {fence.generation} was {before}; cancelled",
-                    fence.incident_id,
-                    fence.dataset,
-                    "fencing_sensor",
-                    details={"generation": fence.generation, "backfill_id": b, "status_before": before},
-                )
+    live = {b: s for b in backfills if (s := dagster_runs.live_backfill_status(instance, b)) is not None}
+    for b, before in live.items():  # someone resumed or relaunched it after containment
+        events.append(
+            TimelineEvent(
+                "fence_cancel_backfill",
+                f"backfill {b} of fenced {fence.generation} was {before}; cancelled",
+                fence.incident_id,
+                fence.dataset,
+                "fencing_sensor",
+                details={"generation": fence.generation, "backfill_id": b, "status_before": before},
             )
+        )
+    # recorded before the cancel: a pass killed between the two finds the backfill still live and cancels it (the
+    # other way round, the cancelled backfill was no longer live for the next pass, and its event never recorded)
     record_events(engine, events)
+    for b in live:
+        dagster_runs.cancel_backfill(instance, b)
     records = dagster_runs.runs_of(instance, fence.generation, backfills)
     dagster_runs.strip_retries(instance, [r.dagster_run for r in records])
     stopped, counted = [], 0

@@ -127,8 +127,10 @@ def record_events(engine: Engine, events: list[TimelineEvent]) -> None:
                     run_id=e.run_id,
                     details=json.dumps(e.details, sort_keys=True, default=str),
                 )
+            faults.checkpoint("events:recorded")  # the events, not committed
 
     retrying(txn)
+    faults.checkpoint("events:committed")
 
 
 def event_recorded(engine: Engine, kind: str, incident_id: str, generation: str) -> bool:
