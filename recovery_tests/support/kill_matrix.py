@@ -1452,7 +1452,14 @@ def _observe_lake(d: Path) -> dict:
                 "ORDER BY 1"
             ).fetchall(),
         }
-        if _one(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'pointers'")[0]:
+        if (
+            _one(
+                con,
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = '_recovery' AND table_name IN "
+                "('pointers', 'writes', 'delta__shipments')",
+            )[0]
+            == 3
+        ):
             recorded["adopted"] = con.execute(  # the pointer, and the namespaces the write log's rows name
                 "SELECT (SELECT list(namespace ORDER BY namespace) FROM _recovery.pointers), (SELECT list(DISTINCT "
                 "namespace ORDER BY namespace) FROM _recovery.writes), (SELECT list(DISTINCT _delta_namespace ORDER "
@@ -1557,7 +1564,14 @@ def _lake_problems(d: Path) -> list[str]:
             "NULL) f WHERE c.version > f.version AND c.status = 'history'"
         ).fetchall():
             problems.append(f"version {version}, after the table's fence commit {fence_commit}, judged history")
-        if _one(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'pointers'")[0]:
+        if (
+            _one(
+                con,
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = '_recovery' AND table_name IN "
+                "('pointers', 'writes', 'delta__shipments')",
+            )[0]
+            == 3
+        ):
             # adopted: no write log row names the public name, now a managed view, as where its rows live
             for public, writes, logged in con.execute(
                 "SELECT p.public_name, (SELECT count(*) FROM _recovery.writes w WHERE w.namespace = p.public_name), "
