@@ -1101,6 +1101,16 @@ def consistency_problems(phase: str, d: Path, *, finished: bool = False) -> list
             problems.append(
                 f"backfills of a fenced generation cancelled without their event: {sorted(cancelled - told)}"
             )
+        con = _con(d)
+        try:
+            twice = con.execute(
+                "SELECT json_extract_string(details, '$.backfill_id') FROM _recovery.timeline "
+                "WHERE kind = 'fence_cancel_backfill' GROUP BY 1 HAVING count(*) > 1"
+            ).fetchall()
+        finally:
+            con.close()
+        if twice:
+            problems.append(f"a backfill's cancel by the fencing sensor recorded twice: {sorted(r[0] for r in twice)}")
     if finished and phase in ("output", "reexecute"):  # the step ended: nothing of any attempt's left behind
         con = _con(d)
         try:

@@ -28,6 +28,7 @@ from recovery.lib.notify import NotificationError, Notifier
 from recovery.lib.write.fencing import (
     FenceRecord,
     TimelineEvent,
+    backfill_cancels_recorded,
     count_run_attempt,
     read_fences,
     record_events,
@@ -156,7 +157,10 @@ def _stop_fenced_runs(instance: dg.DagsterInstance, engine: Engine, fence: Fence
     backfills = dagster_runs.backfills_of(instance, fence.generation, fence.backfill_id)
     events = []
     live = {b: s for b in backfills if (s := dagster_runs.live_backfill_status(instance, b)) is not None}
+    recorded = backfill_cancels_recorded(engine, fence.incident_id, list(live))
     for b, before in live.items():  # someone resumed or relaunched it after containment
+        if b in recorded:  # a killed pass recorded its cancel and never made it: made below, told once
+            continue
         events.append(
             TimelineEvent(
                 "fence_cancel_backfill",

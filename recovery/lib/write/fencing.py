@@ -145,6 +145,26 @@ def event_recorded(engine: Engine, kind: str, incident_id: str, generation: str)
         )
 
 
+def backfill_cancels_recorded(engine: Engine, incident_id: str, backfill_ids: list[str]) -> set[str]:
+    """The backfills among ``backfill_ids`` whose cancel by the fencing sensor is already on the timeline.
+
+    A cancelled Dagster backfill is never live again, so one found live with its cancel recorded is one a
+    pass recorded and was killed before cancelling: the next pass cancels it without a second event."""
+    if not backfill_ids:
+        return set()
+    with engine.session(read_only=True) as s:
+        marks = ", ".join("?" for _ in backfill_ids)
+        return {
+            r[0]
+            for r in s.fetchall(
+                f"SELECT DISTINCT json_extract_string(details, '$.backfill_id') FROM {SCHEMA}.timeline "
+                f"WHERE kind = 'fence_cancel_backfill' AND incident_id = ? "
+                f"AND json_extract_string(details, '$.backfill_id') IN ({marks})",
+                [incident_id, *backfill_ids],
+            )
+        }
+
+
 def count_run_attempt(engine: Engine, fence: FenceRecord, run_id: str, status: str, detail: str) -> bool:
     """Count a run of a fenced generation found active after the fence, once per run.
     Returns True when counted now (the run was not counted before)."""
