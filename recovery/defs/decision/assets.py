@@ -4,7 +4,7 @@ import dagster as dg
 
 from recovery.defs.containment.config import IncidentConfig, incident_for_step
 from recovery.defs.resources import WarehouseResource
-from recovery.lib.control.plane import record_event
+from recovery.lib.control.plane import EventSource
 from recovery.lib.decision import decide
 from recovery.lib.engine import open_engine
 from recovery.lib.incident.phases import ASSESS
@@ -23,19 +23,14 @@ def decision(
 ) -> dg.MaterializeResult:
     incident, spec = incident_for_step(context, config, warehouse.spec_path)
     engine = open_engine(spec.warehouse)
+    events = EventSource(
+        dataset=spec.dataset, incident_id=incident.incident_id, actor="decision", run_id=context.run.run_id
+    )
 
     def txn():
         with engine.transaction() as s:
             d = decide(s, spec, incident.failed_generations)
-            record_event(
-                s,
-                kind="decision",
-                dataset=spec.dataset,
-                incident_id=incident.incident_id,
-                run_id=context.run.run_id,
-                actor="decision",
-                summary=f"{d.choice}: " + "; ".join(d.reasons),
-            )
+            events.record(s, "decision", f"{d.choice}: " + "; ".join(d.reasons))
             return d
 
     d = retrying(txn)

@@ -17,7 +17,7 @@ from recovery.defs.location import asset_graph
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.consumers.assets import AssetImpact, damaged_target_partitions, trace_asset
 from recovery.lib.consumers.impact import assess_impact
-from recovery.lib.control.plane import record_event
+from recovery.lib.control.plane import EventSource
 from recovery.lib.engine import open_engine
 from recovery.lib.retry import retrying
 
@@ -67,14 +67,12 @@ def impact(
                 )
             affected = [i for i in impacts if i.affected]
             reached = [t for t in traced if t.affected]
-            record_event(
+            EventSource(
+                dataset=spec.dataset, incident_id=incident.incident_id, actor="impact", run_id=context.run.run_id
+            ).record(
                 s,
-                kind="impact",
-                dataset=spec.dataset,
-                incident_id=incident.incident_id,
-                run_id=context.run.run_id,
-                actor="impact",
-                summary=f"{len(affected)} of {len(impacts)} consumers affected: "
+                "impact",
+                f"{len(affected)} of {len(impacts)} consumers affected: "
                 + "; ".join(f"{i.consumer} {i.material_rows:,} material" for i in affected)
                 + (
                     f"; {len(reached)} of {len(traced)} downstream assets reached: "

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 
-from recovery.lib.control.plane import record_event, utcnow
+from recovery.lib.control.plane import EventSource, utcnow
 from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.errors import DuplicateKeyError, RecoveryError, SpecError
 from recovery.lib.gates import GateResult
@@ -116,6 +116,7 @@ def start_backfill(
 ) -> BackfillRecord:
     """Record the refusal, or the manifest then the generation and its seed. Idempotent per backfill id."""
     spec, req, pv = writer.spec, pf.request, pf.preview
+    events = EventSource(dataset=spec.dataset, actor=req.requested_by, run_id=run_id)
     fn = recompute or resolve_recompute(req.recompute)
     code = code_version(req.recompute, fn)
     with writer.engine.session(read_only=True) as s:
@@ -160,13 +161,10 @@ def start_backfill(
                 ],
             )
             if not pf.passed:
-                record_event(
+                events.record(
                     s,
-                    kind="backfill_refused",
-                    dataset=spec.dataset,
-                    actor=req.requested_by,
-                    run_id=run_id,
-                    summary=f"backfill {req.id} of {spec.target.table} refused before any write: {reason}",
+                    "backfill_refused",
+                    f"backfill {req.id} of {spec.target.table} refused before any write: {reason}",
                 )
                 return
             record_gates(
@@ -187,15 +185,12 @@ def start_backfill(
                 ],
                 run_id=run_id,
             )
-            record_event(
+            events.record(
                 s,
-                kind="backfill_manifest",
-                dataset=spec.dataset,
-                actor=req.requested_by,
-                run_id=run_id,
-                summary=f"backfill {req.id} manifest recorded: {pv.summary()}; approved by "
+                "backfill_manifest",
+                f"backfill {req.id} manifest recorded: {pv.summary()}; approved by "
                 f"{', '.join(req.approved_by) or 'nobody'}",
-                details=json.dumps(body),
+                body,
             )
 
     retrying(txn)
@@ -235,13 +230,10 @@ def start_backfill(
                 f"UPDATE {BACKFILLS} SET namespace = ?, seed_seq = ?, status = 'building' WHERE backfill_id = ?",
                 [namespace, res.seq, req.id],
             )
-            record_event(
+            events.record(
                 s,
-                kind="backfill_started",
-                dataset=spec.dataset,
-                actor=req.requested_by,
-                run_id=run_id,
-                summary=f"backfill {req.id} writes generation {req.generation} into its own namespace {namespace}, "
+                "backfill_started",
+                f"backfill {req.id} writes generation {req.generation} into its own namespace {namespace}, "
                 f"seeded with {res.rows_inserted:,} published rows outside the range (seq {res.seq})",
             )
 
@@ -303,13 +295,10 @@ def build_backfill(
                     rec.backfill_id,
                 ],
             )
-            record_event(
+            EventSource(dataset=writer.spec.dataset, actor="guarded_backfill", run_id=run_id).record(
                 s,
-                kind="backfill_built",
-                dataset=writer.spec.dataset,
-                actor="guarded_backfill",
-                run_id=run_id,
-                summary=f"backfill {rec.backfill_id} built {rows:,} rows over {len(rec.partitions)} partitions "
+                "backfill_built",
+                f"backfill {rec.backfill_id} built {rows:,} rows over {len(rec.partitions)} partitions "
                 f"({part} {rec.partitions[0]}..{rec.partitions[-1]}) in {seconds:,.1f} s",
             )
 
@@ -331,13 +320,10 @@ def _end_build(
             if gate is not None:
                 record_gates(s, rec.backfill_id, rec.generation, writer.spec.dataset, "build", [gate], run_id=run_id)
             set_status(s, rec.backfill_id, status, reason[:2000])
-            record_event(
+            EventSource(dataset=writer.spec.dataset, actor="guarded_backfill", run_id=run_id).record(
                 s,
-                kind=f"backfill_{status}",
-                dataset=writer.spec.dataset,
-                actor="guarded_backfill",
-                run_id=run_id,
-                summary=f"backfill {rec.backfill_id} {status} while recomputing ({reason[:300]}); "
+                f"backfill_{status}",
+                f"backfill {rec.backfill_id} {status} while recomputing ({reason[:300]}); "
                 f"{writer.spec.target.table} still points at {rec.from_namespace}",
             )
 
