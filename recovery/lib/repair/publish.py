@@ -173,9 +173,7 @@ def publish(
 
     def txn() -> dict:
         with writer.engine.transaction() as s:
-            plan = load_plan(s, incident_id)
-            if plan is None:
-                raise RecoveryError(f"incident {incident_id} has no repair plan; run the repair first")
+            plan = require_plan(s, incident_id)
             if plan.status == "published":
                 return {"already": True, "namespace": plan.namespace, "seq": plan.published_seq, "replayed": None}
             _require_building(plan)
