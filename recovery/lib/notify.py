@@ -25,7 +25,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from recovery.lib import faults
-from recovery.lib.control.plane import SCHEMA, control_plane_exists, ensure_control_plane, record_event, utcnow
+from recovery.lib.control.plane import SCHEMA, EventSource, control_plane_exists, ensure_control_plane, utcnow
 from recovery.lib.control.tables import NOTIFICATIONS, NOTIFICATIONS_DDL
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import RecoveryError
@@ -193,14 +193,11 @@ class Notifier:
                         utcnow(),
                     ],
                 )
-                record_event(
+                EventSource(dataset=dataset, incident_id=alert.incident_id, actor=self.channel.name).record(
                     s,
-                    kind="alert",
-                    dataset=dataset,
-                    incident_id=alert.incident_id,
-                    actor=self.channel.name,
-                    summary=f"{alert.severity} alert to {alert.owner}: {alert.subject}",
-                    details=json.dumps({"dedupe_key": alert.dedupe_key, "channel": self.channel.name}),
+                    "alert",
+                    f"{alert.severity} alert to {alert.owner}: {alert.subject}",
+                    {"dedupe_key": alert.dedupe_key, "channel": self.channel.name},
                 )
                 faults.checkpoint("notify:recorded")  # the key and its event, not committed
 

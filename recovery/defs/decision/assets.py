@@ -2,12 +2,11 @@
 
 import dagster as dg
 
-from recovery.defs.containment.config import IncidentConfig, incident_for_step
+from recovery.defs.containment.config import IncidentConfig
+from recovery.defs.incident_step import IncidentStep
 from recovery.defs.resources import WarehouseResource
 from recovery.lib import faults
-from recovery.lib.control.plane import record_event
 from recovery.lib.decision import decide
-from recovery.lib.engine import open_engine
 from recovery.lib.incident.phases import ASSESS
 from recovery.lib.retry import retrying
 
@@ -22,21 +21,12 @@ from recovery.lib.retry import retrying
 def decision(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = incident_for_step(context, config, warehouse.spec_path)
-    engine = open_engine(spec.warehouse)
+    step = IncidentStep.of(context, config, warehouse)
 
     def txn():
-        with engine.transaction() as s:
-            d = decide(s, spec, incident.failed_generations)
-            record_event(
-                s,
-                kind="decision",
-                dataset=spec.dataset,
-                incident_id=incident.incident_id,
-                run_id=context.run.run_id,
-                actor="decision",
-                summary=f"{d.choice}: " + "; ".join(d.reasons),
-            )
+        with step.engine.transaction() as s:
+            d = decide(s, step.spec, step.incident.failed_generations)
+            step.events("decision").record(s, "decision", f"{d.choice}: " + "; ".join(d.reasons))
             faults.checkpoint("decision:recorded")  # the decision's event, not committed
             return d
 

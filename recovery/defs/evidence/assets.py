@@ -10,7 +10,8 @@ the first bundle untouched and reports it (see ``recovery.lib.evidence.bundle``)
 import dagster as dg
 
 from recovery.dagster_history import run_history_for
-from recovery.defs.containment.config import IncidentConfig, incident_for_step
+from recovery.defs.containment.config import IncidentConfig
+from recovery.defs.incident_step import IncidentStep
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.evidence import build_evidence
 from recovery.lib.incident.phases import EVIDENCE
@@ -36,10 +37,9 @@ def _files_table(manifest: dict) -> str:
 def evidence_bundle(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = incident_for_step(context, config, warehouse.spec_path)
-    engine = warehouse.engine()
-    history = run_history_for(context.instance, engine, incident.failed_generations, with_logs=True)
-    result = build_evidence(incident, spec, engine, history, actor="evidence_bundle", run_id=context.run.run_id)
+    step = IncidentStep.of(context, config, warehouse)
+    history = run_history_for(context.instance, step.engine, step.incident.failed_generations, with_logs=True)
+    result = build_evidence(step.incident, step.spec, step.engine, history, actor="evidence_bundle", run_id=step.run_id)
     if not result.created:
         context.log.info(f"{result.bundle} already holds this incident's bundle; left untouched")
     notes = result.manifest["notes"] + result.manifest["orchestrator"]["notes"]

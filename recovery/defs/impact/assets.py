@@ -12,14 +12,13 @@ from dataclasses import asdict
 import dagster as dg
 
 from recovery.defs.asset_consumers import affected_partitions, resolve
-from recovery.defs.containment.config import IncidentConfig, incident_for_step
+from recovery.defs.containment.config import IncidentConfig
+from recovery.defs.incident_step import IncidentStep
 from recovery.defs.location import asset_graph
 from recovery.defs.resources import WarehouseResource
 from recovery.lib import faults
 from recovery.lib.consumers.assets import AssetImpact, damaged_target_partitions, trace_asset
 from recovery.lib.consumers.impact import assess_impact
-from recovery.lib.control.plane import record_event
-from recovery.lib.engine import open_engine
 from recovery.lib.retry import retrying
 
 
@@ -43,15 +42,15 @@ def downstream_of_target(context: dg.AssetExecutionContext, target_table: str, s
 def impact(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = incident_for_step(context, config, warehouse.spec_path)
-    engine = open_engine(spec.warehouse)
+    step = IncidentStep.of(context, config, warehouse)
+    spec = step.spec
     lineage = downstream_of_target(context, str(spec.target.table_name), warehouse.spec_path)
     assets, undeclared = resolve(context, spec, warehouse.spec_path)
 
     def txn():
-        with engine.transaction() as s:
-            impacts = assess_impact(s, spec, incident_id=incident.incident_id, watermark=None)
-            damaged = damaged_target_partitions(s, spec, incident.incident_id) if assets else []
+        with step.engine.transaction() as s:
+            impacts = assess_impact(s, spec, incident_id=step.incident_id, watermark=None)
+            damaged = damaged_target_partitions(s, spec, step.incident_id) if assets else []
             traced: list[AssetImpact] = []
             for a in assets:
                 partitions, scope = affected_partitions(a, spec, damaged)
@@ -60,22 +59,18 @@ def impact(
                         s,
                         spec,
                         a.consumer,
-                        incident_id=incident.incident_id,
+                        incident_id=step.incident_id,
                         partitions=partitions,
                         scope=scope,
-                        run_id=context.run.run_id,
+                        run_id=step.run_id,
                     )
                 )
             affected = [i for i in impacts if i.affected]
             reached = [t for t in traced if t.affected]
-            record_event(
+            step.events("impact").record(
                 s,
-                kind="impact",
-                dataset=spec.dataset,
-                incident_id=incident.incident_id,
-                run_id=context.run.run_id,
-                actor="impact",
-                summary=f"{len(affected)} of {len(impacts)} consumers affected: "
+                "impact",
+                f"{len(affected)} of {len(impacts)} consumers affected: "
                 + "; ".join(f"{i.consumer} {i.material_rows:,} material" for i in affected)
                 + (
                     f"; {len(reached)} of {len(traced)} downstream assets reached: "

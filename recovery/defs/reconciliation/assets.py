@@ -11,7 +11,8 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from recovery.defs.containment.config import IncidentConfig, incident_for_step
+from recovery.defs.containment.config import IncidentConfig
+from recovery.defs.incident_step import IncidentStep
 from recovery.defs.resources import WarehouseResource
 from recovery.defs.target_partitions import TARGET_PARTITIONS, register_found
 from recovery.lib.incident.phases import RECONCILE
@@ -55,16 +56,17 @@ class ReconcileConfig(IncidentConfig):
 def reconciliation(
     context: dg.AssetExecutionContext, config: ReconcileConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = incident_for_step(context, config, warehouse.spec_path)
-    out = Path(config.out_dir) if config.out_dir else incident.reports_dir(spec)
+    step = IncidentStep.of(context, config, warehouse)
+    incident = step.incident
+    out = Path(config.out_dir) if config.out_dir else incident.reports_dir(step.spec)
     rng = (incident.partitions.start, incident.partitions.end) if incident.partitions else None
     summary, files = run_reconciliation(
-        spec,
+        step.spec,
         incident.failed_generations,
-        incident_id=incident.incident_id,
+        incident_id=step.incident_id,
         out_dir=out,
         actor="reconciliation",
-        run_id=context.run.run_id,
+        run_id=step.run_id,
         full=True if config.full else (False if config.footprint else None),
         partitions=rng,
     )

@@ -14,7 +14,8 @@ import dagster as dg
 
 from recovery.config import spec_path
 from recovery.defs.alerts.resources import NotifierResource
-from recovery.defs.containment.config import IncidentConfig, incident_for_step, log_next_phases
+from recovery.defs.containment.config import IncidentConfig, log_next_phases
+from recovery.defs.incident_step import IncidentStep
 from recovery.defs.repair.checks import (
     CANDIDATE_KEY,
     GENERATION_KEY,
@@ -29,31 +30,26 @@ from recovery.defs.repair.partitions import REPAIR_PARTITIONS, register_repair_p
 from recovery.defs.repair.rollback import rollback_incident
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.dataset_spec.models import parse_spec
-from recovery.lib.engine import open_engine
 from recovery.lib.errors import GateRefusedError
 from recovery.lib.incident.phases import CANARY, PLAN, PUBLISH, WAVE
 from recovery.lib.repair.build import build_wave, start_repair
 from recovery.lib.repair.diffs import label_diffs
-from recovery.lib.repair.plan import load_plan, require_plan, wave_name
+from recovery.lib.repair.plan import RepairPlan, load_plan, require_plan, wave_name
 from recovery.lib.repair.publish import PublishNotice, finish_publish, gate_candidate, publish, replay_to_now
 from recovery.lib.repair.waves import gate_wave
-from recovery.lib.write.writer import Writer
 from recovery.refusal import refuse
 
 PLAN_KEY = dg.AssetKey(["repair", "plan"])
 PUBLICATION_KEY = dg.AssetKey(["repair", "publication"])
 
 
-def _writer(spec, actor: str) -> Writer:
-    return Writer(open_engine(spec.warehouse), spec, actor=actor)
-
-
-def _plan_or_fail(spec, incident_id: str):
-    with open_engine(spec.warehouse).session(read_only=True) as s:
-        plan = load_plan(s, incident_id)
+def _plan_or_fail(step: IncidentStep) -> RepairPlan:
+    with step.engine.session(read_only=True) as s:
+        plan = load_plan(s, step.incident_id)
     if plan is None:
         raise dg.Failure(
-            description=f"incident {incident_id} has no repair plan; materialize repair/plan (job {PLAN.job}) first",
+            description=f"incident {step.incident_id} has no repair plan; materialize repair/plan (job {PLAN.job}) "
+            "first",
             allow_retries=False,
         )
     return plan
@@ -70,17 +66,17 @@ def _plan_or_fail(spec, incident_id: str):
 def repair_plan(
     context: dg.AssetExecutionContext, config: RepairPlanConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = incident_for_step(context, config, warehouse.spec_path)
+    step = IncidentStep.of(context, config, warehouse)
     plan = start_repair(
-        _writer(spec, "repair_plan"),
-        incident,
+        step.writer("repair_plan"),
+        step.incident,
         canary=config.canary_partitions or None,
         canary_max=config.canary_max,
         wave_size=config.wave_size,
-        run_id=context.run.run_id,
+        run_id=step.run_id,
     )
     register_repair_partitions(context.instance, plan)
-    log_next_phases(context, incident, spec)  # the canary's launchpad link, its range chosen
+    log_next_phases(context, step.incident, step.spec)  # the canary's launchpad link, its range chosen
     qualified = "\n".join(f"- {p}: {why}" for p, why in plan.qualified.items()) or "none"
     return dg.MaterializeResult(
         metadata={
@@ -110,8 +106,8 @@ def repair_plan(
 def repair_generation(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = incident_for_step(context, config, warehouse.spec_path)
-    plan = _plan_or_fail(spec, incident.incident_id)
+    step = IncidentStep.of(context, config, warehouse)
+    plan = _plan_or_fail(step)
     wave = plan.wave_of(list(context.partition_keys))
     if context.job_def.name == CANARY.job and wave != 0:
         raise dg.Failure(
@@ -119,9 +115,9 @@ def repair_generation(
             f"(launch {WAVE.job})",
             allow_retries=False,
         )
-    rows = build_wave(_writer(spec, "repair_generation"), plan, wave, run_id=context.run.run_id)
+    rows = build_wave(step.writer("repair_generation"), plan, wave, run_id=step.run_id)
     context.log.info(f"{wave_name(wave)}: {len(context.partition_keys)} partitions, {rows:,} rows from the snapshot")
-    log_next_phases(context, incident, spec)  # the next wave's launchpad link (or publish's)
+    log_next_phases(context, step.incident, step.spec)  # the next wave's launchpad link (or publish's)
     return dg.MaterializeResult(
         metadata={
             "wave": wave_name(wave),
@@ -148,16 +144,16 @@ def repair_candidate(
     warehouse: WarehouseResource,
     notifier: NotifierResource,
 ):
-    incident, spec = incident_for_step(context, config, warehouse.spec_path)
-    plan = _plan_or_fail(spec, incident.incident_id)
+    step = IncidentStep.of(context, config, warehouse)
+    incident, spec = step.incident, step.spec
+    plan = _plan_or_fail(step)
     if plan.status == "published":  # a second publish: no materialization, so its gates and the publication skip
-        engine = open_engine(spec.warehouse)
         finished = finish_publish(  # a publish killed after its commit left these undone
-            engine,
+            step.engine,
             spec,
             incident.incident_id,
-            notice=PublishNotice(notifier.notifier(engine), incident.requested_by),
-            run_id=context.run.run_id,
+            notice=PublishNotice(notifier.notifier(step.engine), incident.requested_by),
+            run_id=step.run_id,
         )
         context.log.info(
             f"{incident.incident_id}: already published ({spec.target.table} -> {plan.namespace}); "
@@ -166,7 +162,7 @@ def repair_candidate(
         if spec.target.lakehouse is not None:  # a publish stopped between the pointer and the table's commit
             context.log.info(publish_onto_table(spec, incident.incident_id).line())
         return
-    replayed = replay_to_now(_writer(spec, "repair_candidate"), plan, stage="candidate", run_id=context.run.run_id)
+    replayed = replay_to_now(step.writer("repair_candidate"), plan, stage="candidate", run_id=step.run_id)
     yield dg.MaterializeResult(
         metadata={
             "upserts_replayed": replayed.upserted,
@@ -191,19 +187,20 @@ def repair_publication(
     warehouse: WarehouseResource,
     notifier: NotifierResource,
 ) -> dg.MaterializeResult:
-    incident, spec = incident_for_step(context, config, warehouse.spec_path)
+    step = IncidentStep.of(context, config, warehouse)
+    incident, spec = step.incident, step.spec
     if spec.target.lakehouse is not None:
         refuse_foreign_changes(spec, incident.incident_id)
-    writer = _writer(spec, "repair_publication")
+    writer = step.writer("repair_publication")
     notice = PublishNotice(notifier.notifier(writer.engine), incident.requested_by)
     try:
-        result = publish(writer, incident.incident_id, run_id=context.run.run_id, notice=notice)
+        result = publish(writer, incident.incident_id, run_id=step.run_id, notice=notice)
     except GateRefusedError as err:  # a gate said no at the pointer move: its sentence on the run page, no trace
         refuse(str(err))
     onto_table = (  # the consumers' table itself: one commit, after the pointer move every gate allowed
         publish_onto_table(spec, incident.incident_id) if spec.target.lakehouse is not None else None
     )
-    with open_engine(spec.warehouse).session(read_only=True) as s:
+    with step.engine.session(read_only=True) as s:
         diffs = label_diffs(s, incident.incident_id)
     table = "\n".join(
         ["| label | keys before | keys after |", "| --- | ---: | ---: |"]

@@ -2,22 +2,20 @@
 
 import dagster as dg
 
-from recovery.defs.containment.config import IncidentConfig, incident_for_step
+from recovery.defs.containment.config import IncidentConfig
+from recovery.defs.incident_step import IncidentStep
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.decision import decide
-from recovery.lib.engine import open_engine
 from recovery.lib.incident.phases import ROLLBACK
 from recovery.lib.repair.publish import rollback
-from recovery.lib.write.writer import Writer
 
 
 @dg.op(description="Move the public view back to the complete prior namespace, if the decision allows it.")
 def roll_back(context: dg.OpExecutionContext, config: IncidentConfig, warehouse: WarehouseResource) -> dg.Output:
-    incident, spec = incident_for_step(context, config, warehouse.spec_path)
-    engine = open_engine(spec.warehouse)
-    with engine.session(read_only=True) as s:
-        decision = decide(s, spec, incident.failed_generations)
-    result = rollback(Writer(engine, spec, actor="rollback"), incident.incident_id, decision, run_id=context.run.run_id)
+    step = IncidentStep.of(context, config, warehouse)
+    with step.engine.session(read_only=True) as s:
+        decision = decide(s, step.spec, step.incident.failed_generations)
+    result = rollback(step.writer("rollback"), step.incident_id, decision, run_id=step.run_id)
     return dg.Output(
         result["namespace"],
         metadata={

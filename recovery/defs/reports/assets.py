@@ -14,7 +14,8 @@ import dagster as dg
 from pydantic import Field
 
 from recovery.dagster_history import run_history_for
-from recovery.defs.containment.config import IncidentConfig, incident_for_step
+from recovery.defs.containment.config import IncidentConfig
+from recovery.defs.incident_step import IncidentStep
 from recovery.defs.resources import WarehouseResource
 from recovery.defs.timeline.assets import TIMELINE_KEY
 from recovery.lib.incident.phases import REPORT
@@ -42,8 +43,8 @@ class ReportsConfig(IncidentConfig):
 def incident_reports(
     context: dg.AssetExecutionContext, config: ReportsConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = incident_for_step(context, config, warehouse.spec_path)
-    engine = warehouse.engine()
+    step = IncidentStep.of(context, config, warehouse)
+    incident, spec, engine = step.incident, step.spec, step.engine
     timeline = build_timeline(
         incident, spec, engine, run_history_for(context.instance, engine, incident.failed_generations)
     )

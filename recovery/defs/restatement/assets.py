@@ -18,11 +18,11 @@ import dagster as dg
 from recovery.config import spec_path
 from recovery.defs.alerts.resources import NotifierResource
 from recovery.defs.asset_consumers import ResolvedAsset, resolve
-from recovery.defs.containment.config import IncidentConfig, incident_for_step
+from recovery.defs.containment.config import IncidentConfig
+from recovery.defs.incident_step import IncidentStep
 from recovery.defs.resources import WarehouseResource
 from recovery.defs.restatement.downstream_assets import ASSETS_KEY, restate_assets
 from recovery.lib.dataset_spec.models import DatasetSpec, parse_spec
-from recovery.lib.engine import open_engine
 from recovery.lib.incident.phases import RESTATE
 from recovery.lib.restatement.checks import record_checks, refusal
 from recovery.lib.restatement.notices import notify_owners
@@ -104,8 +104,8 @@ def restatement_asset(spec: DatasetSpec) -> dg.AssetsDefinition:
         warehouse: WarehouseResource,
         notifier: NotifierResource,
     ):
-        incident, served = incident_for_step(context, config, warehouse.spec_path)
-        engine = open_engine(served.warehouse)
+        step = IncidentStep.of(context, config, warehouse)
+        incident, served, engine = step.incident, step.spec, step.engine
         names = [k.path[-1] for k in context.selected_asset_keys if k != ASSETS_KEY]
         assets: list[ResolvedAsset] = []
         if ASSETS_KEY in context.selected_asset_keys:
@@ -121,7 +121,7 @@ def restatement_asset(spec: DatasetSpec) -> dg.AssetsDefinition:
                 failed_generations=incident.failed_generations,
                 consumers=names,
                 actor="restatement",
-                run_id=context.run.run_id,
+                run_id=step.run_id,
             )
             if names
             else []
@@ -130,7 +130,7 @@ def restatement_asset(spec: DatasetSpec) -> dg.AssetsDefinition:
 
         def record() -> None:
             with engine.transaction() as s:
-                record_checks(s, served.dataset, incident.incident_id, asset_checks, run_id=context.run.run_id)
+                record_checks(s, served.dataset, incident.incident_id, asset_checks, run_id=step.run_id)
 
         retrying(record)
         checks = [r.check for r in results if r.check is not None] + asset_checks

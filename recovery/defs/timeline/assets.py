@@ -10,8 +10,9 @@ selected, so the timeline tells that the evidence was preserved.
 import dagster as dg
 
 from recovery.dagster_history import run_history_for
-from recovery.defs.containment.config import IncidentConfig, incident_for_step
+from recovery.defs.containment.config import IncidentConfig
 from recovery.defs.evidence.assets import EVIDENCE_KEY
+from recovery.defs.incident_step import IncidentStep
 from recovery.defs.resources import WarehouseResource
 from recovery.lib.incident.phases import TIMELINE
 from recovery.lib.timeline import build_timeline, render_markdown, write_timeline
@@ -30,11 +31,10 @@ TIMELINE_KEY = dg.AssetKey(["incident", "timeline"])
 def incident_timeline(
     context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    incident, spec = incident_for_step(context, config, warehouse.spec_path)
-    engine = warehouse.engine()
-    history = run_history_for(context.instance, engine, incident.failed_generations)
-    timeline = build_timeline(incident, spec, engine, history)
-    paths = write_timeline(timeline, incident.reports_dir(spec))
+    step = IncidentStep.of(context, config, warehouse)
+    history = run_history_for(context.instance, step.engine, step.incident.failed_generations)
+    timeline = build_timeline(step.incident, step.spec, step.engine, history)
+    paths = write_timeline(timeline, step.incident.reports_dir(step.spec))
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": len(timeline.events),

@@ -11,7 +11,10 @@ insert time would miss a slow transaction's rows).
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from recovery.lib.control.tables import (  # noqa: F401 - SOURCE_WATERMARKS* re-exported
     CONTROL_PLANE_DDL,
@@ -59,20 +62,29 @@ def delta_table(dataset: str) -> str:
     return dataset_table("delta", dataset)
 
 
-def record_event(
-    session: Session,
-    *,
-    kind: str,
-    summary: str,
-    dataset: str | None = None,
-    incident_id: str | None = None,
-    actor: str | None = None,
-    details: str | None = None,
-    run_id: str | None = None,
-    at: datetime | None = None,
-) -> None:
-    """Append one event to the incident timeline."""
-    session.execute(
-        f"INSERT INTO {SCHEMA}.timeline VALUES (nextval('{SCHEMA}.timeline_seq'), ?, ?, ?, ?, ?, ?, ?, ?)",
-        [incident_id, dataset, at or utcnow(), kind, actor, summary, details, run_id],
-    )
+@dataclass(frozen=True, kw_only=True)
+class EventSource:
+    """Who writes to the incident timeline: the dataset, incident, actor and run its events belong to.
+
+    A phase builds one and records each of its events with one call; the timeline's one ``INSERT``."""
+
+    dataset: str | None = None
+    incident_id: str | None = None
+    actor: str | None = None
+    run_id: str | None = None
+
+    def record(
+        self,
+        session: Session,
+        kind: str,
+        summary: str,
+        details: str | dict[str, Any] | list[Any] | None = None,
+        at: datetime | None = None,
+    ) -> None:
+        """Append one event to the timeline; ``details`` a JSON text, or a dict or list written as one."""
+        if details is not None and not isinstance(details, str):
+            details = json.dumps(details)
+        session.execute(
+            f"INSERT INTO {SCHEMA}.timeline VALUES (nextval('{SCHEMA}.timeline_seq'), ?, ?, ?, ?, ?, ?, ?, ?)",
+            [self.incident_id, self.dataset, at or utcnow(), kind, self.actor, summary, details, self.run_id],
+        )

@@ -14,17 +14,16 @@ whether they were, and since when they wait.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from recovery.lib import faults
 from recovery.lib.control.plane import (
+    EventSource,
     dataset_table,
     ensure_control_plane,
     has_dataset_table,
     next_seq,
-    record_event,
     utcnow,
 )
 from recovery.lib.control.tables import CONVERGENCE_HISTORY_COLUMNS as HISTORY_COLUMNS
@@ -158,26 +157,20 @@ def _check(
     for t in ("__cv_drift", PENDING, PARTITION_WATERMARKS):
         s.drop_relation(t)
     drop_staged(s, "__cv_e")
-    record_event(
+    EventSource(dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id).record(
         s,
-        kind="convergence",
-        dataset=spec.dataset,
-        incident_id=incident_id,
-        actor=actor,
-        run_id=run_id,
-        summary=result.summary(),
-        details=json.dumps(
-            {
-                "check_id": check_id,
-                "converged": result.converged,
-                "drifted": [p.partition for p in result.drifted()],
-                "behind": [p.partition for p in result.behind()],
-                "pending_changes": result.pending_changes,
-                "pending_overdue": result.pending_overdue,
-                "watermark": str(result.watermark),
-                "watermark_basis": result.watermark_basis,
-            }
-        ),
+        "convergence",
+        result.summary(),
+        {
+            "check_id": check_id,
+            "converged": result.converged,
+            "drifted": [p.partition for p in result.drifted()],
+            "behind": [p.partition for p in result.behind()],
+            "pending_changes": result.pending_changes,
+            "pending_overdue": result.pending_overdue,
+            "watermark": str(result.watermark),
+            "watermark_basis": result.watermark_basis,
+        },
     )
     return result
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import recovery
 from recovery.lib import faults
-from recovery.lib.control.plane import SCHEMA, control_plane_exists, record_event, utcnow
+from recovery.lib.control.plane import SCHEMA, EventSource, control_plane_exists, utcnow
 from recovery.lib.control.run_history import RunHistory
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.dataset_spec.sensitive_lineage import follow_sensitive
@@ -452,15 +452,11 @@ def _record(
 
     def txn() -> None:
         with engine.transaction() as s:
-            record_event(
+            EventSource(dataset=spec.dataset, incident_id=incident.incident_id, actor=actor, run_id=run_id).record(
                 s,
-                kind="evidence_preserved",
-                dataset=spec.dataset,
-                incident_id=incident.incident_id,
-                actor=actor,
-                run_id=run_id,
-                details=details,
-                summary=f"evidence bundle {bundle.name}: {len(manifest['files'])} files, manifest sha256 {sha[:12]}",
+                "evidence_preserved",
+                f"evidence bundle {bundle.name}: {len(manifest['files'])} files, manifest sha256 {sha[:12]}",
+                details,
             )
             faults.checkpoint("evidence:recorded")  # the bundle on disk, its timeline event not committed
 

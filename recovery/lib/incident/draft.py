@@ -21,7 +21,7 @@ from urllib.parse import quote as url_quote
 import yaml
 
 from recovery.lib import faults
-from recovery.lib.control.plane import SCHEMA, ensure_control_plane, record_event
+from recovery.lib.control.plane import SCHEMA, EventSource, ensure_control_plane
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine
 from recovery.lib.incident.phases import CONTAIN, incident_tags
@@ -142,15 +142,12 @@ def open_draft(
                 tmp.write_text(text)
                 tmp.replace(path)
                 faults.checkpoint("draft:written")  # the file in place, its timeline event not committed
-            record_event(
+            EventSource(dataset=spec.dataset, incident_id=incident_id, actor=actor).record(
                 s,
-                kind=DRAFT_KIND,
-                dataset=spec.dataset,
-                incident_id=incident_id,
-                actor=actor,
-                summary=f"draft incident {incident_id} opened: {failed.reason}; generation {failed.generation}"
+                DRAFT_KIND,
+                f"draft incident {incident_id} opened: {failed.reason}; generation {failed.generation}"
                 + (f", partitions {span[0]}..{span[1]}" if span else ""),
-                details=json.dumps(
+                json.dumps(
                     {
                         "backfill_id": failed.backfill_id,
                         "generation": failed.generation,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recovery.lib import faults
-from recovery.lib.control.plane import record_event, utcnow
+from recovery.lib.control.plane import EventSource, utcnow
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine
 from recovery.lib.lakehouse.formats import TableLog, open_log
@@ -100,13 +100,10 @@ def fence_table(
                     FENCE_PROPERTY,
                 ],
             )
-            record_event(
+            EventSource(dataset=spec.dataset, incident_id=incident_id, actor=actor).record(
                 s,
-                kind="lakehouse_fence",
-                dataset=spec.dataset,
-                incident_id=incident_id,
-                actor=actor,
-                summary=f"{lake.location}: {', '.join(generations)} fenced on the table (property {FENCE_PROPERTY}) "
+                "lakehouse_fence",
+                f"{lake.location}: {', '.join(generations)} fenced on the table (property {FENCE_PROPERTY}) "
                 f"at version {version}; the damaged generation is pinned at that version",
             )
             faults.checkpoint("lake_fence:recorded")  # the fence row and its event, not committed

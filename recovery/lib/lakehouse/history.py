@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from recovery.lib import faults
-from recovery.lib.control.plane import SCHEMA, delta_table, ensure_control_plane, record_event, utcnow
+from recovery.lib.control.plane import SCHEMA, EventSource, delta_table, ensure_control_plane, utcnow
 from recovery.lib.control.tables import COMMITS, FENCES, LAKEHOUSE_DDL, TABLES  # noqa: F401 - re-exported
 from recovery.lib.dataset_spec.lakehouse import LakehouseTable
 from recovery.lib.dataset_spec.models import DatasetSpec
@@ -282,14 +282,12 @@ def _sync_target(engine: Engine, spec: DatasetSpec, table: LakehouseTable) -> Sy
                         "partitions": parts,
                     }
                 )
-                record_event(
+                EventSource(dataset=spec.dataset, actor="lakehouse_sync").record(
                     s,
-                    kind="lakehouse_commit_after_fence",
-                    dataset=spec.dataset,
-                    actor="lakehouse_sync",
-                    summary=f"{table.location} version {c.version} ({c.operation}, generation {gen or 'unknown'}) "
+                    "lakehouse_commit_after_fence",
+                    f"{table.location} version {c.version} ({c.operation}, generation {gen or 'unknown'}) "
                     f"committed after the fence: {STATUS_NOTES[status]}",
-                    details=json.dumps({"version": c.version, "status": status, "partitions": parts, "ref": c.ref}),
+                    {"version": c.version, "status": status, "partitions": parts, "ref": c.ref},
                 )
         s.execute(f"DELETE FROM {TABLES} WHERE dataset = ? AND role = 'target'", [spec.dataset])
         s.execute(

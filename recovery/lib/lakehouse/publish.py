@@ -18,13 +18,12 @@ killed after its commit is found on the rerun by the commit's own property
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from recovery.lib import faults
-from recovery.lib.control.plane import SCHEMA, record_event
+from recovery.lib.control.plane import SCHEMA, EventSource
 from recovery.lib.dataset_spec.models import DatasetSpec
-from recovery.lib.engine.base import Engine
+from recovery.lib.engine.base import Engine, Session
 from recovery.lib.errors import GateRefusedError, RecoveryError
 from recovery.lib.identifiers import quote, str_list
 from recovery.lib.lakehouse.formats import open_log
@@ -134,12 +133,37 @@ def _published_event(s, incident_id: str) -> bool:
     )
 
 
+def _record_publish(
+    s: Session,
+    spec: DatasetSpec,
+    incident_id: str,
+    actor: str,
+    namespace: str,
+    version: int,
+    parts: list[str],
+    rows: int,
+    read_version: int | None,
+    *,
+    found: bool = False,
+) -> None:
+    """The ``lakehouse_publish`` event of the table's commit, read at ``read_version``; ``found``: found
+    committed on the table by the rerun of an interrupted publish."""
+    lake = spec.target.lakehouse
+    assert lake is not None
+    how = "found committed by an interrupted publish" if found else f"read at version {read_version}"
+    EventSource(dataset=spec.dataset, incident_id=incident_id, actor=actor).record(
+        s,
+        "lakehouse_publish",
+        f"{lake.location}: {namespace} published as one commit, version {version} "
+        f"({len(parts)} partitions overwritten, {rows:,} rows; {how})",
+        {"version": version, "read_version": read_version, "partitions": parts},
+    )
+
+
 def _record_found(
     engine: Engine, spec: DatasetSpec, incident_id: str, version: int, namespace: str, actor: str
 ) -> None:
     """The ``lakehouse_publish`` event of a commit found on the table (its history synced), unless recorded."""
-    lake = spec.target.lakehouse
-    assert lake is not None
 
     def txn() -> None:
         with engine.transaction() as s:
@@ -150,16 +174,7 @@ def _record_found(
                 [spec.dataset, version],
             )
             parts, rows = (list(row[0] or []), int(row[1] or 0)) if row else ([], 0)
-            record_event(
-                s,
-                kind="lakehouse_publish",
-                dataset=spec.dataset,
-                incident_id=incident_id,
-                actor=actor,
-                summary=f"{lake.location}: {namespace} published as one commit, version {version} "
-                f"({len(parts)} partitions overwritten, {rows:,} rows; found committed by an interrupted publish)",
-                details=json.dumps({"version": version, "read_version": None, "partitions": parts}),
-            )
+            _record_publish(s, spec, incident_id, actor, namespace, version, parts, rows, None, found=True)
 
     retrying(txn)
 
@@ -234,16 +249,7 @@ def publish_to_table(
             with engine.transaction() as s:
                 if _published_event(s, incident_id):  # a concurrent publisher's rerun recorded it first
                     return
-                record_event(
-                    s,
-                    kind="lakehouse_publish",
-                    dataset=spec.dataset,
-                    incident_id=incident_id,
-                    actor=actor,
-                    summary=f"{lake.location}: {namespace} published as one commit, version {version} "
-                    f"({len(differing)} partitions overwritten, {data.num_rows:,} rows; read at version {head})",
-                    details=json.dumps({"version": version, "read_version": head, "partitions": differing}),
-                )
+                _record_publish(s, spec, incident_id, actor, namespace, version, differing, data.num_rows, head)
                 faults.checkpoint("lake_publish:recorded")  # the event in its transaction, not committed
 
         retrying(record)

@@ -16,16 +16,15 @@ versioned namespaces stay, as history.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from recovery.lib import faults
 from recovery.lib.control.plane import (
     SCHEMA,
+    EventSource,
     control_plane_exists,
     ensure_control_plane,
     next_seq,
-    record_event,
     utcnow,
 )
 from recovery.lib.dataset_spec.models import DatasetSpec
@@ -96,24 +95,19 @@ def adopt(engine: Engine, spec: DatasetSpec, *, actor: str, incident_id: str | N
                 )
                 or 0
             )
-            record_event(
+            EventSource(dataset=spec.dataset, incident_id=incident_id, actor=actor).record(
                 s,
-                kind="target_adopted",
-                dataset=spec.dataset,
-                incident_id=incident_id,
-                actor=actor,
-                summary=f"{public} taken under management: {rows:,} rows, {len(columns)} columns moved to {ns} "
+                "target_adopted",
+                f"{public} taken under management: {rows:,} rows, {len(columns)} columns moved to {ns} "
                 f"(checksum {checksum}); foreign writes to the public name now fail",
-                details=json.dumps(
-                    {
-                        "namespace": ns,
-                        "rows": rows,
-                        "columns": columns,
-                        "checksum": checksum,
-                        "registry_rows": registered,
-                        "was": kind,
-                    }
-                ),
+                {
+                    "namespace": ns,
+                    "rows": rows,
+                    "columns": columns,
+                    "checksum": checksum,
+                    "registry_rows": registered,
+                    "was": kind,
+                },
             )
             faults.checkpoint("adopt:recorded")  # everything written, not committed
             return Adoption(ns, True, rows, columns, checksum, registered)
@@ -176,14 +170,12 @@ def release(engine: Engine, spec: DatasetSpec, *, actor: str) -> tuple[str, int]
                 f"UPDATE {SCHEMA}.namespaces SET status = 'retained' WHERE dataset = ? AND status = 'published'",
                 [spec.dataset],
             )
-            record_event(
+            EventSource(dataset=spec.dataset, actor=actor).record(
                 s,
-                kind="target_released",
-                dataset=spec.dataset,
-                actor=actor,
-                summary=f"{public} handed back as a plain table: {rows:,} rows of {ns} (checksum {checksum}); "
+                "target_released",
+                f"{public} handed back as a plain table: {rows:,} rows of {ns} (checksum {checksum}); "
                 f"the package's namespaces are kept as history",
-                details=json.dumps({"namespace": ns, "rows": rows, "checksum": checksum}),
+                {"namespace": ns, "rows": rows, "checksum": checksum},
             )
             faults.checkpoint("release:recorded")  # everything written, not committed
             return ns, rows

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from recovery.lib.control.plane import SCHEMA, next_seq, record_event, utcnow
+from recovery.lib.control.plane import SCHEMA, EventSource, next_seq, utcnow
 from recovery.lib.engine.base import Session
 from recovery.lib.errors import RecoveryError
 from recovery.lib.identifiers import TableName, is_plain_identifier, quote
@@ -122,12 +122,8 @@ def adopt_if_plain(s: Session, m: ManagedName, *, actor: str) -> str | None:
     s.adopt_table(m.public, TableName.parse(ns).name)
     register_namespace(s, m, ns, seq=seq, actor=actor, status="published", note=ADOPTED_NOTE)
     move(s, m, ns, actor=actor, reason="adopted", seq=seq)
-    record_event(
-        s,
-        kind="namespace_adopted",
-        dataset=m.dataset,
-        actor=actor,
-        summary=f"{m.public} now a managed view over {ns} ({ADOPTED_NOTE})",
+    EventSource(dataset=m.dataset, actor=actor).record(
+        s, "namespace_adopted", f"{m.public} now a managed view over {ns} ({ADOPTED_NOTE})"
     )
     return ns
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from recovery.lib import faults
-from recovery.lib.control.plane import SCHEMA, control_plane_exists, delta_table, next_seq, record_event
+from recovery.lib.control.plane import SCHEMA, EventSource, control_plane_exists, delta_table, next_seq
 from recovery.lib.control.write_registry import registry_sql
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
@@ -94,12 +94,8 @@ def create_or_adopt(s: Session, spec: DatasetSpec, *, actor: str) -> str:
     move(s, target_name(spec), ns, actor=actor, reason=reason, seq=seq)
     faults.checkpoint("adopt:view_moved")
     _ensure_delta(s, spec, ns)
-    record_event(
-        s,
-        kind=f"dataset_{reason}",
-        dataset=spec.dataset,
-        actor=actor,
-        summary=f"{public} now a managed view over {ns} ({note})",
+    EventSource(dataset=spec.dataset, actor=actor).record(
+        s, f"dataset_{reason}", f"{public} now a managed view over {ns} ({note})"
     )
     return ns
 

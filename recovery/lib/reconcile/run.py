@@ -6,7 +6,7 @@ from pathlib import Path
 
 from recovery.lib import faults
 from recovery.lib.catalog_checks import remember_source_checks
-from recovery.lib.control.plane import ensure_control_plane, record_event
+from recovery.lib.control.plane import EventSource, ensure_control_plane
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine import open_engine
 from recovery.lib.pointers.namespaces import is_managed
@@ -55,14 +55,10 @@ def run_reconciliation(
             remember_source_checks(s, spec)
             facts = reconcile(s, inputs)
             summary = summarize(s, inputs, facts)
-            record_event(
+            EventSource(dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id).record(
                 s,
-                kind="reconciliation",
-                dataset=spec.dataset,
-                incident_id=incident_id,
-                actor=actor,
-                run_id=run_id,
-                summary=f"{summary.damaged_keys:,} damaged keys in {len(summary.damaged_partitions)} partitions "
+                "reconciliation",
+                f"{summary.damaged_keys:,} damaged keys in {len(summary.damaged_partitions)} partitions "
                 f"({', '.join(f'{k} {v:,}' for k, v in summary.labels.items())})" + _scope_note(summary),
             )
             files = write_outputs(s, inputs, summary, out_dir) if out_dir else {}

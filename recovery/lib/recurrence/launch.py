@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from recovery.lib import faults
-from recovery.lib.control.plane import SCHEMA, record_event, utcnow
+from recovery.lib.control.plane import SCHEMA, EventSource, utcnow
 from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.errors import DuplicateKeyError, RecoveryError, SpecError
 from recovery.lib.gates import GateResult
@@ -118,6 +118,7 @@ def start_backfill(
     """Record the refusal, or the manifest then the generation and its seed. Idempotent per backfill id: a
     launch stopped after its manifest's commit (or its generation's) resumes from the recorded manifest."""
     spec, req, pv = writer.spec, pf.request, pf.preview
+    events = EventSource(dataset=spec.dataset, actor=req.requested_by, run_id=run_id)
     fn = recompute or resolve_recompute(req.recompute)
     code = code_version(req.recompute, fn)
     with writer.engine.session(read_only=True) as s:
@@ -165,13 +166,10 @@ def start_backfill(
                 ],
             )
             if not pf.passed:
-                record_event(
+                events.record(
                     s,
-                    kind="backfill_refused",
-                    dataset=spec.dataset,
-                    actor=req.requested_by,
-                    run_id=run_id,
-                    summary=f"backfill {req.id} of {spec.target.table} refused before any write: {reason}",
+                    "backfill_refused",
+                    f"backfill {req.id} of {spec.target.table} refused before any write: {reason}",
                 )
                 return
             record_gates(
@@ -192,15 +190,12 @@ def start_backfill(
                 ],
                 run_id=run_id,
             )
-            record_event(
+            events.record(
                 s,
-                kind="backfill_manifest",
-                dataset=spec.dataset,
-                actor=req.requested_by,
-                run_id=run_id,
-                summary=f"backfill {req.id} manifest recorded: {pv.summary()}; approved by "
+                "backfill_manifest",
+                f"backfill {req.id} manifest recorded: {pv.summary()}; approved by "
                 f"{', '.join(req.approved_by) or 'nobody'}",
-                details=json.dumps(body),
+                body,
             )
             faults.checkpoint("backfill_manifest:recorded")  # the manifest, its gate and its event, not committed
 
@@ -217,6 +212,7 @@ def _seed(writer: Writer, req: BackfillRequest, rec: BackfillRecord, code: str, 
     """Register the backfill's generation with its own namespace, then seed it with the published rows outside
     the range and set the backfill building (one transaction), as its manifest recorded them."""
     spec = writer.spec
+    events = EventSource(dataset=spec.dataset, actor=req.requested_by, run_id=run_id)
     published = rec.from_namespace
     namespace = writer.register_generation(
         req.generation,
@@ -253,13 +249,10 @@ def _seed(writer: Writer, req: BackfillRequest, rec: BackfillRecord, code: str, 
                 f"UPDATE {BACKFILLS} SET namespace = ?, seed_seq = ?, status = 'building' WHERE backfill_id = ?",
                 [namespace, res.seq, req.id],
             )
-            record_event(
+            events.record(
                 s,
-                kind="backfill_started",
-                dataset=spec.dataset,
-                actor=req.requested_by,
-                run_id=run_id,
-                summary=f"backfill {req.id} writes generation {req.generation} into its own namespace {namespace}, "
+                "backfill_started",
+                f"backfill {req.id} writes generation {req.generation} into its own namespace {namespace}, "
                 f"seeded with {res.rows_inserted:,} published rows outside the range (seq {res.seq})",
             )
             faults.checkpoint("backfill_seed:recorded")  # the seed, the backfill building and its event, not committed
@@ -323,13 +316,10 @@ def build_backfill(
                     rec.backfill_id,
                 ],
             )
-            record_event(
+            EventSource(dataset=writer.spec.dataset, actor="guarded_backfill", run_id=run_id).record(
                 s,
-                kind="backfill_built",
-                dataset=writer.spec.dataset,
-                actor="guarded_backfill",
-                run_id=run_id,
-                summary=f"backfill {rec.backfill_id} built {rows:,} rows over {len(rec.partitions)} partitions "
+                "backfill_built",
+                f"backfill {rec.backfill_id} built {rows:,} rows over {len(rec.partitions)} partitions "
                 f"({part} {rec.partitions[0]}..{rec.partitions[-1]}) in {seconds:,.1f} s",
             )
             # its generation complete in the same commit: a rerun finds the backfill built and builds nothing
@@ -363,13 +353,10 @@ def _end_build(
                 "AND fenced_at IS NULL",
                 [utcnow(), rec.generation],
             )
-            record_event(
+            EventSource(dataset=writer.spec.dataset, actor="guarded_backfill", run_id=run_id).record(
                 s,
-                kind=f"backfill_{status}",
-                dataset=writer.spec.dataset,
-                actor="guarded_backfill",
-                run_id=run_id,
-                summary=f"backfill {rec.backfill_id} {status} while recomputing ({reason[:300]}); "
+                f"backfill_{status}",
+                f"backfill {rec.backfill_id} {status} while recomputing ({reason[:300]}); "
                 f"{writer.spec.target.table} still points at {rec.from_namespace}",
             )
 

@@ -15,10 +15,8 @@
 
 from __future__ import annotations
 
-import json
-
 from recovery.lib import faults
-from recovery.lib.control.plane import SCHEMA, delta_table, next_seq, record_event, utcnow
+from recovery.lib.control.plane import SCHEMA, EventSource, delta_table, next_seq, utcnow
 from recovery.lib.convergence.verify import verify_convergence
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.dataset_spec.partition_filter import in_partitions
@@ -238,16 +236,13 @@ def publish_backfill(
                 f"UPDATE {SCHEMA}.generations SET status = 'published', ended_at = ? WHERE generation = ?",
                 [utcnow(), rec.generation],
             )
-            record_event(
+            EventSource(dataset=spec.dataset, actor=actor, run_id=run_id).record(
                 s,
-                kind="backfill_published",
-                dataset=spec.dataset,
-                actor=actor,
-                run_id=run_id,
-                summary=f"{spec.target.table} now points at {rec.namespace} (guarded backfill {backfill_id}); prior "
+                "backfill_published",
+                f"{spec.target.table} now points at {rec.namespace} (guarded backfill {backfill_id}); prior "
                 f"{rec.from_namespace} retained until convergence verification passes"
                 + (f"; {len(outside)} partition(s) ingestion wrote meanwhile carried over" if outside else ""),
-                details=json.dumps({"seq": seq, "from": rec.from_namespace, "to": rec.namespace, "refreshed": outside}),
+                {"seq": seq, "from": rec.from_namespace, "to": rec.namespace, "refreshed": outside},
             )
             faults.checkpoint("backfill_publish:recorded")  # pointer, backfill, generation and event, not committed
             return {
@@ -284,13 +279,10 @@ def _stop(writer: Writer, backfill_id: str, reason: str, recheck: GateResult | N
             if recheck is not None:
                 record_gates(s, backfill_id, rec.generation, writer.spec.dataset, "publish", [recheck], run_id=run_id)
             set_status(s, backfill_id, "stopped", reason[:2000])
-            record_event(
+            EventSource(dataset=writer.spec.dataset, actor="guarded_backfill", run_id=run_id).record(
                 s,
-                kind="backfill_stopped",
-                dataset=writer.spec.dataset,
-                actor="guarded_backfill",
-                run_id=run_id,
-                summary=f"backfill {backfill_id} stopped before publish; {writer.spec.target.table} still points at "
+                "backfill_stopped",
+                f"backfill {backfill_id} stopped before publish; {writer.spec.target.table} still points at "
                 f"{rec.from_namespace}, {rec.namespace} kept for investigation: {reason[:500]}",
             )
 
@@ -327,13 +319,10 @@ def verify_backfill_convergence(writer: Writer, backfill_id: str, *, run_id: str
                     f"UPDATE {SCHEMA}.namespaces SET status = 'releasable' WHERE namespace = ? AND status = 'retained'",
                     [rec.from_namespace],
                 )
-            record_event(
+            EventSource(dataset=spec.dataset, actor="guarded_backfill", run_id=run_id).record(
                 s,
-                kind="backfill_convergence",
-                dataset=spec.dataset,
-                actor="guarded_backfill",
-                run_id=run_id,
-                summary=f"backfill {backfill_id}: "
+                "backfill_convergence",
+                f"backfill {backfill_id}: "
                 + (
                     f"converged; prior {rec.from_namespace} may be released"
                     if converged

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from recovery.lib.control.plane import next_seq, record_event, utcnow
+from recovery.lib.control.plane import EventSource, next_seq, utcnow
 from recovery.lib.engine.base import Session
 from recovery.lib.errors import RecoveryError
 from recovery.lib.gates import GateResult, StoredGate
@@ -86,22 +86,17 @@ def record_gates(
 ) -> int:
     """Append each gate's result and put it on the timeline; returns the evaluation's sequence number."""
     seq = next_seq(s)
+    events = EventSource(dataset=dataset, actor=actor, run_id=run_id)
     for r in results:
         s.execute(
             f"INSERT INTO {GATES} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [backfill_id, generation, stage, r.gate, r.passed, r.observed, r.details, seq, utcnow(), run_id],
         )
-        record_event(
+        events.record(
             s,
-            kind="backfill_gate",
-            dataset=dataset,
-            actor=actor,
-            run_id=run_id,
-            summary=f"backfill {backfill_id} gate {r.gate} {'passed' if r.passed else 'FAILED'} ({stage}): "
-            f"{r.details[:300]}",
-            details=json.dumps(
-                {"backfill_id": backfill_id, "gate": r.gate, "stage": stage, "passed": r.passed, "observed": r.observed}
-            ),
+            "backfill_gate",
+            f"backfill {backfill_id} gate {r.gate} {'passed' if r.passed else 'FAILED'} ({stage}): {r.details[:300]}",
+            {"backfill_id": backfill_id, "gate": r.gate, "stage": stage, "passed": r.passed, "observed": r.observed},
         )
     return seq
 

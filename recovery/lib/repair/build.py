@@ -16,10 +16,8 @@ same rows.
 
 from __future__ import annotations
 
-import json
-
 from recovery.lib import faults
-from recovery.lib.control.plane import SCHEMA, record_event, utcnow
+from recovery.lib.control.plane import SCHEMA, EventSource, utcnow
 from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.engine.base import Session
 from recovery.lib.errors import FencedGenerationError, RecoveryError
@@ -175,21 +173,15 @@ def start_repair(
                            FROM {snap} GROUP BY 1) e ON e.p = pl.partition""",
                 params=[incident.incident_id],
             )
-            record_event(
+            EventSource(dataset=spec.dataset, incident_id=incident.incident_id, actor=actor, run_id=run_id).record(
                 s,
-                kind="repair_started",
-                dataset=spec.dataset,
-                incident_id=incident.incident_id,
-                actor=actor,
-                run_id=run_id,
-                summary=f"repair generation {generation} in {namespace}: {len(rebuilt)} partitions to rebuild "
+                "repair_started",
+                f"repair generation {generation} in {namespace}: {len(rebuilt)} partitions to rebuild "
                 "from the source "
                 f"as of {watermark} ({len(waves[0])} canary, {len(waves) - 1} waves), "
                 f"{len(qualified)} qualified and kept, "
                 f"{carry.rows_inserted:,} rows carried over; low watermark seq {low_seq}",
-                details=json.dumps(
-                    {"low_seq": low_seq, "source_watermark": str(watermark), "waves": waves, "qualified": qualified}
-                ),
+                {"low_seq": low_seq, "source_watermark": str(watermark), "waves": waves, "qualified": qualified},
             )
             faults.checkpoint("plan:recorded")  # everything written, not committed
 
@@ -266,14 +258,8 @@ def stop_in(s: Session, writer: Writer, plan: RepairPlan, reason: str, *, run_id
         f"UPDATE {PLANS} SET status = 'stopped', stopped_reason = ? WHERE incident_id = ?",
         [reason, plan.incident_id],
     )
-    record_event(
-        s,
-        kind="repair_stopped",
-        dataset=writer.spec.dataset,
-        incident_id=plan.incident_id,
-        actor="repair",
-        run_id=run_id,
-        summary=f"expansion stopped, {plan.namespace} and {plan.from_namespace} both kept: {reason}",
+    EventSource(dataset=writer.spec.dataset, incident_id=plan.incident_id, actor="repair", run_id=run_id).record(
+        s, "repair_stopped", f"expansion stopped, {plan.namespace} and {plan.from_namespace} both kept: {reason}"
     )
 
 
@@ -287,13 +273,8 @@ def resume(writer: Writer, plan: RepairPlan, *, actor: str, note: str) -> None:
                 "AND status = 'stopped'",
                 [plan.incident_id],
             )
-            record_event(
-                s,
-                kind="repair_resumed",
-                dataset=writer.spec.dataset,
-                incident_id=plan.incident_id,
-                actor=actor,
-                summary=f"repair resumed: {note}",
+            EventSource(dataset=writer.spec.dataset, incident_id=plan.incident_id, actor=actor).record(
+                s, "repair_resumed", f"repair resumed: {note}"
             )
             faults.checkpoint("resume:recorded")  # building again and on the timeline, not committed
 

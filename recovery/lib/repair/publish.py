@@ -20,11 +20,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from recovery.lib import faults
-from recovery.lib.control.plane import SCHEMA, next_seq, record_event, utcnow
+from recovery.lib.control.plane import SCHEMA, EventSource, next_seq, utcnow
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.decision import Decision
 from recovery.lib.errors import GateRefusedError, RecoveryError
@@ -132,18 +131,16 @@ def gate_candidate(
             )
             diffs = record_diffs(s, writer.spec, fresh, writer) if with_diffs else {}
             failed = [r for r in results if not r.passed]
-            record_event(
+            EventSource(
+                dataset=writer.spec.dataset, incident_id=plan.incident_id, actor="repair", run_id=run_id
+            ).record(
                 s,
-                kind="repair_gates",
-                dataset=writer.spec.dataset,
-                incident_id=plan.incident_id,
-                actor="repair",
-                run_id=run_id,
-                summary=f"candidate {fresh.namespace} at high watermark seq {fresh.high_seq} "
+                "repair_gates",
+                f"candidate {fresh.namespace} at high watermark seq {fresh.high_seq} "
                 f"({replayed.upserted:,} upserts, "
                 f"{replayed.deleted:,} deletes replayed now): "
                 + ("every gate passed" if not failed else "FAILED " + ", ".join(r.gate for r in failed)),
-                details=json.dumps([r.__dict__ for r in results]),
+                [r.__dict__ for r in results],
             )
             faults.checkpoint("candidate:recorded")  # replayed, gated and recorded, not committed
             return replayed, results, diffs
@@ -176,9 +173,7 @@ def publish(
 
     def txn() -> dict:
         with writer.engine.transaction() as s:
-            plan = load_plan(s, incident_id)
-            if plan is None:
-                raise RecoveryError(f"incident {incident_id} has no repair plan; run the repair first")
+            plan = require_plan(s, incident_id)
             if plan.status == "published":
                 return {"already": True, "namespace": plan.namespace, "seq": plan.published_seq, "replayed": None}
             _require_building(plan)
@@ -220,18 +215,14 @@ def publish(
                 f"UPDATE {PARTITIONS} SET status = 'published' WHERE incident_id = ? AND status = 'built'",
                 [incident_id],
             )
-            record_event(
+            EventSource(dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id).record(
                 s,
-                kind="publish",
-                dataset=spec.dataset,
-                incident_id=incident_id,
-                actor=actor,
-                run_id=run_id,
-                summary=f"{spec.target.table} now points at {plan.namespace} (was {plan.from_namespace}, kept); "
+                "publish",
+                f"{spec.target.table} now points at {plan.namespace} (was {plan.from_namespace}, kept); "
                 f"{replayed.upserted:,} upserts and {replayed.deleted:,} deletes that landed after the high "
                 "watermark replayed "
                 f"in the same transaction",
-                details=json.dumps({"seq": seq, "from": plan.from_namespace, "to": plan.namespace}),
+                {"seq": seq, "from": plan.from_namespace, "to": plan.namespace},
             )
             faults.checkpoint("publish:recorded")
             return {
@@ -281,16 +272,12 @@ def _record_refusal(writer: Writer, refused: _PreservationRefused, *, actor: str
                 return
             _record_gate(s, plan, gate, seq, run_id)
             faults.checkpoint("publish:refusal_gated")  # the failed gate written, its event not yet
-            record_event(
+            EventSource(dataset=writer.spec.dataset, incident_id=plan.incident_id, actor=actor, run_id=run_id).record(
                 s,
-                kind="publish_refused",
-                dataset=writer.spec.dataset,
-                incident_id=plan.incident_id,
-                actor=actor,
-                run_id=run_id,
-                summary=f"publish of {plan.namespace} refused by {gate.gate} ({gate.details}); "
+                "publish_refused",
+                f"publish of {plan.namespace} refused by {gate.gate} ({gate.details}); "
                 f"{writer.spec.target.table} still points at {plan.from_namespace}",
-                details=json.dumps({"gate": gate.gate, "seq": seq, "generation": plan.generation}),
+                {"gate": gate.gate, "seq": seq, "generation": plan.generation},
             )
             faults.checkpoint("publish:refusal_recorded")  # everything written, not committed
 
@@ -360,16 +347,12 @@ def finish_publish(
                     [READ_COPY_EVENT, incident_id],
                 ):
                     return
-                record_event(
+                EventSource(dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id).record(
                     s,
-                    kind=READ_COPY_EVENT,
-                    dataset=spec.dataset,
-                    incident_id=incident_id,
-                    actor=actor,
-                    run_id=run_id,
-                    summary=f"read copy {where} now serves {marker.get('namespace')} "
+                    READ_COPY_EVENT,
+                    f"read copy {where} now serves {marker.get('namespace')} "
                     f"(pointer move {marker.get('pointer_seq')}, {marker.get('rows', 0):,} rows)",
-                    details=json.dumps(marker),
+                    marker,
                 )
 
         retrying(txn)
@@ -417,14 +400,8 @@ def rollback(
                 raise RecoveryError(f"{spec.target.table} moved since the decision was taken; decide again")
             seq = move_pointer(s, spec, rollback_to, actor=actor, reason=f"rollback for {incident_id}")
             faults.checkpoint("rollback:view_moved")  # the pointer and view moved, the event not yet
-            record_event(
-                s,
-                kind="rollback",
-                dataset=spec.dataset,
-                incident_id=incident_id,
-                actor=actor,
-                run_id=run_id,
-                summary=f"{spec.target.table} rolled back to {decision.rollback_to} (from {current}, kept)",
+            EventSource(dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id).record(
+                s, "rollback", f"{spec.target.table} rolled back to {decision.rollback_to} (from {current}, kept)"
             )
             faults.checkpoint("rollback:recorded")  # everything written, not committed
             return {"already": False, "namespace": decision.rollback_to, "seq": seq, "from_namespace": current}

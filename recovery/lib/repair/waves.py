@@ -11,10 +11,8 @@ difference is named. The publish candidate is still reconciled key by key in ful
 
 from __future__ import annotations
 
-import json
-
 from recovery.lib import faults
-from recovery.lib.control.plane import record_event
+from recovery.lib.control.plane import EventSource
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.engine.base import Session
@@ -55,17 +53,13 @@ def gate_wave(writer: Writer, incident_id: str, wave: int, *, run_id: str | None
             failed = [r for r in results if not r.passed]
             if not failed:
                 record_fingerprints(s, writer.spec, plan, own, stage=wave_name(wave))
-            record_event(
+            EventSource(dataset=writer.spec.dataset, incident_id=incident_id, actor="repair", run_id=run_id).record(
                 s,
-                kind="repair_wave",
-                dataset=writer.spec.dataset,
-                incident_id=incident_id,
-                actor="repair",
-                run_id=run_id,
-                summary=f"{wave_name(wave)} of {plan.generation}: {len(own)} partitions rebuilt and gated; "
+                "repair_wave",
+                f"{wave_name(wave)} of {plan.generation}: {len(own)} partitions rebuilt and gated; "
                 f"{len(earlier) - len(changed)} earlier partitions unchanged since their gate, {len(changed)} changed: "
                 + ("passed" if not failed else "FAILED " + ", ".join(r.gate for r in failed)),
-                details=json.dumps([r.__dict__ for r in results]),
+                [r.__dict__ for r in results],
             )
             if failed:  # the expansion stops with the failed results: no kill can leave them without the stop
                 stop_in(s, writer, plan, f"{wave_name(wave)}: " + "; ".join(r.details for r in failed), run_id=run_id)

@@ -7,7 +7,6 @@ namespace compared key by key.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
@@ -15,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from recovery.lib import faults
 from recovery.lib.consumers.impact import DECISIONS
 from recovery.lib.consumers.outputs import RESTATEMENTS, original_basis
-from recovery.lib.control.plane import next_seq, record_event, utcnow
+from recovery.lib.control.plane import EventSource, next_seq, utcnow
 from recovery.lib.convergence.scope import applied_watermark
 from recovery.lib.dataset_spec.models import Consumer, DatasetSpec
 from recovery.lib.engine.base import Session
@@ -164,25 +163,19 @@ def record_restatement(
         notified_at=notified,
         original_basis=basis if basis is not None else original_basis(s, original),
     )
-    record_event(
+    EventSource(dataset=spec.dataset, incident_id=incident_id, actor=actor, run_id=run_id).record(
         s,
-        kind="restatement",
-        dataset=spec.dataset,
-        incident_id=incident_id,
-        actor=actor,
-        run_id=run_id,
-        summary=f"{c.name} restated into {corrected}"
+        "restatement",
+        f"{c.name} restated into {corrected}"
         + (f" (original kept in {original})" if original and original != corrected else "")
         + f": {result.ledger_rows:,} keys changed, {result.material_rows:,} material",
-        details=json.dumps(
-            {
-                "consumer": c.name,
-                "original_namespace": original,
-                "corrected_namespace": corrected,
-                "reused": reused,
-                "material_rows": result.material_rows,
-            }
-        ),
+        {
+            "consumer": c.name,
+            "original_namespace": original,
+            "corrected_namespace": corrected,
+            "reused": reused,
+            "material_rows": result.material_rows,
+        },
     )
     faults.checkpoint("restate:recorded")  # everything written, not committed
     return result

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from recovery.lib import faults
-from recovery.lib.control.plane import SCHEMA, control_plane_exists, record_event, utcnow
+from recovery.lib.control.plane import SCHEMA, EventSource, control_plane_exists, utcnow
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.incident.model import Incident
 from recovery.lib.notify import NOTIFICATIONS, delivered_keys
@@ -117,15 +117,8 @@ def record_events(engine: Engine, events: list[TimelineEvent]) -> None:
     def txn() -> None:
         with engine.transaction() as s:
             for e in events:
-                record_event(
-                    s,
-                    kind=e.kind,
-                    summary=e.summary,
-                    dataset=e.dataset,
-                    incident_id=e.incident_id,
-                    actor=e.actor,
-                    run_id=e.run_id,
-                    details=json.dumps(e.details, sort_keys=True, default=str),
+                EventSource(dataset=e.dataset, incident_id=e.incident_id, actor=e.actor, run_id=e.run_id).record(
+                    s, e.kind, e.summary, json.dumps(e.details, sort_keys=True, default=str)
                 )
             faults.checkpoint("events:recorded")  # the events, not committed
 
@@ -183,15 +176,13 @@ def count_run_attempt(engine: Engine, fence: FenceRecord, run_id: str, status: s
                 f"INSERT INTO {SCHEMA}.fence_attempts VALUES (?, ?, ?, ?, ?, ?)",
                 [fence.generation, fence.dataset, utcnow(), action, run_id, detail],
             )
-            record_event(
+            EventSource(
+                dataset=fence.dataset, incident_id=fence.incident_id, actor="fencing_sensor", run_id=run_id
+            ).record(
                 s,
-                kind="fence_attempt",
-                dataset=fence.dataset,
-                incident_id=fence.incident_id,
-                actor="fencing_sensor",
-                run_id=run_id,
-                summary=f"run {run_id} of fenced generation {fence.generation} was {status} after the fence; stopped",
-                details=json.dumps({"generation": fence.generation, "action": action, "detail": detail}),
+                "fence_attempt",
+                f"run {run_id} of fenced generation {fence.generation} was {status} after the fence; stopped",
+                {"generation": fence.generation, "action": action, "detail": detail},
             )
             faults.checkpoint("run_attempt:recorded")  # the attempt and its event, not committed
             return True

@@ -8,12 +8,11 @@ fence takes the turnstile's urgent lane, so a busy writer in another process can
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Literal
 
 from recovery.lib import faults
-from recovery.lib.control.plane import SCHEMA, next_seq, record_event, utcnow
+from recovery.lib.control.plane import SCHEMA, EventSource, next_seq, utcnow
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine, Session, urgent
 from recovery.lib.errors import FencedGenerationError, RecoveryError
@@ -98,15 +97,12 @@ class GenerationRegistry:
                         note,
                     ],
                 )
-                record_event(
+                EventSource(dataset=self.spec.dataset, actor=self.actor, run_id=run_id).record(
                     s,
-                    kind="generation_registered",
-                    dataset=self.spec.dataset,
-                    actor=self.actor,
-                    run_id=run_id,
-                    at=started_at,
-                    summary=f"{kind} generation {generation} registered"
+                    "generation_registered",
+                    f"{kind} generation {generation} registered"
                     + (f" writing namespace {ns}" if ns else " writing the published namespace"),
+                    at=started_at,
                 )
                 faults.checkpoint("register:recorded")  # the generation, its namespace and its event, not committed
                 return ns
@@ -178,15 +174,12 @@ class GenerationRegistry:
                     [generation, self.spec.dataset, incident_id, token, fenced_at, fenced_by, reason, seq],
                 )
                 faults.checkpoint("fence:fence_recorded")
-                record_event(
+                EventSource(dataset=self.spec.dataset, incident_id=incident_id, actor=fenced_by).record(
                     s,
-                    kind="fence",
-                    dataset=self.spec.dataset,
-                    incident_id=incident_id,
-                    actor=fenced_by,
+                    "fence",
+                    f"generation {generation} fenced (token {token})",
+                    {"generation": generation, "token": token, "seq": seq, "reason": reason},
                     at=fenced_at,
-                    summary=f"generation {generation} fenced (token {token})",
-                    details=json.dumps({"generation": generation, "token": token, "seq": seq, "reason": reason}),
                 )
                 faults.checkpoint("fence:event_recorded")  # everything written, not committed
                 return token
@@ -217,15 +210,11 @@ class GenerationRegistry:
                 incident = s.scalar(
                     f"SELECT arg_min(incident_id, seq) FROM {SCHEMA}.fences WHERE generation = ?", [generation]
                 )
-                record_event(
+                EventSource(dataset=self.spec.dataset, incident_id=incident, actor=self.actor, run_id=run_id).record(
                     s,
-                    kind="fence_attempt",
-                    dataset=self.spec.dataset,
-                    incident_id=incident,
-                    actor=self.actor,
-                    run_id=run_id,
-                    summary=f"{action} by fenced generation {generation} refused",
-                    details=json.dumps({"generation": generation, "action": action, "detail": detail}),
+                    "fence_attempt",
+                    f"{action} by fenced generation {generation} refused",
+                    {"generation": generation, "action": action, "detail": detail},
                 )
                 faults.checkpoint("fence_attempt:recorded")  # the attempt and its event, not committed
 
