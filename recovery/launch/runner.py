@@ -47,10 +47,12 @@ class Launcher:
         incident = parse_incident(Path(incident_file).resolve())
         checked: set[str] = set()
         with checked_once(checked):  # the runs this launcher starts do not check the same shapes again
-            incident.load_spec()  # a bad spec is refused before the Dagster instance (and its storage) is opened
+            # a bad spec is refused before the Dagster instance (and its storage) is opened; the
+            # incident's checks below use this spec rather than checking it against the warehouse again
+            spec = incident.load_spec()
             kwargs["instance"] = kwargs.get("instance") or project_instance()
             incident = resolve_backfill(kwargs["instance"], incident)  # a failed Dagster backfill: one subject
-            launcher = cls(incident, check_incident(incident), **kwargs)
+            launcher = cls(incident, check_incident(incident, spec), **kwargs)
         launcher._shapes_checked = checked
         return launcher
 
