@@ -25,6 +25,14 @@ Safeguards a long-lived process (a test session, a notebook, a code server) need
 - at most ``MAX_ENGINES`` files keep an engine (one per run for the run shards), the
   least recently used is disposed, so open files stay bounded.
 
+A run's planned events (one per partition of a ranged run, written when the run is
+created) and a step's materializations per partition are events Dagster sends as one batch
+(``DagsterEventBatchMetadata``); its SQLite event storage stores a batch one event, one
+transaction, at a time. Here such a batch is stored in one transaction per file (the run's
+own, ``index.db``): the same rows, written together, seen by other processes at once. A
+batch that fails is rolled back and Dagster stores its events one by one, as it does for
+every storage whose batch write fails.
+
 Installed when ``recovery.orchestration`` is imported (the CLI, the code location and
 the tests all import it); other instances (Postgres) are untouched. ``RECOVERY_SQLITE_POOL=off``
 leaves Dagster as it ships (to compare, or should a Dagster release disagree with it).
@@ -38,7 +46,9 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy
@@ -46,6 +56,8 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.pool import QueuePool
 
 MAX_ENGINES = 16
+MAX_BATCH = 1000
+"""The most events of one batch stored in one transaction per file (Dagster sends the rest as the next)."""
 STORAGE_MODULES = (
     "dagster._core.storage.event_log.sqlite.sqlite_event_log",
     "dagster._core.storage.runs.sqlite.sqlite_run_storage",
@@ -145,7 +157,8 @@ ENGINES = EngineCache()
 
 
 def install() -> None:
-    """Route Dagster's SQLite storages through ``ENGINES`` (idempotent)."""
+    """Route Dagster's SQLite storages through ``ENGINES`` and store an event batch in one
+    transaction per file (idempotent)."""
     import importlib
 
     if os.environ.get("RECOVERY_SQLITE_POOL", "").lower() in ("off", "0", "false", "no"):
@@ -156,3 +169,87 @@ def install() -> None:
         # behaviour rather than failing every command at import; the test says so
         if hasattr(module, "create_engine"):
             module.create_engine = ENGINES.create_engine  # type: ignore[attr-defined]
+    _install_event_batches()
+
+
+@dataclass
+class _Batch:
+    """The connections of one event batch being stored, each in its open transaction, by shard."""
+
+    storage: Any
+    connections: dict[str, Any] = field(default_factory=dict)
+
+
+_BATCH = threading.local()
+
+
+def _install_event_batches() -> None:
+    from dagster._core.instance.methods.event_methods import EventMethods
+    from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+
+    if getattr(SqliteEventLogStorage, "_recovery_batches", False):
+        return
+    shipped_connect = SqliteEventLogStorage._connect
+    shipped_size = EventMethods._get_event_batch_size
+
+    def batch_size(self: Any) -> int:
+        """Dagster's (``DAGSTER_EVENT_BATCH_SIZE``, 0 by default) or, for a SQLite event storage, ``MAX_BATCH``."""
+        size = shipped_size(self)
+        return size or (MAX_BATCH if isinstance(self._event_storage_impl, SqliteEventLogStorage) else 0)
+
+    @contextmanager
+    def connect(self: Any, shard: str) -> Iterator[Any]:
+        batch = getattr(_BATCH, "open", None)
+        if batch is None or batch.storage is not self:
+            with shipped_connect(self, shard) as conn:
+                yield conn
+            return
+        conn = batch.connections.get(shard)
+        if conn is None:
+            conn = batch.connections[shard] = _begin(self, shard)
+        yield conn
+
+    def store_event_batch(self: Any, events: Sequence[Any]) -> None:
+        if len(events) < 2 or getattr(_BATCH, "open", None) is not None:
+            for event in events:
+                self.store_event(event)
+            return
+        batch = _BATCH.open = _Batch(self)
+        try:
+            for event in events:
+                self.store_event(event)
+            for conn in batch.connections.values():  # the run's file first, then index.db, as store_event writes
+                conn.commit()
+        except BaseException:
+            for conn in batch.connections.values():
+                conn.rollback()
+            raise
+        finally:
+            _BATCH.open = None
+            for conn in batch.connections.values():
+                conn.close()
+
+    SqliteEventLogStorage._connect = connect  # type: ignore[method-assign]
+    SqliteEventLogStorage.store_event_batch = store_event_batch  # type: ignore[method-assign]
+    EventMethods._get_event_batch_size = batch_size  # type: ignore[method-assign]
+    SqliteEventLogStorage._recovery_batches = True  # type: ignore[attr-defined]
+
+
+def _begin(storage: Any, shard: str) -> Any:
+    """A connection to ``shard`` in an open transaction, made as Dagster's ``_connect`` makes it."""
+    from dagster._core.storage.event_log.sqlite import sqlite_event_log
+    from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
+    from sqlalchemy.pool import NullPool
+
+    with storage._db_lock:
+        engine = sqlite_event_log.create_engine(
+            storage.conn_string_for_shard(shard),
+            poolclass=NullPool,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS},
+        )
+        if shard not in storage._initialized_dbs:
+            storage._initdb(engine)
+            storage._initialized_dbs.add(shard)
+    conn = engine.connect()
+    conn.begin()
+    return conn
