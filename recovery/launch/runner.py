@@ -68,7 +68,7 @@ class Launcher:
             return self._definitions
         from recovery.definitions import definitions_for
 
-        return definitions_for(self.incident.spec)
+        return definitions_for(self.incident.spec, plugin_catalog=False)  # its jobs run in process
 
     @cached_property
     def instance(self) -> dg.DagsterInstance:
