@@ -16,6 +16,7 @@ import dagster as dg
 from recovery.config import PROJECT_ROOT, serving, spec_path
 from recovery.defs.location import remember
 from recovery.orchestration import forget_dead_defs_state_storage
+from recovery.startup import settling
 
 
 def instance_hint() -> str | None:
@@ -75,7 +76,7 @@ def definitions_for(spec: str | Path, *, plugin_catalog: bool = True) -> dg.Defi
     ``plugin_catalog=False`` (a launcher running jobs in process, the CLI) builds the same
     definitions without the installed plugins' component catalog, which only ``dg`` and the UI read."""
     forget_dead_defs_state_storage()
-    with serving(spec), nullcontext() if plugin_catalog else _without_plugin_catalog():
+    with serving(spec), nullcontext() if plugin_catalog else _without_plugin_catalog(), settling():
         built = dg.components.load_from_defs_folder(path_within_project=Path(__file__).parent)
     remember(spec, built, own=True)  # for steps run in process, which have no repository to ask for the asset graph
     return built

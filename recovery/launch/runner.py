@@ -19,6 +19,7 @@ from recovery.lib.catalog_checks import checked_once
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.incident.model import Incident, check_incident, parse_incident
 from recovery.lib.incident.phases import Phase, incident_tags
+from recovery.startup import settling
 
 
 class Launcher:
@@ -46,7 +47,9 @@ class Launcher:
 
         incident = parse_incident(Path(incident_file).resolve())
         checked: set[str] = set()
-        with checked_once(checked):  # the runs this launcher starts do not check the same shapes again
+        # the runs this launcher starts do not check the same shapes again; the instance's storages
+        # and their modules are long-lived objects (``settling``)
+        with checked_once(checked), settling():
             # a bad spec is refused before the Dagster instance (and its storage) is opened; the
             # incident's checks below use this spec rather than checking it against the warehouse again
             spec = incident.load_spec()
