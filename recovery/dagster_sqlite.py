@@ -11,10 +11,12 @@ What stays as Dagster has it: every statement still runs in its own transaction 
 in WAL mode, as Dagster sets it, so other processes, the daemon and the webserver,
 read and write the same files as before); only this process reuses its connections.
 One setting differs: the pooled connections commit with ``synchronous=NORMAL`` instead of
-SQLite's ``FULL``, so a commit in WAL mode does not wait for the disk (a run's planned
-events are one commit per partition to each of two files). SQLite's documented
+SQLite's ``FULL``, so a commit in WAL mode does not wait for the disk (an event stored on
+its own is a commit to the run's file and one to ``index.db``). SQLite's documented
 trade-off: the database stays consistent whatever happens; a power loss or OS crash (not
-a process crash) may lose the last commits. Dagster's files are the run history; the
+a process crash) may lose the last commits. A new file is put in WAL mode (Dagster's mode for
+all its files) before Dagster creates its tables rather than just after, so its first commits
+do not wait for the disk either. Dagster's files are the run history; the
 recovery's own ledger is in the warehouse's control plane. ``RECOVERY_SQLITE_SYNC=full``
 keeps ``FULL``.
 Safeguards a long-lived process (a test session, a notebook, a code server) needs:
@@ -33,6 +35,10 @@ own, ``index.db``): the same rows, written together, seen by other processes at 
 batch that fails is rolled back and Dagster stores its events one by one, as it does for
 every storage whose batch write fails.
 
+Each storage checks a file's schema revision against the head of Dagster's migration
+scripts when it first opens it (every new run has a file of its own); the head is read from
+the scripts once per process here rather than at each check.
+
 Installed when ``recovery.orchestration`` is imported (the CLI, the code location and
 the tests all import it); other instances (Postgres) are untouched. ``RECOVERY_SQLITE_POOL=off``
 leaves Dagster as it ships (to compare, or should a Dagster release disagree with it).
@@ -49,6 +55,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import sqlalchemy
@@ -130,6 +137,11 @@ def _set_synchronous(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA synchronous={_synchronous()}")
+        # Dagster puts every one of its files in WAL mode once it has created their tables (a
+        # new run's file: about twenty statements, each its own commit); a new file is put in
+        # WAL mode first, so those commits, too, do not wait for the disk
+        if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            cursor.execute("PRAGMA journal_mode=WAL")
     finally:
         cursor.close()
 
@@ -169,7 +181,34 @@ def install() -> None:
         # behaviour rather than failing every command at import; the test says so
         if hasattr(module, "create_engine"):
             module.create_engine = ENGINES.create_engine  # type: ignore[attr-defined]
+        if hasattr(module, "check_alembic_revision"):
+            module.check_alembic_revision = check_alembic_revision  # type: ignore[attr-defined]
     _install_event_batches()
+
+
+def check_alembic_revision(alembic_config: Any, conn: Any) -> tuple[str | None, str | None]:
+    """Dagster's ``check_alembic_revision`` (the file's schema revision and the installed
+    migrations' head), with the head read once per process: Dagster reads every migration
+    script again for each file it opens (each storage, each new run's file), and the
+    installed scripts do not change while a process runs."""
+    from alembic.runtime.migration import MigrationContext
+    from dagster._core.storage import sql
+
+    with sql._alembic_lock:
+        db_revision = MigrationContext.configure(conn).get_current_revision()
+    return db_revision, _head_revision(alembic_config)
+
+
+@lru_cache(maxsize=8)
+def _head_revision(alembic_config: Any) -> str | None:
+    """The head of the migration scripts of one of Dagster's storages (its alembic configuration,
+    one object per storage module: ``get_alembic_config`` is cached)."""
+    from alembic.script import ScriptDirectory
+    from dagster._core.storage import sql
+
+    with sql._alembic_lock:
+        head = ScriptDirectory.from_config(alembic_config).as_revision_number("head")
+    return head if isinstance(head, str) or head is None else str(head)
 
 
 @dataclass

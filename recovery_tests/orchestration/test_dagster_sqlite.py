@@ -23,6 +23,28 @@ def test_dagsters_sqlite_storages_build_their_engines_through_the_cache():
 
     for name in STORAGE_MODULES:
         assert importlib.import_module(name).create_engine == dagster_sqlite.ENGINES.create_engine, name
+        assert importlib.import_module(name).check_alembic_revision == dagster_sqlite.check_alembic_revision, name
+
+
+def test_a_files_schema_revision_is_checked_against_the_same_head_as_dagster_reads(tmp_path: Path):
+    """The head of Dagster's migration scripts is read once per process; each check still reads the file's own."""
+    import sqlalchemy
+    from dagster._core.storage import sql
+    from dagster._core.storage.event_log.sqlite import sqlite_event_log
+
+    config = sql.get_alembic_config(sqlite_event_log.__file__)
+    with dg.DagsterInstance.from_ref(dg._core.instance.InstanceRef.from_dir(str(tmp_path))) as instance:
+        assert instance.get_runs() == []  # the instance's files exist, stamped at the head
+        index = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'history' / 'runs' / 'index.db'}")
+        with index.connect() as conn:
+            ours = dagster_sqlite.check_alembic_revision(config, conn)
+            assert ours == sql.check_alembic_revision(config, conn) and ours[0] == ours[1] is not None
+        index.dispose()
+    empty = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'empty.db'}")
+    with empty.connect() as conn:  # a file never stamped: no revision of its own, the same head
+        assert dagster_sqlite.check_alembic_revision(config, conn) == sql.check_alembic_revision(config, conn)
+        assert dagster_sqlite.check_alembic_revision(config, conn)[0] is None
+    empty.dispose()
 
 
 def test_one_engine_per_file_a_replaced_file_gets_a_new_one_and_the_oldest_is_disposed(tmp_path: Path):
@@ -49,15 +71,22 @@ def test_one_engine_per_file_a_replaced_file_gets_a_new_one_and_the_oldest_is_di
 
 def test_pooled_connections_commit_without_a_sync_per_statement_unless_asked(tmp_path: Path, monkeypatch):
     """WAL with ``synchronous=NORMAL``: a commit no longer waits for the disk (the last commits
-    may be lost on power loss, never the file's consistency); ``RECOVERY_SQLITE_SYNC=full`` restores Dagster's."""
+    may be lost on power loss, never the file's consistency), a new file's first commits included;
+    ``RECOVERY_SQLITE_SYNC=full`` restores Dagster's."""
 
     def synchronous(cache: EngineCache, name: str) -> int:
         with cache.create_engine(f"sqlite:///{tmp_path / name}").connect() as conn:
             return present(conn.exec_driver_sql("PRAGMA synchronous").scalar())
 
+    def journal(cache: EngineCache, name: str) -> str:
+        with cache.create_engine(f"sqlite:///{tmp_path / name}").connect() as conn:
+            return present(conn.exec_driver_sql("PRAGMA journal_mode").scalar())
+
     assert synchronous(EngineCache(), "normal.db") == 1  # NORMAL
+    assert journal(EngineCache(), "new.db") == "wal"  # a new file is in WAL mode before Dagster creates its tables
     monkeypatch.setenv("RECOVERY_SQLITE_SYNC", "full")
     assert synchronous(EngineCache(), "full.db") == 2  # FULL, SQLite's default
+    assert journal(EngineCache(), "new_full.db") == "delete"  # as Dagster leaves it until its tables exist
 
 
 READ_RUNS = """
