@@ -42,14 +42,14 @@ class Launcher:
     @classmethod
     def for_file(cls, incident_file: str | Path, **kwargs) -> Launcher:
         """Validate the incident file (shape, then meaning against the warehouse, read-only) first."""
-        from recovery.dagster_history import resolve_backfill
-        from recovery.orchestration import project_instance
-
         incident = parse_incident(Path(incident_file).resolve())
         checked: set[str] = set()
-        # the runs this launcher starts do not check the same shapes again; the instance's storages
-        # and their modules are long-lived objects (``settling``)
+        # the runs this launcher starts do not check the same shapes again; Dagster's storages,
+        # their modules and the instance are long-lived objects (``settling``)
         with checked_once(checked), settling():
+            from recovery.dagster_history import resolve_backfill
+            from recovery.orchestration import project_instance
+
             # a bad spec is refused before the Dagster instance (and its storage) is opened; the
             # incident's checks below use this spec rather than checking it against the warehouse again
             spec = incident.load_spec()
