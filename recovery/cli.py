@@ -26,6 +26,7 @@ from rich.console import Console
 import recovery.commands
 from recovery.config import PROJECT_ROOT
 from recovery.lib.errors import RecoveryError, RunCrashedError, environment_hint
+from recovery.startup import command_scope, settling
 
 EXIT_UNEXPECTED = 3
 
@@ -75,7 +76,14 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> int:
         console = Console()
         if not console.is_terminal:  # piped or in CI: wide enough for the tables to stay readable
             console = Console(width=150)
-    args = build_parser().parse_args(argv)
+    with command_scope():
+        return _run(argv, console)
+
+
+def _run(argv: list[str], console: Console) -> int:
+    with settling():  # every verb's module, Dagster's among them: long-lived objects, no garbage
+        parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         return int(args.fn(args, console) or 0)
     except RunCrashedError as err:

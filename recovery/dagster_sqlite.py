@@ -11,10 +11,12 @@ What stays as Dagster has it: every statement still runs in its own transaction 
 in WAL mode, as Dagster sets it, so other processes, the daemon and the webserver,
 read and write the same files as before); only this process reuses its connections.
 One setting differs: the pooled connections commit with ``synchronous=NORMAL`` instead of
-SQLite's ``FULL``, so a commit in WAL mode does not wait for the disk (a run's planned
-events are one commit per partition to each of two files). SQLite's documented
+SQLite's ``FULL``, so a commit in WAL mode does not wait for the disk (an event stored on
+its own is a commit to the run's file and one to ``index.db``). SQLite's documented
 trade-off: the database stays consistent whatever happens; a power loss or OS crash (not
-a process crash) may lose the last commits. Dagster's files are the run history; the
+a process crash) may lose the last commits. A new file is put in WAL mode (Dagster's mode for
+all its files) before Dagster creates its tables rather than just after, so its first commits
+do not wait for the disk either. Dagster's files are the run history; the
 recovery's own ledger is in the warehouse's control plane. ``RECOVERY_SQLITE_SYNC=full``
 keeps ``FULL``.
 Safeguards a long-lived process (a test session, a notebook, a code server) needs:
@@ -24,6 +26,18 @@ Safeguards a long-lived process (a test session, a notebook, a code server) need
 - a forked child never uses its parent's connections (the cache is per process id);
 - at most ``MAX_ENGINES`` files keep an engine (one per run for the run shards), the
   least recently used is disposed, so open files stay bounded.
+
+A run's planned events (one per partition of a ranged run, written when the run is
+created) and a step's materializations per partition are events Dagster sends as one batch
+(``DagsterEventBatchMetadata``); its SQLite event storage stores a batch one event, one
+transaction, at a time. Here such a batch is stored in one transaction per file (the run's
+own, ``index.db``): the same rows, written together, seen by other processes at once. A
+batch that fails is rolled back and Dagster stores its events one by one, as it does for
+every storage whose batch write fails.
+
+Each storage checks a file's schema revision against the head of Dagster's migration
+scripts when it first opens it (every new run has a file of its own); the head is read from
+the scripts once per process here rather than at each check.
 
 Installed when ``recovery.orchestration`` is imported (the CLI, the code location and
 the tests all import it); other instances (Postgres) are untouched. ``RECOVERY_SQLITE_POOL=off``
@@ -38,7 +52,10 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import sqlalchemy
@@ -46,6 +63,8 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.pool import QueuePool
 
 MAX_ENGINES = 16
+MAX_BATCH = 1000
+"""The most events of one batch stored in one transaction per file (Dagster sends the rest as the next)."""
 STORAGE_MODULES = (
     "dagster._core.storage.event_log.sqlite.sqlite_event_log",
     "dagster._core.storage.runs.sqlite.sqlite_run_storage",
@@ -118,6 +137,11 @@ def _set_synchronous(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA synchronous={_synchronous()}")
+        # Dagster puts every one of its files in WAL mode once it has created their tables (a
+        # new run's file: about twenty statements, each its own commit); a new file is put in
+        # WAL mode first, so those commits, too, do not wait for the disk
+        if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            cursor.execute("PRAGMA journal_mode=WAL")
     finally:
         cursor.close()
 
@@ -145,7 +169,8 @@ ENGINES = EngineCache()
 
 
 def install() -> None:
-    """Route Dagster's SQLite storages through ``ENGINES`` (idempotent)."""
+    """Route Dagster's SQLite storages through ``ENGINES`` and store an event batch in one
+    transaction per file (idempotent)."""
     import importlib
 
     if os.environ.get("RECOVERY_SQLITE_POOL", "").lower() in ("off", "0", "false", "no"):
@@ -156,3 +181,114 @@ def install() -> None:
         # behaviour rather than failing every command at import; the test says so
         if hasattr(module, "create_engine"):
             module.create_engine = ENGINES.create_engine  # type: ignore[attr-defined]
+        if hasattr(module, "check_alembic_revision"):
+            module.check_alembic_revision = check_alembic_revision  # type: ignore[attr-defined]
+    _install_event_batches()
+
+
+def check_alembic_revision(alembic_config: Any, conn: Any) -> tuple[str | None, str | None]:
+    """Dagster's ``check_alembic_revision`` (the file's schema revision and the installed
+    migrations' head), with the head read once per process: Dagster reads every migration
+    script again for each file it opens (each storage, each new run's file), and the
+    installed scripts do not change while a process runs."""
+    from alembic.runtime.migration import MigrationContext
+    from dagster._core.storage import sql
+
+    with sql._alembic_lock:
+        db_revision = MigrationContext.configure(conn).get_current_revision()
+    return db_revision, _head_revision(alembic_config)
+
+
+@lru_cache(maxsize=8)
+def _head_revision(alembic_config: Any) -> str | None:
+    """The head of the migration scripts of one of Dagster's storages (its alembic configuration,
+    one object per storage module: ``get_alembic_config`` is cached)."""
+    from alembic.script import ScriptDirectory
+    from dagster._core.storage import sql
+
+    with sql._alembic_lock:
+        head = ScriptDirectory.from_config(alembic_config).as_revision_number("head")
+    return head if isinstance(head, str) or head is None else str(head)
+
+
+@dataclass
+class _Batch:
+    """The connections of one event batch being stored, each in its open transaction, by shard."""
+
+    storage: Any
+    connections: dict[str, Any] = field(default_factory=dict)
+
+
+_BATCH = threading.local()
+
+
+def _install_event_batches() -> None:
+    from dagster._core.instance.methods.event_methods import EventMethods
+    from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+
+    if getattr(SqliteEventLogStorage, "_recovery_batches", False):
+        return
+    shipped_connect = SqliteEventLogStorage._connect
+    shipped_size = EventMethods._get_event_batch_size
+
+    def batch_size(self: Any) -> int:
+        """Dagster's (``DAGSTER_EVENT_BATCH_SIZE``, 0 by default) or, for a SQLite event storage, ``MAX_BATCH``."""
+        size = shipped_size(self)
+        return size or (MAX_BATCH if isinstance(self._event_storage_impl, SqliteEventLogStorage) else 0)
+
+    @contextmanager
+    def connect(self: Any, shard: str) -> Iterator[Any]:
+        batch = getattr(_BATCH, "open", None)
+        if batch is None or batch.storage is not self:
+            with shipped_connect(self, shard) as conn:
+                yield conn
+            return
+        conn = batch.connections.get(shard)
+        if conn is None:
+            conn = batch.connections[shard] = _begin(self, shard)
+        yield conn
+
+    def store_event_batch(self: Any, events: Sequence[Any]) -> None:
+        if len(events) < 2 or getattr(_BATCH, "open", None) is not None:
+            for event in events:
+                self.store_event(event)
+            return
+        batch = _BATCH.open = _Batch(self)
+        try:
+            for event in events:
+                self.store_event(event)
+            for conn in batch.connections.values():  # the run's file first, then index.db, as store_event writes
+                conn.commit()
+        except BaseException:
+            for conn in batch.connections.values():
+                conn.rollback()
+            raise
+        finally:
+            _BATCH.open = None
+            for conn in batch.connections.values():
+                conn.close()
+
+    SqliteEventLogStorage._connect = connect  # type: ignore[method-assign]
+    SqliteEventLogStorage.store_event_batch = store_event_batch  # type: ignore[method-assign]
+    EventMethods._get_event_batch_size = batch_size  # type: ignore[method-assign]
+    SqliteEventLogStorage._recovery_batches = True  # type: ignore[attr-defined]
+
+
+def _begin(storage: Any, shard: str) -> Any:
+    """A connection to ``shard`` in an open transaction, made as Dagster's ``_connect`` makes it."""
+    from dagster._core.storage.event_log.sqlite import sqlite_event_log
+    from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
+    from sqlalchemy.pool import NullPool
+
+    with storage._db_lock:
+        engine = sqlite_event_log.create_engine(
+            storage.conn_string_for_shard(shard),
+            poolclass=NullPool,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS},
+        )
+        if shard not in storage._initialized_dbs:
+            storage._initdb(engine)
+            storage._initialized_dbs.add(shard)
+    conn = engine.connect()
+    conn.begin()
+    return conn

@@ -19,6 +19,7 @@ from recovery.lib.catalog_checks import checked_once
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.incident.model import Incident, check_incident, parse_incident
 from recovery.lib.incident.phases import Phase, incident_tags
+from recovery.startup import settling
 
 
 class Launcher:
@@ -41,16 +42,20 @@ class Launcher:
     @classmethod
     def for_file(cls, incident_file: str | Path, **kwargs) -> Launcher:
         """Validate the incident file (shape, then meaning against the warehouse, read-only) first."""
-        from recovery.dagster_history import resolve_backfill
-        from recovery.orchestration import project_instance
-
         incident = parse_incident(Path(incident_file).resolve())
         checked: set[str] = set()
-        with checked_once(checked):  # the runs this launcher starts do not check the same shapes again
-            incident.load_spec()  # a bad spec is refused before the Dagster instance (and its storage) is opened
+        # the runs this launcher starts do not check the same shapes again; Dagster's storages,
+        # their modules and the instance are long-lived objects (``settling``)
+        with checked_once(checked), settling():
+            from recovery.dagster_history import resolve_backfill
+            from recovery.orchestration import project_instance
+
+            # a bad spec is refused before the Dagster instance (and its storage) is opened; the
+            # incident's checks below use this spec rather than checking it against the warehouse again
+            spec = incident.load_spec()
             kwargs["instance"] = kwargs.get("instance") or project_instance()
             incident = resolve_backfill(kwargs["instance"], incident)  # a failed Dagster backfill: one subject
-            launcher = cls(incident, check_incident(incident), **kwargs)
+            launcher = cls(incident, check_incident(incident, spec), **kwargs)
         launcher._shapes_checked = checked
         return launcher
 
@@ -66,7 +71,7 @@ class Launcher:
             return self._definitions
         from recovery.definitions import definitions_for
 
-        return definitions_for(self.incident.spec)
+        return definitions_for(self.incident.spec, plugin_catalog=False)  # its jobs run in process
 
     @cached_property
     def instance(self) -> dg.DagsterInstance:

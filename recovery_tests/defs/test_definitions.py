@@ -128,6 +128,26 @@ def test_definitions_are_loadable(definitions: dg.Definitions, example: dg.Defin
     dg.Definitions.validate_loadable(example)
 
 
+def test_a_launcher_builds_what_the_ui_serves_without_the_plugin_catalog(definitions: dg.Definitions):
+    """The CLI's runs are launched from definitions built without the installed plugins' component
+    catalog (metadata only ``dg`` and the UI's component list read); everything else, every job,
+    asset, check, sensor and schedule as the UI's snapshot of the code location holds it, is the same."""
+    from dagster._core.remote_representation.external_data import RepositorySnap
+    from dagster._serdes import serialize_value
+    from dagster.components.core.component_tree import PLUGIN_COMPONENT_TYPES_JSON_METADATA_KEY
+    from dagster_shared.record import replace
+
+    from recovery.definitions import definitions_for
+
+    launched = definitions_for(spec_path(), plugin_catalog=False)
+    served = RepositorySnap.from_def(definitions.get_repository_def())
+    built = RepositorySnap.from_def(launched.get_repository_def())
+    assert PLUGIN_COMPONENT_TYPES_JSON_METADATA_KEY in (served.metadata or {})
+    assert not built.metadata
+    assert serialize_value(replace(served, metadata={})) == serialize_value(replace(built, metadata={}))
+    assert PLUGIN_COMPONENT_TYPES_JSON_METADATA_KEY in (defs().metadata or {})  # the switch is off again
+
+
 def test_jobs_schedule_and_assets(definitions: dg.Definitions, example: dg.Definitions):
     # the worked example's pipeline is its own location's, with its own executor
     assert {j.name for j in example.resolve_all_job_defs()} - {"__ASSET_JOB"} == {"ingest_transactions"}

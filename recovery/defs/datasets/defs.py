@@ -163,10 +163,12 @@ def dataset_definitions(path: Path) -> dg.Definitions:
 
 @dg.definitions
 def further_datasets() -> dg.Definitions:
-    served = spec_path()
-    seen = {parse_spec(served).dataset}
+    further = spec_paths()[1:]
+    if not further:  # the one dataset asked (``RECOVERY_SPECS`` unset): its spec is not read again here
+        return dg.Definitions()
+    seen = {parse_spec(spec_path()).dataset}
     parts = []
-    for path in spec_paths()[1:]:
+    for path in further:
         name = parse_spec(path).dataset
         if name in seen:
             raise dg.DagsterInvalidDefinitionError(

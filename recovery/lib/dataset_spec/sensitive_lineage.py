@@ -111,8 +111,10 @@ def output_lineage(
                 proj.replace(exp.alias_(proj.copy(), f"__out{i}"))
         by_name_out: dict[str, set[str]] = {}
         by_pos: dict[int, set[str]] = {}
+        # every output's lineage from one qualification of the query (sqlglot shares the work across them)
+        nodes = lineage(None, renamed, schema=schema, dialect="duckdb")
         for i, col in enumerate(names):
-            node = lineage(f"__out{i}", renamed, schema=schema, dialect="duckdb")
+            node = nodes[f"__out{i}"]
             leaves = {n.name.split(".")[-1].strip('"') for n in node.walk() if not n.downstream}
             hits = {c for c in leaves if c.lower() in sensitive}
             if hits:

@@ -8,6 +8,7 @@ physical names of generations or snapshots.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import sqlglot
 import sqlglot.expressions as exp
@@ -29,20 +30,31 @@ def render(sql: str, **relations: str) -> str:
 
 def check_single_select(sql: str, placeholder: str) -> None:
     """Raise ValueError unless ``sql`` is exactly one query reading ``{{ placeholder }}``."""
+    problem = _single_select_problem(sql, placeholder)
+    if problem is not None:
+        raise ValueError(problem)
+
+
+@lru_cache(maxsize=256)
+def _single_select_problem(sql: str, placeholder: str) -> str | None:
+    """What is wrong with ``sql`` as one query reading ``{{ placeholder }}``, else None. A function of
+    the text alone, so a process that parses the same spec again (the command, its code location, its
+    runs' steps) parses each file's SQL once."""
     names = set(_PLACEHOLDER.findall(sql))
     if placeholder not in names:
-        raise ValueError(f"it never reads {{{{ {placeholder} }}}}")
+        return f"it never reads {{{{ {placeholder} }}}}"
     if names - {placeholder}:
-        raise ValueError(f"unknown placeholder(s) {sorted(names - {placeholder})}")
+        return f"unknown placeholder(s) {sorted(names - {placeholder})}"
     probe = _PLACEHOLDER.sub("__placeholder__", sql.strip())
     try:
         statements = [s for s in sqlglot.parse(probe, read="duckdb") if s is not None]
     except (sqlglot.errors.SqlglotError, RecursionError) as e:  # tokenizer errors and absurd nesting too
-        raise ValueError(f"SQL does not parse: {(str(e).splitlines() or [type(e).__name__])[0]}") from None
+        return f"SQL does not parse: {(str(e).splitlines() or [type(e).__name__])[0]}"
     if len(statements) != 1:
-        raise ValueError(f"holds {len(statements)} statements, expected one SELECT")
+        return f"holds {len(statements)} statements, expected one SELECT"
     if not isinstance(statements[0], exp.Query):
-        raise ValueError(f"is a {statements[0].key.upper()} statement, expected a SELECT")
+        return f"is a {statements[0].key.upper()} statement, expected a SELECT"
+    return None
 
 
 def joins_nothing(sql: str, placeholder: str) -> bool:

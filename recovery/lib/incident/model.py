@@ -160,10 +160,11 @@ def incident_from_mapping(raw: dict, *, base_dir: Path) -> Incident:
     return inc.model_copy(update={"spec": spec, "evidence_root": evidence})
 
 
-def check_incident(inc: Incident) -> DatasetSpec:
-    """Meaning checks against the warehouse (read-only). Returns the validated spec."""
+def check_incident(inc: Incident, spec: DatasetSpec | None = None) -> DatasetSpec:
+    """Meaning checks against the warehouse (read-only). Returns the validated spec: ``spec`` when the
+    caller has just loaded and checked the incident's spec (``inc.load_spec()``), else loaded here."""
     src = str(inc.incident_path) if inc.incident_path else None
-    spec = inc.load_spec()
+    spec = spec if spec is not None else inc.load_spec()
 
     def fail(field: str, problem: str, fix: str):
         raise SpecError(field, problem, fix, source=src)

@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import date, datetime
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import jinja2
+if TYPE_CHECKING:
+    import jinja2
 
 
 def num(value, digits: int = 0) -> str:
@@ -38,6 +40,8 @@ def md_cell(value) -> str:
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
+    import jinja2  # loads when a report is rendered, not with the code location
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("recovery.lib.reports", "templates"),
         autoescape=jinja2.select_autoescape(enabled_extensions=("html", "html.j2"), default_for_string=False),
