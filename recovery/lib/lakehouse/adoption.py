@@ -13,8 +13,7 @@ from recovery.lib import faults
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Engine
 from recovery.lib.lakehouse.fence import TableFence
-from recovery.lib.lakehouse.history import fix_adopted_namespace
-from recovery.lib.pointers.adoption import Adoption
+from recovery.lib.pointers.adoption import Adoption, point_write_log_at
 from recovery.lib.retry import retrying
 
 
@@ -24,7 +23,7 @@ def adopted_lakehouse(engine: Engine, spec: DatasetSpec, adoption: Adoption, fen
 
     def txn() -> None:
         with engine.transaction() as s:
-            fix_adopted_namespace(s, spec, adoption.namespace)
+            point_write_log_at(s, spec, adoption.namespace)
             faults.checkpoint("lake_adopt:recorded")  # the write log's rows pointed at the namespace, not committed
 
     retrying(txn)

@@ -477,18 +477,6 @@ def _register_generations(s: Session, spec: DatasetSpec, table: LakehouseTable) 
         )
 
 
-def fix_adopted_namespace(s: Session, spec: DatasetSpec, namespace: str) -> None:
-    """After adoption renamed the public table into its first namespace, the history's rows say so too."""
-    public = str(spec.target.table_name)
-    s.update_rows(
-        delta_table(spec.dataset), [("_delta_namespace", "?")], where="_delta_namespace = ?", params=[namespace, public]
-    )
-    s.execute(
-        f"UPDATE {SCHEMA}.writes SET namespace = ? WHERE dataset = ? AND namespace = ?",
-        [namespace, spec.dataset, public],
-    )
-
-
 def history_facts(s: Session, spec: DatasetSpec) -> dict | None:
     """What the reconciliation's basis rests on, for a lakehouse target: the table, its versions, the
     commits kept out of the repair. None for a target in the warehouse file itself."""

@@ -23,6 +23,7 @@ from recovery.lib.control.plane import (
     SCHEMA,
     EventSource,
     control_plane_exists,
+    delta_table,
     ensure_control_plane,
     next_seq,
     utcnow,
@@ -61,6 +62,19 @@ def content_checksum(s: Session, relation_sql: str) -> tuple[int, str]:
     return int(n), h
 
 
+def point_write_log_at(s: Session, spec: DatasetSpec, namespace: str) -> None:
+    """After adoption renamed the public table into its first namespace, the write log's rows (a lakehouse
+    target's synced history among them) say so too."""
+    public = str(spec.target.table_name)
+    s.update_rows(
+        delta_table(spec.dataset), [("_delta_namespace", "?")], where="_delta_namespace = ?", params=[namespace, public]
+    )
+    s.execute(
+        f"UPDATE {SCHEMA}.writes SET namespace = ? WHERE dataset = ? AND namespace = ?",
+        [namespace, spec.dataset, public],
+    )
+
+
 def adopt(engine: Engine, spec: DatasetSpec, *, actor: str, incident_id: str | None = None) -> Adoption:
     """Manage the target (idempotent): a second call returns ``adopted_now=False`` and changes nothing."""
     public = spec.target.table_name
@@ -85,9 +99,7 @@ def adopt(engine: Engine, spec: DatasetSpec, *, actor: str, incident_id: str | N
             columns = [c for c, _ in s.columns(public.sql())]
             ns = create_or_adopt(s, spec, actor=actor)
             if spec.target.lakehouse is not None:  # the table's synced history follows its rows, in the same commit
-                from recovery.lib.lakehouse.history import fix_adopted_namespace
-
-                fix_adopted_namespace(s, spec, ns)
+                point_write_log_at(s, spec, ns)
             registered = int(
                 s.scalar(
                     f"SELECT count(*) FROM {SCHEMA}.generations WHERE dataset = ? AND note LIKE 'from registry %'",
