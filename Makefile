@@ -25,7 +25,8 @@ run: $(STAMP) dagster-home
 	$(VENV)/bin/recovery demo
 
 # pytest exits 5 when it collects no tests: treat that as a failure as well. --dist loadscope sends each
-# module to one worker, so a module fixture (a recovery through Dagster, a Spark session) is built once.
+# module to one worker, so a module fixture (a recovery through Dagster, a Spark session) is built once;
+# --no-loadscope-reorder hands the modules out longest first (recovery_tests/conftest.py's LONGEST_FIRST).
 # Two workers on two cores (TEST_WORKERS overrides): a third was 5% faster once and made the timing-
 # sensitive tests (the fencing race, a 300k build's partial run) flaky under the extra load.
 # The type check (45 s from a cold cache) runs beside the tests; its output follows theirs and a
@@ -39,7 +40,7 @@ TEST_WORKERS ?= 2
 TEST_TMP ?= $(shell df -k --output=avail /dev/shm 2>/dev/null | awk 'NR == 2 && $$1 > 8000000 {print "/dev/shm/backfill-recovery-tests-$(shell printf %s "$(CURDIR)" | md5sum | cut -c1-8)"}')
 test: $(STAMP) dagster-home lint
 	$(VENV)/bin/mypy > $(VENV)/typecheck.log 2>&1 & tc=$$!; \
-	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadscope --timeout=900 --durations=30 \
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --timeout=900 --durations=30 \
 	  $(if $(TEST_TMP),--basetemp=$(TEST_TMP)) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 0 ] && [ -n "$(TEST_TMP)" ]; then rm -rf "$(TEST_TMP)"; fi; \
 	wait $$tc; tcrc=$$?; echo "mypy:"; cat $(VENV)/typecheck.log; \

@@ -49,19 +49,35 @@ def example_copy(failed_example: BuiltExample, tmp_path: Path) -> Path:
     return copy_dataset(failed_example.root, tmp_path / "transactions")
 
 
-# The longest modules first. With ``--dist loadscope`` each module runs on one worker, in collection
-# order: a module of several minutes collected last (alphabetical order put Spark there) runs alone
-# at the end while the other workers idle.
+# The longest modules first (longest-processing-time-first scheduling). With ``--dist loadscope`` each
+# module runs on one worker, modules handed out in collection order when the Makefile passes
+# ``--no-loadscope-reorder`` (xdist's default reorder sorts them by their number of tests, which put
+# the two-test preservation property, the longest of all, last). A module of several minutes
+# handed out last runs alone at the end while the other worker idles. Seconds: one module alone on
+# a loaded 2-core machine, for the order only.
 LONGEST_FIRST = (
-    "test_spark_engine.py",
-    "test_spark_foreign_warehouse.py",  # the shipments warehouse recovered on both engines through the CLI
-    "test_fencing_race.py",
+    "test_publish_preservation.py",  # 200 generated examples of ingestion during a repair (330 s)
+    "test_spark_engine.py",  # the worked example recovered on both engines (230 s)
+    "test_spark_foreign_warehouse.py",  # the shipments warehouse recovered on both engines through the CLI (220 s)
+    "test_recurrence.py",  # (200 s)
+    "test_reconciliation.py",  # (190 s)
+    "test_kill_matrix.py",  # 124 commit points and random kills (165 s)
+    "test_repair.py",  # (155 s)
+    "test_fencing_race.py",  # (140 s)
+    "test_browser_recovery.py",  # every phase of a recovery launched from the UI (135 s)
     "test_team_project.py",  # a daemon backfill of a team's project, then its recovery (about 100 s on a quiet machine)
-    "test_reconciliation.py",
-    "test_recurrence_matrix.py",
-    "test_browser_recovery.py",  # every phase of a recovery launched from the UI (about 5 min on a loaded machine)
+    "test_io_manager.py",  # (110 s)
+    "test_containment.py",  # (100 s)
+    "test_datasets.py",
     "test_browser.py",
-    "test_recurrence.py",
+    "test_phase_order.py",
+    "test_evidence.py",
+    "test_reports.py",
+    "test_timeline.py",
+    "test_intake.py",
+    "test_recurrence_matrix.py",
+    "test_unique_keys.py",
+    "test_bench_spark.py",
 )
 
 
