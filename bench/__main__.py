@@ -1,6 +1,6 @@
 """``python -m bench <name> ...``: run one benchmark: ``reconcile`` (the default, ``make bench``), ``recover``,
 ``fuzz`` (spec and incident files, ``make fuzz``), ``share`` (one DuckDB file, many users),
-``kill`` (the kill -9 matrix), ``fixed`` (a command's fixed cost),
+``kill`` (the kill -9 matrix), ``fixed`` (a command's fixed cost), ``whole`` (the whole command vs the floor),
 ``fence`` (a fence against a busy writer), ``lakehouse`` (reconcile on Delta
 vs DuckDB) or ``convergence`` (verify with late changes pending)."""
 
@@ -16,6 +16,7 @@ from bench import (
     reconcile_bench,
     recover_bench,
     share_bench,
+    whole_command_bench,
 )
 
 BENCHES = {
@@ -28,6 +29,7 @@ BENCHES = {
     "fence": fence_bench.main,
     "lakehouse": lakehouse_bench.main,
     "convergence": convergence_bench.main,
+    "whole": whole_command_bench.main,
 }
 
 if __name__ == "__main__":

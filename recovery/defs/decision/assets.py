@@ -2,26 +2,20 @@
 
 import dagster as dg
 
-from recovery.defs.containment.config import IncidentConfig
-from recovery.defs.incident_step import IncidentStep
-from recovery.defs.resources import WarehouseResource
+from recovery.defs.incident_step import IncidentStep, incident_asset
 from recovery.lib import faults
 from recovery.lib.decision import decide
 from recovery.lib.incident.phases import ASSESS
 from recovery.lib.retry import retrying
 
 
-@dg.asset(
+@incident_asset(
     key=["incident", "decision"],
     deps=[dg.AssetKey(["incident", "reconciliation"]), dg.AssetKey(["incident", "impact"])],
-    group_name="recovery",
     description="Rollback only where a complete prior generation exists and no valid write would be lost; "
     "otherwise repair.",
 )
-def decision(
-    context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
-) -> dg.MaterializeResult:
-    step = IncidentStep.of(context, config, warehouse)
+def decision(context: dg.AssetExecutionContext, step: IncidentStep) -> dg.MaterializeResult:
 
     def txn():
         with step.engine.transaction() as s:

@@ -10,9 +10,7 @@ the first bundle untouched and reports it (see ``recovery.lib.evidence.bundle``)
 import dagster as dg
 
 from recovery.dagster_history import run_history_for
-from recovery.defs.containment.config import IncidentConfig
-from recovery.defs.incident_step import IncidentStep
-from recovery.defs.resources import WarehouseResource
+from recovery.defs.incident_step import IncidentStep, incident_asset
 from recovery.lib.evidence import build_evidence
 from recovery.lib.incident.phases import EVIDENCE
 
@@ -27,17 +25,13 @@ def _files_table(manifest: dict) -> str:
     return "\n".join(["| file | rows | bytes | sha256 |", "| --- | ---: | ---: | --- |", *rows])
 
 
-@dg.asset(
+@incident_asset(
     key=EVIDENCE_KEY,
     kinds={"duckdb", "parquet"},
-    group_name="recovery",
     description="Immutable, owner-only evidence bundle of the incident: source, target generations, control plane, "
     "spec, runs and event logs, with a checksummed manifest; sensitive columns as keyed hashes.",
 )
-def evidence_bundle(
-    context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
-) -> dg.MaterializeResult:
-    step = IncidentStep.of(context, config, warehouse)
+def evidence_bundle(context: dg.AssetExecutionContext, step: IncidentStep) -> dg.MaterializeResult:
     history = run_history_for(context.instance, step.engine, step.incident.failed_generations, with_logs=True)
     result = build_evidence(step.incident, step.spec, step.engine, history, actor="evidence_bundle", run_id=step.run_id)
     if not result.created:

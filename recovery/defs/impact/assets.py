@@ -12,10 +12,8 @@ from dataclasses import asdict
 import dagster as dg
 
 from recovery.defs.asset_consumers import affected_partitions, resolve
-from recovery.defs.containment.config import IncidentConfig
-from recovery.defs.incident_step import IncidentStep
+from recovery.defs.incident_step import IncidentStep, incident_asset
 from recovery.defs.location import asset_graph
-from recovery.defs.resources import WarehouseResource
 from recovery.lib import faults
 from recovery.lib.consumers.assets import AssetImpact, damaged_target_partitions, trace_asset
 from recovery.lib.consumers.impact import assess_impact
@@ -31,21 +29,16 @@ def downstream_of_target(context: dg.AssetExecutionContext, target_table: str, s
     return sorted(k.to_user_string() for k in graph.get(target).child_keys)
 
 
-@dg.asset(
+@incident_asset(
     key=["incident", "impact"],
     deps=[dg.AssetKey(["incident", "reconciliation"])],
-    kinds={"duckdb"},
-    group_name="recovery",
     description="Downstream impact: rows changed, magnitude and materiality per consumer (SQL consumers), "
     "partitions and rows reached per downstream Dagster asset, and the decisions affected.",
 )
-def impact(
-    context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
-) -> dg.MaterializeResult:
-    step = IncidentStep.of(context, config, warehouse)
-    spec = step.spec
-    lineage = downstream_of_target(context, str(spec.target.table_name), warehouse.spec_path)
-    assets, undeclared = resolve(context, spec, warehouse.spec_path)
+def impact(context: dg.AssetExecutionContext, step: IncidentStep) -> dg.MaterializeResult:
+    spec, spec_path = step.spec, step.warehouse.spec_path
+    lineage = downstream_of_target(context, str(spec.target.table_name), spec_path)
+    assets, undeclared = resolve(context, spec, spec_path)
 
     def txn():
         with step.engine.transaction() as s:

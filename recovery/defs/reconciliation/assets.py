@@ -12,8 +12,7 @@ import dagster as dg
 from pydantic import Field
 
 from recovery.defs.containment.config import IncidentConfig
-from recovery.defs.incident_step import IncidentStep
-from recovery.defs.resources import WarehouseResource
+from recovery.defs.incident_step import IncidentStep, incident_asset
 from recovery.defs.target_partitions import TARGET_PARTITIONS, register_found
 from recovery.lib.incident.phases import RECONCILE
 from recovery.lib.reconcile.run import run_reconciliation
@@ -45,19 +44,15 @@ class ReconcileConfig(IncidentConfig):
     )
 
 
-@dg.asset(
+@incident_asset(
     key=["incident", "reconciliation"],
+    config=ReconcileConfig,
     partitions_def=TARGET_PARTITIONS,
     backfill_policy=dg.BackfillPolicy.single_run(),
-    kinds={"duckdb"},
-    group_name="recovery",
     description="Source-to-output reconciliation: one damage label per key, findings per partition.",
 )
-def reconciliation(
-    context: dg.AssetExecutionContext, config: ReconcileConfig, warehouse: WarehouseResource
-) -> dg.MaterializeResult:
-    step = IncidentStep.of(context, config, warehouse)
-    incident = step.incident
+def reconciliation(context: dg.AssetExecutionContext, step: IncidentStep[ReconcileConfig]) -> dg.MaterializeResult:
+    incident, config = step.incident, step.config
     out = Path(config.out_dir) if config.out_dir else incident.reports_dir(step.spec)
     rng = (incident.partitions.start, incident.partitions.end) if incident.partitions else None
     summary, files = run_reconciliation(

@@ -14,8 +14,8 @@ import dagster as dg
 
 from recovery.config import spec_path
 from recovery.defs.alerts.resources import NotifierResource
-from recovery.defs.containment.config import IncidentConfig, log_next_phases
-from recovery.defs.incident_step import IncidentStep
+from recovery.defs.containment.config import log_next_phases
+from recovery.defs.incident_step import IncidentStep, incident_asset
 from recovery.defs.repair.checks import (
     CANDIDATE_KEY,
     GENERATION_KEY,
@@ -55,18 +55,16 @@ def _plan_or_fail(step: IncidentStep) -> RepairPlan:
     return plan
 
 
-@dg.asset(
+@incident_asset(
     key=PLAN_KEY,
     deps=[dg.AssetKey(["incident", "decision"])],
+    config=RepairPlanConfig,
     group_name="repair",
-    kinds={"duckdb"},
     description="Repair plan: affected partitions (beyond the nominal range if the damage is), qualified partitions, "
     "canary and waves; starts the repair generation at the low watermark.",
 )
-def repair_plan(
-    context: dg.AssetExecutionContext, config: RepairPlanConfig, warehouse: WarehouseResource
-) -> dg.MaterializeResult:
-    step = IncidentStep.of(context, config, warehouse)
+def repair_plan(context: dg.AssetExecutionContext, step: IncidentStep[RepairPlanConfig]) -> dg.MaterializeResult:
+    config = step.config
     plan = start_repair(
         step.writer("repair_plan"),
         step.incident,
@@ -93,20 +91,16 @@ def repair_plan(
     )
 
 
-@dg.asset(
+@incident_asset(
     key=GENERATION_KEY,
     deps=[PLAN_KEY],
     partitions_def=REPAIR_PARTITIONS,
     backfill_policy=dg.BackfillPolicy.single_run(),
     group_name="repair",
-    kinds={"duckdb"},
     description="The repair generation, rebuilt from the fixed source snapshot one wave (a partition range) per run; "
     "re-running a wave replaces exactly its partitions.",
 )
-def repair_generation(
-    context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
-) -> dg.MaterializeResult:
-    step = IncidentStep.of(context, config, warehouse)
+def repair_generation(context: dg.AssetExecutionContext, step: IncidentStep) -> dg.MaterializeResult:
     plan = _plan_or_fail(step)
     wave = plan.wave_of(list(context.partition_keys))
     if context.job_def.name == CANARY.job and wave != 0:
@@ -128,24 +122,19 @@ def repair_generation(
     )
 
 
-@dg.asset(
+@incident_asset(
     key=CANDIDATE_KEY,
     deps=[GENERATION_KEY],
     group_name="repair",
-    kinds={"duckdb"},
+    resources={"notifier": NotifierResource},
     output_required=False,
     description="Publish candidate: the delta of normal ingestion since the low watermark replayed by key and version "
     "(newer wins, tombstones delete) up to the high watermark. Once the repair is published, a launch is a no-op: "
     "nothing is replayed, gated or published again, and the published candidate's gates stay as they were.",
 )
-def repair_candidate(
-    context: dg.AssetExecutionContext,
-    config: IncidentConfig,
-    warehouse: WarehouseResource,
-    notifier: NotifierResource,
-):
-    step = IncidentStep.of(context, config, warehouse)
+def repair_candidate(context: dg.AssetExecutionContext, step: IncidentStep):
     incident, spec = step.incident, step.spec
+    notifier: NotifierResource = context.resources.notifier
     plan = _plan_or_fail(step)
     if plan.status == "published":  # a second publish: no materialization, so its gates and the publication skip
         finished = finish_publish(  # a publish killed after its commit left these undone
@@ -173,22 +162,17 @@ def repair_candidate(
     )
 
 
-@dg.asset(
+@incident_asset(
     key=PUBLICATION_KEY,
     deps=[CANDIDATE_KEY],
     group_name="repair",
-    kinds={"duckdb"},
+    resources={"notifier": NotifierResource},
     description="Atomic publish: every gate confirmed, late writes replayed and the public view moved, "
     "in one transaction.",
 )
-def repair_publication(
-    context: dg.AssetExecutionContext,
-    config: IncidentConfig,
-    warehouse: WarehouseResource,
-    notifier: NotifierResource,
-) -> dg.MaterializeResult:
-    step = IncidentStep.of(context, config, warehouse)
+def repair_publication(context: dg.AssetExecutionContext, step: IncidentStep) -> dg.MaterializeResult:
     incident, spec = step.incident, step.spec
+    notifier: NotifierResource = context.resources.notifier
     if spec.target.lakehouse is not None:
         refuse_foreign_changes(spec, incident.incident_id)
     writer = step.writer("repair_publication")

@@ -15,8 +15,7 @@ from pydantic import Field
 
 from recovery.dagster_history import run_history_for
 from recovery.defs.containment.config import IncidentConfig
-from recovery.defs.incident_step import IncidentStep
-from recovery.defs.resources import WarehouseResource
+from recovery.defs.incident_step import IncidentStep, incident_asset
 from recovery.defs.timeline.assets import TIMELINE_KEY
 from recovery.lib.incident.phases import REPORT
 from recovery.lib.reports import build_reports, write_reports
@@ -32,19 +31,16 @@ class ReportsConfig(IncidentConfig):
     )
 
 
-@dg.asset(
+@incident_asset(
     key=REPORTS_KEY,
     deps=[DECISION_KEY, TIMELINE_KEY],
+    config=ReportsConfig,
     kinds={"duckdb", "html"},
-    group_name="recovery",
     description="The incident's three reports (timeline, reconciliation, recovery and recurrence) as self-contained "
     "HTML files, with their Markdown here.",
 )
-def incident_reports(
-    context: dg.AssetExecutionContext, config: ReportsConfig, warehouse: WarehouseResource
-) -> dg.MaterializeResult:
-    step = IncidentStep.of(context, config, warehouse)
-    incident, spec, engine = step.incident, step.spec, step.engine
+def incident_reports(context: dg.AssetExecutionContext, step: IncidentStep[ReportsConfig]) -> dg.MaterializeResult:
+    incident, spec, engine, config = step.incident, step.spec, step.engine, step.config
     timeline = build_timeline(
         incident, spec, engine, run_history_for(context.instance, engine, incident.failed_generations)
     )

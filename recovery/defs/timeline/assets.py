@@ -10,28 +10,21 @@ selected, so the timeline tells that the evidence was preserved.
 import dagster as dg
 
 from recovery.dagster_history import run_history_for
-from recovery.defs.containment.config import IncidentConfig
 from recovery.defs.evidence.assets import EVIDENCE_KEY
-from recovery.defs.incident_step import IncidentStep
-from recovery.defs.resources import WarehouseResource
+from recovery.defs.incident_step import IncidentStep, incident_asset
 from recovery.lib.incident.phases import TIMELINE
 from recovery.lib.timeline import build_timeline, render_markdown, write_timeline
 
 TIMELINE_KEY = dg.AssetKey(["incident", "timeline"])
 
 
-@dg.asset(
+@incident_asset(
     key=TIMELINE_KEY,
     deps=[EVIDENCE_KEY],
-    kinds={"duckdb"},
-    group_name="recovery",
     description="Incident timeline: request, approval, input snapshot, code, configuration, ranges, runs, retries, "
     "writes, alerts, decisions and containment, in time order with real run ids.",
 )
-def incident_timeline(
-    context: dg.AssetExecutionContext, config: IncidentConfig, warehouse: WarehouseResource
-) -> dg.MaterializeResult:
-    step = IncidentStep.of(context, config, warehouse)
+def incident_timeline(context: dg.AssetExecutionContext, step: IncidentStep) -> dg.MaterializeResult:
     history = run_history_for(context.instance, step.engine, step.incident.failed_generations)
     timeline = build_timeline(step.incident, step.spec, step.engine, history)
     paths = write_timeline(timeline, step.incident.reports_dir(step.spec))

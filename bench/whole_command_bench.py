@@ -1,0 +1,166 @@
+"""The whole command a user types, ``recovery reconcile --incident F``, against the single-query floor.
+
+Everything the user waits for is timed: the interpreter, the imports, the code location, the
+Dagster run and its events, the classification, the outputs. Each round copies the dataset and
+makes a fresh Dagster instance (untimed), then runs in alternating order: the floor as a process
+of its own (``bench/floor.py`` through ``bench.reconcile_worker floor``: interpreter, spec and the
+one query writing its labels), the command on the whole target (``--full``) and the command as a
+user runs it (the default: the failed generations' footprint). Medians of the rounds; wall time
+and each process's own peak RSS (``wait4``). After every round the labels are checked key by key:
+the whole run's against the floor's, the default run's against the floor's on every key it labels
+(and the floor's other keys must be the whole run's drift outside the footprint); one
+disagreement ends the bench with exit 1.
+
+    python -m bench whole --rows 6000000 20000000 [--rounds 3]   # lineitem, cached in bench/.cache
+
+Issue #36's targets: the whole command at most 1.3x the floor at 6M and 1.2x at 20M (peak at most
+4 GB at ``memory_limit: 3GB``); the default run at 20M at most 0.35x the whole-table floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from bench import lineitem
+from bench.reconcile_bench import CACHE, disagreements, footprint_disagreements
+
+MODES = ("floor", "full", "default")
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> dict:
+    """Run ``cmd``; its wall time and its own peak RSS (``wait4``: that child's rusage alone)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} failed (exit {proc.returncode}):\n{stdout[-2000:]}\n{stderr[-3000:]}")
+    return {"wall_s": wall, "peak_rss_mb": usage.ru_maxrss / 1024, "stdout": stdout}
+
+
+def run_floor(spec_path: Path, out: Path) -> dict:
+    r = timed(
+        [sys.executable, "-m", "bench.reconcile_worker", "floor", str(spec_path), lineitem.FAILED, str(out)],
+        dict(os.environ),
+    )
+    inner = json.loads(r["stdout"].strip().splitlines()[-1])
+    return {"wall_s": r["wall_s"], "query_s": inner["wall_s"], "peak_rss_mb": r["peak_rss_mb"]}
+
+
+def run_command(dataset: Path, tmp: Path, full: bool) -> dict:
+    """``recovery reconcile --incident`` on a fresh copy of ``dataset`` with a fresh Dagster instance."""
+    from recovery.config import PROJECT_ROOT
+
+    work, home, out = tmp / "dataset", tmp / "home", tmp / "out"
+    for d in (work, home, out):
+        shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(dataset, work, ignore=shutil.ignore_patterns("bench-runs", "reports", "evidence", "dagster_home"))
+    home.mkdir()
+    shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    cli = str(Path(sys.executable).with_name("recovery"))
+    cmd = [cli, "reconcile", "--incident", str(work / "incident.yaml"), "--out", str(out)]
+    cmd += ["--full"] if full else []
+    r = timed(cmd, env)
+    summary = json.loads((out / "summary.json").read_text())
+    kept = tmp / f"{'full' if full else 'default'}.parquet"
+    shutil.copy(out / "reconciliation.parquet", kept)
+    return {
+        "wall_s": r["wall_s"],
+        "peak_rss_mb": r["peak_rss_mb"],
+        "damaged_keys": summary["damaged_keys"],
+        "drift_outside_footprint": sum((summary.get("drift_outside_footprint") or {}).values()),
+        "labels": kept,
+    }
+
+
+def measure(name: str, spec_path: Path, rounds: int, console: Console) -> dict:
+    from recovery.lib.catalog_checks import load_spec
+
+    spec = load_spec(spec_path)
+    runs: dict[str, list[dict]] = {m: [] for m in MODES}
+    with tempfile.TemporaryDirectory(prefix="bench-whole-", dir=spec_path.parent) as t:
+        tmp = Path(t)
+        for i in range(rounds):
+            for mode in MODES if i % 2 == 0 else MODES[::-1]:
+                with console.status(f"{name}: {mode} ({i + 1}/{rounds})"):
+                    if mode == "floor":
+                        runs[mode].append(run_floor(spec_path, tmp / "floor.parquet"))
+                    else:
+                        runs[mode].append(run_command(spec_path.parent, tmp, full=mode == "full"))
+            bad = disagreements(tmp / "full.parquet", tmp / "floor.parquet", spec.key)
+            fp_bad, outside = footprint_disagreements(tmp / "default.parquet", tmp / "floor.parquet", spec.key)
+            drift = runs["full"][-1]["drift_outside_footprint"]
+            if bad or fp_bad or outside != drift:
+                raise SystemExit(
+                    f"{name}: labels differ from the floor's: whole run {bad}, default run {fp_bad}; the floor "
+                    f"labels {outside:,} keys outside the footprint, the whole run counts {drift:,} as drift"
+                )
+    med = {m: statistics.median(r["wall_s"] for r in rs) for m, rs in runs.items()}
+    peak = {m: max(r["peak_rss_mb"] for r in rs) for m, rs in runs.items()}
+    return {
+        "dataset": name,
+        "rounds": rounds,
+        "floor_s": med["floor"],
+        "floor_query_s": statistics.median(r["query_s"] for r in runs["floor"]),
+        "full_s": med["full"],
+        "default_s": med["default"],
+        "full_ratio": med["full"] / med["floor"],
+        "default_ratio": med["default"] / med["floor"],
+        "peak_mb": peak,
+        "damaged_keys": {"full": runs["full"][0]["damaged_keys"], "default": runs["default"][0]["damaged_keys"]},
+        "all_rounds": {m: [round(r["wall_s"], 2) for r in rs] for m, rs in runs.items()},
+    }
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench whole", description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, nargs="+", default=[6_000_000], help="lineitem rows (TPC-H) per size")
+    p.add_argument("--rounds", type=int, default=3, help="rounds (alternating order); medians reported")
+    p.add_argument("--memory-limit", default="3GB", help="DuckDB memory_limit in the spec")
+    p.add_argument("--json", type=Path, help="also write the figures here")
+    args = p.parse_args(argv)
+    console = Console(width=160)
+    rows = []
+    for n in args.rows:
+        root = CACHE / f"lineitem-{n}-{args.memory_limit}"
+        with console.status(f"building lineitem {n:,} (cached in {root})"):
+            spec_path = lineitem.build(root, n, memory_limit=args.memory_limit, cache=CACHE)
+        row = measure(f"lineitem {n:,} rows", spec_path, args.rounds, console)
+        console.print(row, highlight=False)
+        rows.append(row)
+    t = Table(
+        title=f"recovery reconcile --incident F, whole process, vs the floor as a process: medians of {args.rounds} "
+        f"alternating rounds (memory_limit {args.memory_limit}, {os.cpu_count()} cores)"
+    )
+    for col in ("dataset", "floor s (its query)", "--full s / MB", "ratio", "default s / MB", "ratio to the floor"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(
+            r["dataset"],
+            f"{r['floor_s']:.1f} ({r['floor_query_s']:.1f})",
+            f"{r['full_s']:.1f} / {r['peak_mb']['full']:,.0f}",
+            f"{r['full_ratio']:.2f}",
+            f"{r['default_s']:.1f} / {r['peak_mb']['default']:,.0f}",
+            f"{r['default_ratio']:.2f}",
+        )
+    console.print(t)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
