@@ -23,10 +23,13 @@ from recovery.lib.engine import open_engine
 from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import is_plain_identifier, quote, quote_all
 from recovery.lib.lakehouse.history import has_lakehouse, sync
+from recovery.lib.retry import retrying
 from recovery.lib.snapshot import expected_rows_sql, source_snapshot_sql, str_list, transform_sql
 
 _SCANNED_SOURCES: set[tuple] = set()
 """Change logs whose (key, version) uniqueness and ops this process has verified, by size."""
+_RECORDED_SOURCES: set[tuple] = set()
+"""Of those, the ones this process found or put in the control plane's record."""
 _CHECKED = SOURCE_CHECKS.split(".", 1)[1]
 """Control-plane table of the same facts, kept by a phase that writes (``remember_source_checks``),
 so a later process does not scan the change log again for checks an earlier one passed."""
@@ -85,7 +88,7 @@ def remember_source_checks(s, spec: DatasetSpec) -> None:
     """Record, in a writing transaction, the change-log checks this process passed for ``spec``'s
     warehouse (the log is append-only: the same row count means the same rows)."""
 
-    mine = [c for c in _SCANNED_SOURCES if c[0] == str(spec.warehouse.path)]
+    mine = _unrecorded(spec)
     if not mine:
         return
     s.execute(SOURCE_CHECKS_DDL)
@@ -95,6 +98,26 @@ def remember_source_checks(s, spec: DatasetSpec) -> None:
                 f"INSERT INTO {SOURCE_CHECKS} (source, key, version, op, ops, rows) VALUES (?, ?, ?, ?, ?, ?)",
                 _check_row(c),
             )
+    # marked recorded once the caller's transaction commits; a rollback only costs a scan in the next process
+    _RECORDED_SOURCES.update(mine)
+
+
+def _unrecorded(spec: DatasetSpec) -> list[tuple]:
+    return [c for c in _SCANNED_SOURCES - _RECORDED_SOURCES if c[0] == str(spec.warehouse.path)]
+
+
+def record_source_checks(engine, spec: DatasetSpec) -> None:
+    """``remember_source_checks`` in a transaction of its own, for a phase whose writes go through
+    other code (containment's fences): only when this process scanned a change log the record lacks,
+    so the runbook's first command is the one that pays the scan."""
+    if not _unrecorded(spec):
+        return
+
+    def txn() -> None:
+        with engine.transaction() as s:
+            remember_source_checks(s, spec)
+
+    retrying(txn)
 
 
 def check_against_warehouse(spec: DatasetSpec) -> None:
@@ -173,6 +196,7 @@ def check_against_warehouse(spec: DatasetSpec) -> None:
         )
         if scanned not in _SCANNED_SOURCES and _checked_before(s, scanned):
             _SCANNED_SOURCES.add(scanned)
+            _RECORDED_SOURCES.add(scanned)
         if scanned not in _SCANNED_SOURCES:
             dup = s.fetchone(
                 f"SELECT {quote_all(spec.key)}, {quote(spec.source.version)}, count(*) AS n FROM {s_table.sql()} "

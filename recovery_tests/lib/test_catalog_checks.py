@@ -81,3 +81,54 @@ def test_a_change_without_a_version_is_refused_naming_source_version(tmp_path: P
     with checked_once(set()), pytest.raises(SpecError, match="source.version") as err:
         check_against_warehouse(parse_spec(spec_path))
     assert "1 changes" in str(err.value) and "no version" in str(err.value)
+
+
+def test_containment_records_the_change_log_check_so_the_phases_after_it_do_not_scan_the_log_again(
+    tmp_path: Path, monkeypatch
+):
+    """The duplicate (key, version) check is a full scan of the change log (seconds at tens of millions of
+    changes); the runbook's first command pays it and records it, the next process reads the record."""
+    import yaml
+
+    from recovery.lib.engine import open_engine
+    from recovery.lib.engine.duckdb_engine import DuckDBSession
+    from recovery.lib.incident.model import parse_incident
+    from recovery.lib.pointers.adoption import adopt
+    from recovery.lib.write.fencing import fence_incident
+    from recovery.lib.write.writer import Writer
+    from recovery_tests.support.input_fuzz import build_fuzz_dataset, valid_incident
+
+    d = build_fuzz_dataset(tmp_path / "contain")
+    (d / "incident.yaml").write_text(yaml.safe_dump(valid_incident()))
+    scans: list[str] = []
+    real = DuckDBSession.fetchone
+
+    def counting(self, sql, params=None):
+        if "HAVING count(*) > 1" in sql:
+            scans.append(sql)
+        return real(self, sql, params)
+
+    monkeypatch.setattr(DuckDBSession, "fetchone", counting)
+
+    def fresh_process() -> None:
+        monkeypatch.setattr(catalog_checks, "_SCANNED_SOURCES", set())
+        monkeypatch.setattr(catalog_checks, "_RECORDED_SOURCES", set())
+
+    fresh_process()
+    spec = catalog_checks.load_spec(d / "spec.yaml")  # `recovery contain`: the spec checked, the log scanned
+    assert len(scans) == 1
+    incident = parse_incident(d / "incident.yaml")
+    engine = open_engine(spec.warehouse)
+    adopt(engine, spec, actor="test", incident_id=incident.incident_id)
+    fence_incident(Writer(engine, spec, actor="test"), incident)
+
+    fresh_process()  # the next phase's process
+    catalog_checks.load_spec(d / "spec.yaml")
+    assert len(scans) == 1, "the change log was scanned again after containment recorded its check"
+
+    with duckdb.connect(str(spec.warehouse.path)) as con:  # ingestion appends: the record no longer covers it
+        con.execute(f"INSERT INTO {spec.source.table_name.sql()} SELECT * FROM {spec.source.table_name.sql()} LIMIT 1")
+    fresh_process()
+    with pytest.raises(SpecError, match="source.key"):
+        catalog_checks.load_spec(d / "spec.yaml")
+    assert len(scans) == 2

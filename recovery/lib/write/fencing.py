@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from recovery.lib import faults
+from recovery.lib.catalog_checks import record_source_checks
 from recovery.lib.control.plane import SCHEMA, EventSource, control_plane_exists, utcnow
 from recovery.lib.engine.base import Engine, Session
 from recovery.lib.incident.model import Incident
@@ -106,6 +107,7 @@ def fence_incident(writer: Writer, incident: Incident) -> list[FenceOutcome]:
             backfill_id=incident.dagster_backfill if generation in incident.subject_generations else None,
         )
     after = {f.generation: f for f in read_fences(writer.engine, generations)}
+    record_source_checks(writer.engine, writer.spec)  # so the phases after containment do not scan the log again
     return [FenceOutcome(after[g], g not in before) for g in generations]
 
 
