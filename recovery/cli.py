@@ -10,6 +10,7 @@ trace is in the log file the line names).
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import logging
 import os
@@ -20,6 +21,7 @@ import traceback
 import warnings
 from datetime import datetime
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 
@@ -109,5 +111,25 @@ def _run(argv: list[str], console: Console) -> int:
         return EXIT_UNEXPECTED
 
 
+def entry() -> NoReturn:
+    """The ``recovery`` console script: ``main``, then the process ends without Python's teardown.
+
+    A command leaves a few hundred thousand long-lived objects (Dagster, the definitions, the
+    package); the interpreter's finalization would only free them, one by one, while the user waits
+    for the prompt. What a normal exit does that matters is done first: the output flushed, Dagster's
+    SQLite files closed (their write-ahead logs checkpointed), the ``atexit`` handlers run (logging's
+    among them). ``main`` itself returns, so a test or a script calling it keeps its process."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sqlite = sys.modules.get("recovery.dagster_sqlite")
+    if sqlite is not None:
+        sqlite.ENGINES.dispose_all()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

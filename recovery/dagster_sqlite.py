@@ -117,6 +117,14 @@ class EngineCache:
             self._engines.move_to_end(path)
             return cached.engine
 
+    def dispose_all(self) -> None:
+        """Close every pooled connection (a process about to end: each file's last close checkpoints it)."""
+        with self._lock:
+            engines = [c.engine for c in self._engines.values()] if self._pid == os.getpid() else []
+            self._engines.clear()
+        for engine in engines:
+            _dispose(engine)
+
     @staticmethod
     def _pooled(url: Any, kwargs: dict[str, Any]) -> Engine:
         kwargs = {k: v for k, v in kwargs.items() if k != "poolclass"}
