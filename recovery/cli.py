@@ -17,6 +17,7 @@ import os
 import pkgutil
 import sys
 import tempfile
+import threading
 import traceback
 import warnings
 from datetime import datetime
@@ -118,8 +119,11 @@ def entry() -> NoReturn:
     package); the interpreter's finalization would only free them, one by one, while the user waits
     for the prompt. What a normal exit does that matters is done first: the output flushed, Dagster's
     SQLite files closed (their write-ahead logs checkpointed), the ``atexit`` handlers run (logging's
-    among them). ``main`` itself returns, so a test or a script calling it keeps its process."""
+    among them). A non-daemon thread still running takes the normal exit, which waits for it. ``main``
+    itself returns, so a test or a script calling it keeps its process."""
     code = main()
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)  # work still running in a thread of ours: the normal exit waits for it
     sys.stdout.flush()
     sys.stderr.flush()
     sqlite = sys.modules.get("recovery.dagster_sqlite")

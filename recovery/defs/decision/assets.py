@@ -16,7 +16,6 @@ from recovery.lib.retry import retrying
     "otherwise repair.",
 )
 def decision(context: dg.AssetExecutionContext, step: IncidentStep) -> dg.MaterializeResult:
-
     def txn():
         with step.engine.transaction() as s:
             d = decide(s, step.spec, step.incident.failed_generations)
