@@ -60,6 +60,7 @@ def recover_once(
     trace: bool = False,
     engine: str = "duckdb",
     keep_trace: Path | None = None,
+    full: bool = False,
 ) -> dict:
     """Copy ``dataset`` (a folder with spec.yaml, incident.yaml and the warehouse) and run
     ``recovery recover`` on it in a fresh process; returns its figures (with ``trace``, also
@@ -98,6 +99,7 @@ def recover_once(
             str(figures),
             "--wave-size",
             str(wave_size),
+            *(["--full"] if full else []),
             env=env,
             cwd=PROJECT_ROOT,
         )
@@ -135,6 +137,7 @@ def main(argv: list[str]) -> int:
         default="duckdb",
         help="recover on this engine (spark: local[2]; the JVM's memory is not in peak RSS)",
     )
+    p.add_argument("--full", action="store_true", help="recover --full: reconcile the whole target, not the footprint")
     args = p.parse_args(argv)
     console = Console(width=150) if not Console().is_terminal else Console()
     datasets = (
@@ -155,6 +158,7 @@ def main(argv: list[str]) -> int:
                 trace=args.trace,
                 engine=args.engine,
                 keep_trace=args.keep_trace,
+                full=args.full,
             )
         moved = f"; spark-import {r['import_s']:.1f} s before" if r["import_s"] is not None else ""
         t = Table(title=f"{label} on {args.engine}: {r['wall_s']:.1f} s end to end (process start to exit){moved}")

@@ -27,7 +27,14 @@ from recovery.lib.errors import SpecError
 from recovery.lib.identifiers import quote, quote_all, string_literal
 from recovery.lib.lakehouse.history import history_facts
 from recovery.lib.reconcile.expected_cache import drop_staged, keep_expected, keepable, stage_kept
-from recovery.lib.reconcile.footprint import drift_outside_sql, resolve_footprint, stage_candidates, stage_footprint
+from recovery.lib.reconcile.footprint import (
+    drift_outside_sql,
+    footprint_keys_sql,
+    is_wide,
+    resolve_footprint,
+    stage_candidates,
+    stage_footprint,
+)
 from recovery.lib.reconcile.inputs import ReconcileInputs, partition_table, recon_table, side
 from recovery.lib.reconcile.partitions import expected_partition_rows_sql, partition_findings_sql
 from recovery.lib.snapshot import (
@@ -104,6 +111,10 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
             "give the incident's partitions, or reconcile the whole table",
         )
     footprint = fp if not inputs.full else None  # None asks for the footprint where there is one
+    # the default run over a footprint that is most of the table: classified whole, narrowed after (``reconcile``)
+    wide = footprint is not None and inputs.full is None and is_wide(s, inputs, footprint)
+    if wide:
+        footprint = None
     if footprint:  # only the footprint's candidate keys are resolved to their latest version
         stage_candidates(s, inputs, footprint, watermark)
     whole = not footprint and keepable(s, watermark)
@@ -202,6 +213,7 @@ def stage(s: Session, inputs: ReconcileInputs) -> dict:
         "basis": basis,
         "out_of_order_basis": ooo_basis,
         "footprint": fp,
+        "wide_footprint": wide,
         "expected_streamed": streamed,
     }
 
@@ -406,11 +418,17 @@ def reconcile(s: Session, inputs: ReconcileInputs) -> dict:
     facts = stage(s, inputs)
     columns = [c for c, _ in s.columns("__e")]
     table, ptable = recon_table(spec, inputs.persist), partition_table(spec, inputs.persist)
-    s.temp_table("__recon", f"{classification_sql(inputs, facts['failed_start'], columns, facts['basis'])}")
+    classified = classification_sql(inputs, facts["failed_start"], columns, facts["basis"])
+    fp = facts["footprint"]
+    if facts["wide_footprint"]:  # the footprint's keys of a whole-table classification: the footprint run's labels
+        s.temp_table("__recon_whole", classified)
+        keys = footprint_keys_sql(s, inputs, fp, "__recon_whole")
+        s.temp_table("__recon", f"SELECT * FROM __recon_whole SEMI JOIN ({keys}) USING ({quote_all(spec.key)})")
+    else:
+        s.temp_table("__recon", f"{classified}")
     if inputs.persist:
         _drop_if_reshaped(s, dataset_table_name("recon", spec.dataset), "__recon")
     _write_results(s, table, "__recon", inputs)
-    fp = facts["footprint"]
     if inputs.full and fp is not None:  # damage a whole-table run finds outside the footprint: drift
         facts["drift_outside_footprint"] = dict(s.fetchall(drift_outside_sql(s, inputs, fp)))
     within = fp if not inputs.full else None

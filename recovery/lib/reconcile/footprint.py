@@ -91,6 +91,35 @@ def resolve_footprint(s: Session, inputs: ReconcileInputs) -> Footprint | None:
     return Footprint(_bound(lo, column_type), _bound(hi, column_type), str(lo), str(hi), column_type)
 
 
+WIDE_SHARE = 0.5
+"""A footprint range holding at least this share of the target's rows is classified as a whole-table
+run and narrowed to the footprint's keys after (``is_wide``)."""
+
+
+def is_wide(s: Session, inputs: ReconcileInputs, fp: Footprint) -> bool:
+    """Whether the footprint range holds most of the target (one pass over its partition column).
+
+    A footprint pays passes of its own before the classification (its candidate keys through the
+    transform, the target's rows of its keys), which only pay back when it leaves most of the table
+    out; a backfill that recomputed most of the history is cheaper classified whole. The labels are
+    the same either way: a footprint run labels each of its keys as a whole-table run does."""
+    target = inputs.spec.target.table_name.sql()
+    part = quote(inputs.spec.target.partition)
+    row = s.fetchone(f"SELECT count(*) FILTER (WHERE {fp.between(part)}), count(*) FROM {target}")
+    return bool(row and row[1] and row[0] >= WIDE_SHARE * row[1])
+
+
+def footprint_keys_sql(s: Session, inputs: ReconcileInputs, fp: Footprint, recon: str) -> str:
+    """The keys of a whole-table run's ``recon`` that lie in the footprint: written by the failed
+    generations, held in the range, or expected there (every other damaged key is drift)."""
+    key = quote_all(inputs.spec.key)
+    has_delta = has_dataset_table(s, "delta", inputs.spec.dataset)
+    inside = written_keys_sql(inputs, fp, has_delta, within=recon) + [
+        f"SELECT {key} FROM {recon} WHERE {fp.between('expected_partition')}"
+    ]
+    return " UNION ALL ".join(inside)
+
+
 def written_keys_sql(inputs: ReconcileInputs, fp: Footprint, has_delta: bool, within: str | None = None) -> list[str]:
     """SELECTs of the footprint's keys read from the target and the write log (each its own scan, so
     the range's is pruned by the partition predicate). ``within``: only keys of that relation."""
@@ -139,13 +168,6 @@ def stage_footprint(s: Session, inputs: ReconcileInputs, fp: Footprint) -> None:
 
 def drift_outside_sql(s: Session, inputs: ReconcileInputs, fp: Footprint) -> str:
     """Damaged keys of a whole-table run (``__recon``) outside the footprint: drift, not the backfill's damage."""
-    spec = inputs.spec
-    key = quote_all(spec.key)
-    has_delta = has_dataset_table(s, "delta", spec.dataset)
-    inside = written_keys_sql(inputs, fp, has_delta, within="__recon") + [
-        f"SELECT {key} FROM __recon WHERE {fp.between('expected_partition')}"
-    ]
-    return (
-        f"SELECT label, count(*) FROM __recon ANTI JOIN ({' UNION ALL '.join(inside)}) USING ({key}) GROUP BY 1 "
-        "ORDER BY 1"
-    )
+    key = quote_all(inputs.spec.key)
+    inside = footprint_keys_sql(s, inputs, fp, "__recon")
+    return f"SELECT label, count(*) FROM __recon ANTI JOIN ({inside}) USING ({key}) GROUP BY 1 ORDER BY 1"

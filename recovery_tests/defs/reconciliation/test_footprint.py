@@ -95,7 +95,32 @@ def _assert_footprint_is_the_full_run_restricted(spec, gens: list[str], partitio
             outside[label] = outside.get(label, 0) + 1
     assert full.drift_outside_footprint == outside
     assert fp.drift_outside_footprint is None
+    _assert_the_default_run_is_the_footprint_run(spec, gens, partitions, fp, part, fp_parts)
     return full, fp, whole, part
+
+
+def _assert_the_default_run_is_the_footprint_run(spec, gens, partitions, fp, part, fp_parts) -> None:
+    """The default run (``full=None``) over a footprint that holds most of the target classifies the
+    whole table and keeps the footprint's keys: the same rows, findings and summary as a footprint run,
+    whichever way it goes."""
+    from recovery.lib.reconcile import classify, footprint
+
+    for share, wide in ((0.0, True), (1.01, False)):
+        taken: list[bool] = []
+        real = classify.is_wide
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(footprint, "WIDE_SHARE", share)
+            mp.setattr(classify, "is_wide", lambda *a: taken.append(real(*a)) or taken[-1])
+            default, _ = run_reconciliation(spec, gens, incident_id=f"DEFAULT-{wide}", full=None, partitions=partitions)
+        assert taken == [wide]
+        assert _recon(spec, f"DEFAULT-{wide}") == part
+        assert _partitions(spec, f"DEFAULT-{wide}") == fp_parts
+        assert (default.scope, default.footprint_range, default.drift_outside_footprint) == (
+            "footprint",
+            fp.footprint_range,
+            None,
+        )
+        assert (default.labels, default.damaged_keys) == (fp.labels, fp.damaged_keys)
 
 
 def _columns(spec) -> list[str]:
