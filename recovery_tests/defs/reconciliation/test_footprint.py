@@ -108,9 +108,14 @@ def _assert_the_default_run_is_the_footprint_run(spec, gens, partitions, fp, par
     for share, wide in ((0.0, True), (1.01, False)):
         taken: list[bool] = []
         real = classify.is_wide
+
+        def seen(*args, real=real, taken=taken) -> bool:
+            taken.append(real(*args))
+            return taken[-1]
+
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(footprint, "WIDE_SHARE", share)
-            mp.setattr(classify, "is_wide", lambda *a: taken.append(real(*a)) or taken[-1])
+            mp.setattr(classify, "is_wide", seen)
             default, _ = run_reconciliation(spec, gens, incident_id=f"DEFAULT-{wide}", full=None, partitions=partitions)
         assert taken == [wide]
         assert _recon(spec, f"DEFAULT-{wide}") == part
