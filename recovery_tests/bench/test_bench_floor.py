@@ -66,3 +66,18 @@ def test_bench_fails_naming_the_labels_when_the_floor_disagrees(tmp_path):
         ("deleted", "-", 1),
         ("stale", "overwritten", 1),
     ]
+
+
+def test_the_whole_command_bench_checks_both_runs_against_the_floor_key_by_key(tmp_path):
+    """``python -m bench whole`` in miniature: the floor as its own process, ``recovery reconcile`` whole and
+    by default after ``recovery contain``, labels compared every round. No time is asserted."""
+    from rich.console import Console
+
+    from bench.whole_command_bench import measure
+
+    spec_path = lineitem.build(tmp_path / "li", 20_000, memory_limit="1GB", cache=tmp_path)
+    row = measure("lineitem 20k", spec_path, 1, Console(quiet=True), after_contain=True)
+    assert row["damaged_keys"]["full"] == row["damaged_keys"]["default"] > 0
+    assert set(row["all_rounds"]) == {"floor", "full", "default"}
+    assert all(row["peak_mb"][m] > 0 for m in ("floor", "full", "default"))
+    assert (tmp_path / "li-contained" / "done").exists()  # reconciled where `recovery contain` ran first
