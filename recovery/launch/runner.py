@@ -17,6 +17,7 @@ from recovery.defs.location import remember
 from recovery.launch.state import IncidentState, read_state, require
 from recovery.lib.catalog_checks import checked_once
 from recovery.lib.dataset_spec.models import DatasetSpec
+from recovery.lib.engine import shared_reads
 from recovery.lib.incident.model import Incident, check_incident, parse_incident
 from recovery.lib.incident.phases import Phase, incident_tags
 from recovery.startup import settling
@@ -46,7 +47,7 @@ class Launcher:
         checked: set[str] = set()
         # the runs this launcher starts do not check the same shapes again; Dagster's storages,
         # their modules and the instance are long-lived objects (``settling``)
-        with checked_once(checked), settling():
+        with checked_once(checked), settling(), shared_reads():
             from recovery.dagster_history import resolve_backfill
             from recovery.orchestration import project_instance
 
@@ -100,11 +101,12 @@ class Launcher:
         from recovery.defs.target_partitions import reconciliation_tags
         from recovery.orchestration import run_job
 
-        if check_order:  # before a run is created; the job's first step refuses a launch from the UI the same way
-            self.require(phase)
         all_tags = {**incident_tags(self.incident_file), **(tags or {})}  # the incident, chosen once for the run
-        if phase.whole_target:
-            all_tags.update(reconciliation_tags(self.instance, self.spec))
+        with shared_reads():  # the order's and the partitions' reads: one open
+            if check_order:  # before a run is created; the job's first step refuses a launch from the UI the same way
+                self.require(phase)
+            if phase.whole_target:
+                all_tags.update(reconciliation_tags(self.instance, self.spec))
         with checked_once(self._shapes_checked):
             return run_job(
                 self.definitions,

@@ -163,22 +163,25 @@ def incident_for_step(
     tag, once per run; in the phase's first step, the runbook's order too: a phase launched before the
     phases it requires fails here (``refuse_out_of_order``). A missing or invalid incident fails the
     step with its one sentence (``dg.Failure``, the field and the fix as metadata)."""
+    from recovery.lib.engine import shared_reads
+
     restore_tracebacks()  # a refusal earlier in this process hid its own stack trace only
     tag = context.run.tags.get(INCIDENT_TAG)
     chosen = config.model_dump_json(include=set(IncidentConfig.model_fields))
     key = (context.run.run_id, str(served_spec), f"{chosen}|{tag}")
-    if key in _RESOLVED:
-        incident, spec = _RESOLVED[key]
-    else:
-        try:
-            incident, spec = resolve_incident(config, served_spec, context.instance, tag)
-        except SpecError as err:
-            refuse(str(err), {"field": err.field, "fix": err.fix})
-        _RESOLVED[key] = (incident, spec)
-        while len(_RESOLVED) > _KEEP:
-            _RESOLVED.popitem(last=False)
-        _carry_tag(context, incident, spec, tag)
-    refuse_out_of_order(context, incident, spec)
+    with shared_reads():  # the checks below read the warehouse one after another: one open
+        if key in _RESOLVED:
+            incident, spec = _RESOLVED[key]
+        else:
+            try:
+                incident, spec = resolve_incident(config, served_spec, context.instance, tag)
+            except SpecError as err:
+                refuse(str(err), {"field": err.field, "fix": err.fix})
+            _RESOLVED[key] = (incident, spec)
+            while len(_RESOLVED) > _KEEP:
+                _RESOLVED.popitem(last=False)
+            _carry_tag(context, incident, spec, tag)
+        refuse_out_of_order(context, incident, spec)
     return incident, spec
 
 

@@ -6,7 +6,7 @@ the same interface.
 """
 
 from recovery.lib.engine.base import Engine, Session
-from recovery.lib.engine.duckdb_engine import DuckDBEngine
+from recovery.lib.engine.duckdb_engine import DuckDBEngine, shared_reads
 
 
 def open_engine(warehouse) -> Engine:
@@ -31,4 +31,4 @@ def open_engine(warehouse) -> Engine:
     raise NotImplementedError(f"warehouse.engine {warehouse.engine!r} is not available")
 
 
-__all__ = ["Engine", "Session", "DuckDBEngine", "open_engine"]
+__all__ = ["Engine", "Session", "DuckDBEngine", "open_engine", "shared_reads"]

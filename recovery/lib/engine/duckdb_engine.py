@@ -27,7 +27,10 @@ Hazards designed against (measured in docs/reliability.md):
 - replacement scans can resolve an unknown table to a Python variable: disabled on
   every connection;
 - after an error inside a transaction every statement fails until ROLLBACK: the
-  transaction context always rolls back on error.
+  transaction context always rolls back on error;
+- an open costs: 15-35 ms for a file of a few GB (its catalog is read), and a step's checks
+  before its work (the spec, the incident, the runbook's order) each opened the file once:
+  inside :func:`shared_reads` a thread's read-only sessions share one connection.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -254,6 +257,59 @@ def fetch_row(conn: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] |
     return row
 
 
+class _SharedReads(threading.local):
+    """This thread's :func:`shared_reads` depth and the read-only connections it keeps open, per
+    (file, configuration): each with the stack that closes it and releases its slot."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.open: dict[tuple[str, tuple], tuple[ExitStack, duckdb.DuckDBPyConnection]] = {}
+
+    def drop(self, path: str | None = None) -> None:
+        """Close the kept connections (to ``path`` only, when given)."""
+        for key in [k for k in self.open if path is None or k[0] == path]:
+            stack, _ = self.open.pop(key)
+            stack.close()
+
+
+_SHARED = _SharedReads()
+
+
+@contextmanager
+def shared_reads() -> Iterator[None]:
+    """Inside it, this thread's read-only sessions of a DuckDB file share one connection, opened by
+    the first and closed when the outermost ``shared_reads`` ends.
+
+    For a run of short reads in a row (a step's checks of its spec, incident and the runbook's
+    order): each would otherwise open and close the file. What a session leaves is checked when it
+    ends: one that raised, left a transaction open or made a temporary object closes the
+    connection, so the next session starts clean. A write to the file from this thread closes its
+    kept connection first (a writer waits for this process's readers). Other processes cannot
+    write the file while the connection is open, as during any read-only session: keep the block to
+    reads that follow each other."""
+    _SHARED.depth += 1
+    try:
+        yield
+    finally:
+        _SHARED.depth -= 1
+        if _SHARED.depth == 0:
+            _SHARED.drop()
+
+
+def _left_clean(conn: duckdb.DuckDBPyConnection) -> bool:
+    """No transaction open and no temporary table or view: the next session may use ``conn``."""
+    try:
+        conn.execute("BEGIN TRANSACTION")  # fails inside an open (or aborted) transaction
+        conn.execute("ROLLBACK")
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM duckdb_tables() WHERE temporary) "
+            "+ (SELECT count(*) FROM duckdb_views() WHERE temporary AND NOT internal)"
+        ).fetchone()
+    except duckdb.Error:
+        return False
+    return row is not None and row[0] == 0
+
+
 class DuckDBSession(Session):
     dialect = "duckdb"
 
@@ -403,6 +459,8 @@ class DuckDBEngine(Engine):
     @contextmanager
     def _connection(self, read_only: bool) -> Iterator[tuple[duckdb.DuckDBPyConnection, bool]]:
         key = os.path.realpath(self.location)
+        if not read_only:
+            _SHARED.drop(key)  # a kept reader of this thread would make the writer wait for itself
         deadline = time.monotonic() + self.busy_timeout_s
         shared_rw, joined = PROCESS_FILES.acquire(key, read_only, tuple(sorted(self._config().items())), deadline)
         ro_slot = read_only and not shared_rw
@@ -421,10 +479,36 @@ class DuckDBEngine(Engine):
 
     @contextmanager
     def session(self, read_only: bool = False) -> Iterator[DuckDBSession]:
+        kept = self._kept_reader() if read_only and _SHARED.depth else None
+        if kept is not None:
+            clean = False
+            try:
+                yield DuckDBSession(kept)
+                clean = _left_clean(kept)
+            finally:
+                if not clean:
+                    _SHARED.drop(os.path.realpath(self.location))
+            return
         with self._connection(read_only) as (conn, joined):
             if joined:
                 conn.execute("BEGIN TRANSACTION READ ONLY")
             yield DuckDBSession(conn, read_only_txn=joined)
+
+    def _kept_reader(self) -> duckdb.DuckDBPyConnection | None:
+        """This thread's kept read-only connection to the file (:func:`shared_reads`), opened now if
+        none is; None where a read joins this process's open writer (each such session has its own
+        ``READ ONLY`` transaction, as outside ``shared_reads``)."""
+        key = (os.path.realpath(self.location), tuple(sorted(self._config().items())))
+        if key in _SHARED.open:
+            return _SHARED.open[key][1]
+        _SHARED.drop(key[0])  # another configuration's reader of the same file
+        stack = ExitStack()
+        conn, joined = stack.enter_context(self._connection(True))
+        if joined:
+            stack.close()
+            return None
+        _SHARED.open[key] = (stack, conn)
+        return conn
 
     @contextmanager
     def transaction(self) -> Iterator[DuckDBSession]:
