@@ -1,4 +1,5 @@
-"""``recovery evidence build|verify --incident FILE``: freeze an incident's evidence, or re-check it.
+"""``recovery evidence build|verify|snapshot --incident FILE``: freeze an incident's evidence, re-check
+it, or write one of its source snapshots out of the bundle.
 
 ``build`` launches the ``preserve_evidence`` job in the project's Dagster instance
 (the instance the backfill ran in, so its runs and event logs are found), exactly
@@ -9,6 +10,7 @@ exits 1 naming each file that changed, went missing or appeared unlisted.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rich.console import Console
 
@@ -77,10 +79,44 @@ def verify(args: argparse.Namespace, console: Console) -> int:
     return 1
 
 
+def snapshot(args: argparse.Namespace, console: Console) -> int:
+    from recovery.lib.evidence import choose_snapshot, read_manifest, write_snapshot
+    from recovery.lib.incident.model import parse_incident
+
+    incident = parse_incident(args.incident)
+    bundle = incident.evidence_dir(incident.load_spec(check_warehouse=False))
+    if not (bundle / "manifest.json").is_file():
+        raise RecoveryError(
+            f"no evidence bundle at {bundle}; build it with: recovery evidence build --incident {args.incident}"
+        )
+    out = args.out.resolve()
+    if out.exists():
+        raise RecoveryError(f"--out {out} exists; name a new file (nothing is overwritten)")
+    if bundle.resolve() in out.parents:
+        raise RecoveryError(f"--out {out} is inside the bundle, which is immutable; name a file outside it")
+    entry = choose_snapshot(read_manifest(bundle), args.as_of)
+    rows = write_snapshot(bundle, entry, out)
+    console.print(
+        f"source snapshot as of {entry['snapshot']['as_of']}: {rows:,} rows written to {out} "
+        f"(from {entry['snapshot']['rows_of']} through {entry['path']})",
+        highlight=False,
+        soft_wrap=True,
+    )
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evidence", help="preserve an incident's evidence bundle, or verify its checksums")
     verbs = p.add_subparsers(dest="evidence_verb", required=True, metavar="ACTION")
     incident_verb(verbs, "build", build, "freeze the incident's evidence (never overwrites an existing bundle)")
     incident_verb(
         verbs, "verify", verify, "re-check every checksum; exits 1 naming each changed, missing or extra file"
+    )
+    p = incident_verb(
+        verbs, "snapshot", snapshot, "write a source snapshot's rows (from the bundle's change log) to a Parquet file"
+    )
+    p.add_argument("--out", type=Path, required=True, help="a new Parquet file, outside the bundle")
+    p.add_argument(
+        "--as-of",
+        help="the snapshot's watermark as the manifest lists it, or 'now' (default: the failed generation's read)",
     )

@@ -50,6 +50,7 @@ from recovery.lib.evidence.manifest import (
     sha256_file,
     write_manifest,
 )
+from recovery.lib.evidence.snapshots import snapshot_rows_sql
 from recovery.lib.evidence.tables import TableCopy, planned_copies, safe_name
 from recovery.lib.identifiers import quote
 from recovery.lib.incident.failed_generations import generation_facts
@@ -185,7 +186,11 @@ class _Files:
             select, params = hashed_select(copy.sql, list(copy.params), hashed, types, copy.values_from)
         path = self._path(copy.path)
         rows = s.export_parquet(select, str(path), params)
-        self._add(copy.path, copy.description, int(rows), hashed_columns=hashed)
+        about = dict(copy.about)
+        if "snapshot" in about:  # the SELECT of its rows, to run from the bundle's folder
+            entry = {"path": copy.path, "snapshot": about["snapshot"]}
+            about["snapshot"] = {**about["snapshot"], "rows": snapshot_rows_sql(None, entry)}
+        self._add(copy.path, copy.description, int(rows), hashed_columns=hashed, **about)
 
     def data(self, rel: str, payload: bytes, description: str, rows: int | None = None) -> None:
         fd = os.open(self._path(rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)

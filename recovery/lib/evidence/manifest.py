@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MANIFEST = "manifest.json"
-FORMAT = "recovery-evidence/1"
+FORMAT = "recovery-evidence/2"  # 2: source snapshots as key lists over the change log's copy
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 

@@ -1,8 +1,9 @@
 """Which warehouse relations an evidence bundle copies, as SELECTs for DuckDB to write.
 
-The bundle freezes what reconciliation and any later audit need: the source as of
-each failed generation's snapshot watermark and as of now (plus the whole change
-log, tombstones included, so any other watermark can be recomputed), every
+The bundle freezes what reconciliation and any later audit need: the whole source
+change log, tombstones included, and the source as of each failed generation's
+snapshot watermark and as of now, each as the (key, version) list of its rows in
+that copy (:mod:`.snapshots`; any other watermark can be recomputed), every
 generation's rows in the published namespace, the failed generations' own
 namespaces and delta-log entries, the consumers' outputs, the control plane and
 the catalog's columns. Nothing here moves a row through Python.
@@ -19,6 +20,7 @@ from recovery.lib.consumers.sql import CONSUMER_SCHEMA, consumer_table
 from recovery.lib.control.plane import SCHEMA, control_plane_exists, delta_table, has_dataset_table
 from recovery.lib.dataset_spec.models import DatasetSpec
 from recovery.lib.engine.base import Session
+from recovery.lib.evidence.snapshots import CHANGE_LOG
 from recovery.lib.identifiers import TableName, quote
 from recovery.lib.incident.failed_generations import GenerationFacts
 from recovery.lib.pointers.namespaces import current_namespace, namespace_sql
@@ -32,6 +34,7 @@ class TableCopy:
     description: str
     params: list = field(default_factory=list)
     values_from: str | None = None  # a relation holding every value of the copy's columns (see hashed_select)
+    about: dict = field(default_factory=dict)  # more of the manifest entry (a snapshot's: its watermark, ...)
 
 
 def safe_name(text: str) -> str:
@@ -53,11 +56,30 @@ def planned_copies(s: Session, spec: DatasetSpec, facts: list[GenerationFacts]) 
     src = spec.source.table_name.sql()
     copies.append(
         TableCopy(
-            "source/change_log.parquet",
+            CHANGE_LOG,
             f"SELECT * FROM {src}",
             "the whole source change log as of the bundle (tombstones included)",
         )
     )
+    pair = [*spec.source.key, spec.source.version]
+
+    def snapshot(rel: str, wm: datetime | None, what: str) -> TableCopy:
+        return TableCopy(
+            rel,
+            f"SELECT {', '.join(quote(c) for c in pair)} FROM ({source_snapshot_sql(spec, wm)})",
+            f"source snapshot as of {what}: the key and version of each key's latest non-deleted change; "
+            f"its rows are those of {CHANGE_LOG} with these (see snapshot.rows)",
+            values_from=f"SELECT * FROM {src}",
+            about={
+                "snapshot": {
+                    "as_of": "now" if wm is None else str(wm),
+                    "rows_of": CHANGE_LOG,
+                    "key": list(spec.source.key),
+                    "version": spec.source.version,
+                }
+            },
+        )
+
     seen = set()
     for f in facts:
         wm, basis = f.snapshot_watermark
@@ -66,21 +88,9 @@ def planned_copies(s: Session, spec: DatasetSpec, facts: list[GenerationFacts]) 
         elif wm not in seen:
             seen.add(wm)
             copies.append(
-                TableCopy(
-                    f"source/snapshot_at_{_stamp(wm)}.parquet",
-                    source_snapshot_sql(spec, wm),
-                    f"source snapshot as of {wm} ({basis} of {f.generation}): latest non-deleted version per key",
-                    values_from=f"SELECT * FROM {src}",
-                )
+                snapshot(f"source/snapshot_at_{_stamp(wm)}.keys.parquet", wm, f"{wm} ({basis} of {f.generation})")
             )
-    copies.append(
-        TableCopy(
-            "source/snapshot_now.parquet",
-            source_snapshot_sql(spec, None),
-            "source snapshot as of the bundle: latest non-deleted version per key",
-            values_from=f"SELECT * FROM {src}",
-        )
-    )
+    copies.append(snapshot("source/snapshot_now.keys.parquet", None, "the bundle"))
 
     gen = quote(spec.target.metadata.generation)
     current = current_namespace(s, spec) if control_plane_exists(s) else None

@@ -28,7 +28,14 @@ from recovery.cli import main
 from recovery.defs.evidence.assets import evidence_bundle
 from recovery.defs.resources import warehouse_resource
 from recovery.lib.engine import open_engine
-from recovery.lib.evidence import KEY_ENV, build_evidence, load_evidence_key, verify_bundle
+from recovery.lib.evidence import (
+    KEY_ENV,
+    build_evidence,
+    load_evidence_key,
+    snapshot_entries,
+    snapshot_rows_sql,
+    verify_bundle,
+)
 from recovery.lib.incident.model import check_incident, parse_incident
 from recovery_tests.support.example_build import copy_dataset, env
 from recovery_tests.support.rows import present
@@ -166,8 +173,8 @@ def test_the_bundle_holds_what_the_runbook_asks_to_preserve(case: Case):
     assert failed["generation"] == "backfill-0042" and failed["snapshot_watermark_basis"] == "source_watermark"
     assert {
         "source/change_log.parquet",
-        "source/snapshot_at_20240705T010000.parquet",
-        "source/snapshot_now.parquet",
+        "source/snapshot_at_20240705T010000.keys.parquet",
+        "source/snapshot_now.keys.parquet",
         "target/current/backfill-0042.parquet",
         "target/delta/backfill-0042.parquet",
         "config/spec/spec.yaml",
@@ -221,6 +228,68 @@ def test_the_bundle_holds_what_the_runbook_asks_to_preserve(case: Case):
             entry = dg.deserialize_value(lines[0], dg.EventLogEntry)
             assert entry.run_id == run_id
     assert manifest["orchestrator"]["backfills"] == [case.backfill_id] and manifest["orchestrator"]["notes"] == []
+
+
+# ---- the source snapshots --------------------------------------------------------------------
+
+
+def test_each_snapshot_is_the_warehouses_as_of_its_watermark_read_from_the_change_logs_copy(case: Case, monkeypatch):
+    """A snapshot is kept as the (key, version) list of its rows in the change log's copy: read
+    through it, the rows are the warehouse's snapshot with the same keyed hashes, row for row; the
+    manifest's own SELECT gives them from the bundle's folder."""
+    from datetime import datetime
+
+    from recovery.lib.evidence.bundle import KEY_VARIABLE, hashed_select, hmac_pads
+    from recovery.lib.snapshot import source_snapshot_sql
+
+    spec = check_incident(parse_incident(case.incident_file))
+    entries = snapshot_entries(case.manifest())
+    assert sorted(e["snapshot"]["as_of"] for e in entries) == ["2024-07-05 01:00:00", "now"]
+    inner, outer = hmac_pads(load_evidence_key(case.root / "warehouse.duckdb").secret)
+    con = duckdb.connect(str(case.root / "warehouse.duckdb"), read_only=True)
+    con.execute(f"SET VARIABLE {KEY_VARIABLE}_inner = ?", [inner])
+    con.execute(f"SET VARIABLE {KEY_VARIABLE}_outer = ?", [outer])
+    types = {r[0]: r[1] for r in con.execute(f"DESCRIBE {spec.source.table_name.sql()}").fetchall()}
+    for entry in entries:
+        as_of = entry["snapshot"]["as_of"]
+        wm = None if as_of == "now" else datetime.fromisoformat(as_of)
+        warehouse, params = hashed_select(source_snapshot_sql(spec, wm), [], ["customer_id"], types)
+        bundle = snapshot_rows_sql(case.bundle, entry)
+        only_one_side = present(
+            con.execute(
+                f"SELECT (SELECT count(*) FROM (({warehouse}) EXCEPT ALL ({bundle}))) "
+                f"+ (SELECT count(*) FROM (({bundle}) EXCEPT ALL ({warehouse})))",
+                params + params,
+            ).fetchone()
+        )[0]
+        assert only_one_side == 0, as_of
+        rows = present(con.execute(f"SELECT count(*) FROM ({bundle})").fetchone())[0]
+        assert rows == entry["rows"] > 50_000
+        monkeypatch.chdir(case.bundle)  # the manifest's SELECT names the files relative to the bundle
+        assert present(con.execute(f"SELECT count(*) FROM ({entry['snapshot']['rows']})").fetchone())[0] == rows
+    con.close()
+
+
+def test_the_cli_writes_a_snapshot_out_of_the_bundle_and_overwrites_nothing(case: Case, tmp_path: Path, capsys):
+    (entry,) = [e for e in snapshot_entries(case.manifest()) if e["snapshot"]["as_of"] != "now"]
+    out = tmp_path / "snapshot.parquet"
+    args = ["evidence", "snapshot", "--incident", str(case.incident_file), "--out", str(out)]
+    assert main(args) == 0
+    assert f"{entry['rows']:,} rows written to {out}" in capsys.readouterr().out
+    con = duckdb.connect()
+    counts = "SELECT count(*), count(DISTINCT txn_id) FROM read_parquet(?)"
+    written = present(con.execute(counts, [str(out)]).fetchone())
+    assert written == (entry["rows"], entry["rows"])
+    con.close()
+    before = out.read_bytes()
+    assert main(args) == 2
+    assert "exists; name a new file (nothing is overwritten)" in capsys.readouterr().out
+    assert out.read_bytes() == before
+    assert main([*args[:-1], str(case.bundle / "x.parquet")]) == 2  # the bundle is immutable
+    assert "inside the bundle" in capsys.readouterr().out and not (case.bundle / "x.parquet").exists()
+    assert main([*args[:-1], str(tmp_path / "other.parquet"), "--as-of", "2020-01-01"]) == 2
+    assert "holds no snapshot as of '2020-01-01'; it holds: 2024-07-05 01:00:00, now" in capsys.readouterr().out
+    assert main([*args[:-1], str(tmp_path / "now.parquet"), "--as-of", "now"]) == 0
 
 
 # ---- verify ----------------------------------------------------------------------------------
@@ -366,19 +435,20 @@ def test_sensitive_columns_never_appear_in_clear_yet_still_join(case: Case):
             text = f.read_bytes()
             assert str(MARKER).encode() not in text, f
             assert not re.search(rb"customer_id[\"']?\s*[:=]\s*\d", text), f  # a value written beside the name
-    assert hashed_files >= 5  # source change log and snapshots, target generations, delta log, consumer outputs
+    assert hashed_files >= 5  # source change log, target generations, delta log, consumer outputs
 
     # the same key hashes the same value the same way in every file: reconciliation can still join
     key = load_evidence_key(case.root / "warehouse.duckdb")
     marker_hash = hmac.new(key.secret.encode(), str(MARKER).encode(), hashlib.sha256).hexdigest()
-    src = str(case.bundle / "source/snapshot_at_20240705T010000.parquet")
+    (entry,) = [e for e in snapshot_entries(case.manifest()) if e["snapshot"]["as_of"] != "now"]
+    src = snapshot_rows_sql(case.bundle, entry)  # the snapshot's rows, from the change log's copy
     tgt = str(case.bundle / "target/current/backfill-0042.parquet")
     joined, same_customer, marker_pairs = present(
         con.execute(
             "SELECT count(*), count(*) FILTER (WHERE s.customer_id = t.customer_id), "
             "count(*) FILTER (WHERE s.customer_id = ? AND t.customer_id = ?) "
-            "FROM read_parquet(?) s JOIN read_parquet(?) t USING (txn_id)",
-            [marker_hash, marker_hash, src, tgt],
+            f"FROM ({src}) s JOIN read_parquet(?) t USING (txn_id)",
+            [marker_hash, marker_hash, tgt],
         ).fetchone()
     )
     assert joined > 50_000 and same_customer == joined and marker_pairs > 0
