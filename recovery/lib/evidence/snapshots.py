@@ -47,7 +47,12 @@ def choose_snapshot(manifest: dict, as_of: str | None) -> dict:
     """The snapshot entry ``as_of`` names ("now", or a watermark as the manifest writes it); without
     one, the only snapshot of a failed generation's read. Raises ``RecoveryError`` naming the choices."""
     entries = snapshot_entries(manifest)
-    choices = ", ".join(e["snapshot"]["as_of"] for e in entries) or "none"
+    if not entries:
+        raise RecoveryError(
+            f"the bundle lists no snapshot key lists (its format is {manifest.get('format')}): an older bundle "
+            f"holds its source snapshots as Parquet files of their own (source/snapshot_*.parquet); read those"
+        )
+    choices = ", ".join(e["snapshot"]["as_of"] for e in entries)
     if as_of is None:
         read = [e for e in entries if e["snapshot"]["as_of"] != "now"]
         if len(read) == 1:
