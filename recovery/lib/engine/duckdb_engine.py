@@ -264,10 +264,11 @@ class _SharedReads(threading.local):
     def __init__(self) -> None:
         self.depth = 0
         self.open: dict[tuple[str, tuple], tuple[ExitStack, duckdb.DuckDBPyConnection]] = {}
+        self.in_use: set[tuple[str, tuple]] = set()  # a session is reading through it now
 
     def drop(self, path: str | None = None) -> None:
-        """Close the kept connections (to ``path`` only, when given)."""
-        for key in [k for k in self.open if path is None or k[0] == path]:
+        """Close the kept connections not in use (to ``path`` only, when given)."""
+        for key in [k for k in self.open if (path is None or k[0] == path) and k not in self.in_use]:
             stack, _ = self.open.pop(key)
             stack.close()
 
@@ -459,8 +460,8 @@ class DuckDBEngine(Engine):
     @contextmanager
     def _connection(self, read_only: bool) -> Iterator[tuple[duckdb.DuckDBPyConnection, bool]]:
         key = os.path.realpath(self.location)
-        if not read_only:
-            _SHARED.drop(key)  # a kept reader of this thread would make the writer wait for itself
+        if not read_only:  # a kept reader of this thread would make the writer wait for itself (one in
+            _SHARED.drop(key)  # use stays: the write inside a read-only session is refused below, as ever
         deadline = time.monotonic() + self.busy_timeout_s
         shared_rw, joined = PROCESS_FILES.acquire(key, read_only, tuple(sorted(self._config().items())), deadline)
         ro_slot = read_only and not shared_rw
@@ -479,26 +480,29 @@ class DuckDBEngine(Engine):
 
     @contextmanager
     def session(self, read_only: bool = False) -> Iterator[DuckDBSession]:
-        kept = self._kept_reader() if read_only and _SHARED.depth else None
+        key = (os.path.realpath(self.location), tuple(sorted(self._config().items())))
+        # a session inside another on the kept connection opens its own, as outside shared_reads
+        kept = self._kept_reader(key) if read_only and _SHARED.depth and key not in _SHARED.in_use else None
         if kept is not None:
             clean = False
+            _SHARED.in_use.add(key)
             try:
                 yield DuckDBSession(kept)
                 clean = _left_clean(kept)
             finally:
+                _SHARED.in_use.discard(key)
                 if not clean:
-                    _SHARED.drop(os.path.realpath(self.location))
+                    _SHARED.drop(key[0])
             return
         with self._connection(read_only) as (conn, joined):
             if joined:
                 conn.execute("BEGIN TRANSACTION READ ONLY")
             yield DuckDBSession(conn, read_only_txn=joined)
 
-    def _kept_reader(self) -> duckdb.DuckDBPyConnection | None:
-        """This thread's kept read-only connection to the file (:func:`shared_reads`), opened now if
-        none is; None where a read joins this process's open writer (each such session has its own
-        ``READ ONLY`` transaction, as outside ``shared_reads``)."""
-        key = (os.path.realpath(self.location), tuple(sorted(self._config().items())))
+    def _kept_reader(self, key: tuple[str, tuple]) -> duckdb.DuckDBPyConnection | None:
+        """This thread's kept read-only connection to the file with this configuration (``key``;
+        :func:`shared_reads`), opened now if none is; None where a read joins this process's open
+        writer (each such session has its own ``READ ONLY`` transaction, as outside ``shared_reads``)."""
         if key in _SHARED.open:
             return _SHARED.open[key][1]
         _SHARED.drop(key[0])  # another configuration's reader of the same file

@@ -123,3 +123,25 @@ def test_a_read_inside_a_write_of_the_process_is_not_kept(db):
         w.execute("INSERT INTO t VALUES (11)")
     with engine.session(read_only=True) as s:
         assert s.scalar("SELECT count(*) FROM t") == 12
+
+
+def test_a_session_inside_another_has_its_own_connection_and_a_write_inside_one_is_refused(db):
+    """Nesting keeps the meaning it has outside ``shared_reads``: the inner read does not end the
+    outer one's transaction, and a write opened inside a read-only session is refused, not let
+    through by closing the reader under it."""
+    from recovery.lib.errors import RecoveryError
+
+    opens = Opens()
+    engine = engine_of(db, opens)
+    with shared_reads():
+        with engine.session(read_only=True) as outer:
+            outer.execute("BEGIN TRANSACTION")
+            with engine.session(read_only=True) as inner:
+                assert inner.scalar("SELECT count(*) FROM t") == 10
+            assert outer.scalar("SELECT count(*) FROM t") == 10  # its transaction and connection live on
+            outer.execute("COMMIT")
+            with pytest.raises(RecoveryError, match="inside a read-only session of the same thread"):
+                with engine.transaction():
+                    pass
+            assert outer.scalar("SELECT count(*) FROM t") == 10
+    assert opens.n == 2
