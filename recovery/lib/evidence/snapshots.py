@@ -35,11 +35,11 @@ def snapshot_rows_sql(bundle: Path | None, entry: dict) -> str:
     def at(rel: str) -> str:
         return string_literal(rel if bundle is None else str(bundle / rel))
 
-    on = " AND ".join(f"c.{quote(k)} IS NOT DISTINCT FROM k.{quote(k)}" for k in snap["key"])
-    version = quote(snap["version"])
+    # null-safe: a key part or a version may be NULL ((key, version) is still unique: NULLs group together)
+    on = " AND ".join(f"c.{quote(c)} IS NOT DISTINCT FROM k.{quote(c)}" for c in [*snap["key"], snap["version"]])
     return (
         f"SELECT c.* FROM read_parquet({at(snap['rows_of'])}) AS c "
-        f"SEMI JOIN read_parquet({at(entry['path'])}) AS k ON {on} AND c.{version} = k.{version}"
+        f"SEMI JOIN read_parquet({at(entry['path'])}) AS k ON {on}"
     )
 
 
