@@ -149,19 +149,34 @@ def reference_sql(
     """
 
 
-def row_frame_sql(s: Session, spec: DatasetSpec, plan: RepairPlan, scope: list[str], *, payload: bool = True) -> str:
+def row_frame_sql(
+    s: Session,
+    spec: DatasetSpec,
+    plan: RepairPlan,
+    scope: list[str],
+    *,
+    payload: bool = True,
+    most_of_generation: bool = False,
+) -> str:
     """Every row of the scope with the facts the row-level suites check (``payload=False``: the
     key and those facts only, what the built-in suites read).
 
-    A key's copies are counted across the whole generation but only for the scope's keys: a
-    wave's frame then groups its own keys, not the generation's (the whole candidate's frame pays
-    a little for the narrowing)."""
+    A key's copies are counted across the whole generation. For a scope that is a small part of
+    it (a wave) only the scope's keys are grouped, found by a semi join; for one that is most of it
+    (``most_of_generation``: the candidate's rebuilt partitions) every key is grouped, since the semi
+    join would hash nearly every key only to group them again (a key outside the scope joins to no
+    row). The source version a key's partition is derived from is its row's where the key has one
+    copy, the latest of its copies' otherwise: only the few duplicated keys are grouped."""
     src = spec.source
     meta = spec.target.metadata
     key = quote_all(spec.key)
     part, gen, sv = quote(spec.target.partition), quote(meta.generation), quote(meta.source_version)
     ns = namespace_sql(plan.namespace)
-    versions = f"SELECT {key}, max({sv}) AS {quote(src.version)} FROM c GROUP BY ALL"
+    versions = (
+        f"SELECT {key}, {sv} AS {quote(src.version)} FROM c ANTI JOIN copies USING ({key}) "
+        f"UNION ALL SELECT {key}, max({sv}) FROM c SEMI JOIN copies USING ({key}) GROUP BY ALL"
+    )
+    narrowed = "" if most_of_generation else f" SEMI JOIN c USING ({key})"
     source_rows = (
         f"SELECT src.* FROM {src.table_name.sql()} src SEMI JOIN ({versions}) v USING ({key}, {quote(src.version)})"
     )
@@ -172,7 +187,7 @@ def row_frame_sql(s: Session, spec: DatasetSpec, plan: RepairPlan, scope: list[s
     wm = ts_literal(plan.source_watermark)
     return f"""
         WITH c AS (SELECT * FROM {ns} WHERE {in_partitions(s, spec, scope)}),
-        copies AS (SELECT {key}, count(*) AS __key_copies FROM {ns} SEMI JOIN c USING ({key})
+        copies AS (SELECT {key}, count(*) AS __key_copies FROM {ns}{narrowed}
                    GROUP BY ALL HAVING count(*) > 1),
         der AS ({derived}),
         tomb AS (SELECT {key}, max({quote(src.version)}) AS __tomb_version FROM {src.table_name.sql()}
@@ -258,13 +273,17 @@ def evaluate_gates(
     suite_scope: list[str] | None = None,
     run_id: str | None = None,
     batch_rows: int = BATCH_ROWS,
+    whole_generation: bool = False,
 ) -> list[GateResult]:
     """Run every gate and record the results; the caller owns the transaction.
 
     The key-by-key reconciliation covers ``scope``; the row-level suites cover
     ``suite_scope`` (default: ``scope``), so a wave validates its own rows while any
-    later change to an earlier wave's rows is still caught by the reconciliation."""
+    later change to an earlier wave's rows is still caught by the reconciliation.
+    ``whole_generation``: ``scope`` is every partition of the generation (the candidate's
+    gate), so whether ``suite_scope`` is most of the generation can be told."""
     suite_scope = scope if suite_scope is None else suite_scope
+    most_of_generation = whole_generation and 2 * len(suite_scope) >= len(scope)
     spec = writer.spec
     overlaid = through_seq > plan.low_seq and bool(
         s.scalar(f"SELECT count(*) FROM ({latest_delta_sql(writer, plan, plan.low_seq, through_seq)})")
@@ -298,10 +317,13 @@ def evaluate_gates(
         f"FULL OUTER JOIN ({_per_partition(s, spec, reference, suite_scope)}) r USING (partition) ORDER BY partition"
     )
     if isinstance(s, DuckDBSession):
-        suite_results = _suites_in_engine(s, spec, plan, suite_scope, builtin, declared, totals_sql)
+        suite_results = _suites_in_engine(
+            s, spec, plan, suite_scope, builtin, declared, totals_sql, most_of_generation=most_of_generation
+        )
     else:  # Spark: bounded pandas batches (aggregates are per batch)
         runner = SuiteRunner(builtin + declared)
-        runner.run(s.arrow_batches(row_frame_sql(s, spec, plan, suite_scope), batch_rows))
+        frame = row_frame_sql(s, spec, plan, suite_scope, most_of_generation=most_of_generation)
+        runner.run(s.arrow_batches(frame, batch_rows))
         parts = SuiteRunner([partition_suite()])
         parts.validate(s.arrow(totals_sql).to_pandas())
         suite_results = list(runner.results.values()) + list(parts.results.values())
@@ -326,6 +348,8 @@ def _suites_in_engine(
     builtin: list[Suite],
     declared: list[Suite],
     totals_sql: str,
+    *,
+    most_of_generation: bool = False,
 ) -> list[SuiteResult]:
     """Every suite computed by DuckDB over the whole scope, inside the caller's transaction.
 
@@ -336,7 +360,8 @@ def _suites_in_engine(
     small table. Uniqueness and every aggregate are thus over the whole scope, not per batch."""
     runner = SqlSuiteRunner(s.conn, builtin + declared + [partition_suite()])
     # created in the caller's transaction: a failure rolls them back with it
-    s.temp_table("__gate_rows", f"{row_frame_sql(s, spec, plan, scope, payload=False)}")
+    frame = row_frame_sql(s, spec, plan, scope, payload=False, most_of_generation=most_of_generation)
+    s.temp_table("__gate_rows", frame)
     s.temp_table("__gate_partition_totals", f"{totals_sql}")
     results = runner.validate("SELECT * FROM __gate_rows", builtin)
     if declared:

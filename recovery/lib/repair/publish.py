@@ -128,6 +128,7 @@ def gate_candidate(
                 suite_scope=fresh.rebuild,
                 through_seq=fresh.high_seq,
                 run_id=run_id,
+                whole_generation=True,
             )
             diffs = record_diffs(s, writer.spec, fresh, writer) if with_diffs else {}
             failed = [r for r in results if not r.passed]
