@@ -115,12 +115,14 @@ def reference_sql(
     key = quote_all(spec.key)
     cols_sql = quote_all(cols)
     snap = snapshot_table(spec)
-    rebuilt = plan.rebuild
-    carried = (
-        f"SELECT {cols_sql} FROM {namespace_sql(plan.from_namespace)} "
-        f"WHERE NOT ({in_partitions(s, spec, rebuilt)}) AND NOT ({in_partitions(s, spec, list(plan.qualified))}) "
-        f"AND ({key}) NOT IN (SELECT {key} FROM {snap})"
-    )
+    published = namespace_sql(plan.from_namespace)
+    outside = f"NOT ({in_partitions(s, spec, plan.rebuild)}) AND NOT ({in_partitions(s, spec, list(plan.qualified))})"
+    carried = f"SELECT {cols_sql} FROM {published} WHERE {outside} AND ({key}) NOT IN (SELECT {key} FROM {snap})"
+    if isinstance(s, DuckDBSession) and s.fetchone(f"SELECT 1 FROM {published} WHERE {outside} LIMIT 1") is None:
+        # every published partition is rebuilt or qualified: nothing is carried, and the NOT IN would hash every
+        # snapshot key to exclude them from no row. The callers read the SQL in the transaction this check ran
+        # in, so the published rows they see cannot have gained a partition since.
+        carried = f"SELECT {cols_sql} FROM {published} WHERE false"
     if not overlay:
         return f"SELECT {sel('x')} FROM {snap} x UNION ALL {carried}"
     fold_delta(

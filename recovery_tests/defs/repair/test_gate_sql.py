@@ -1,0 +1,106 @@
+"""The gates' SQL says the same however it is shortened.
+
+The row-level suites' frame: a wave's groups only its own keys (a semi join); the candidate's,
+whose rebuilt partitions are most of the generation, groups every key. Both must give each row
+the same copies, the same derived partition (from the latest version among a duplicated key's
+copies) and the same tombstone and fence facts; a duplicated key is where they could part.
+
+The reference: with no published row outside the rebuilt and qualified partitions, it leaves out
+the carried rows' anti join; a published row written into a new partition must bring it back."""
+
+from __future__ import annotations
+
+from recovery.lib.catalog_checks import load_spec
+from recovery.lib.dataset_spec.partition_filter import in_partitions
+from recovery.lib.engine import open_engine
+from recovery.lib.incident.model import parse_incident
+from recovery.lib.pointers.namespaces import namespace_sql
+from recovery.lib.repair.gates import reference_sql, row_frame_sql
+from recovery.lib.repair.tables import snapshot_table
+from recovery.lib.write.writer import Writer
+from recovery_tests.support.repair_support import repair_through_library
+
+INCIDENT = "INC-2024-031"
+
+
+def _differences(s, a: str, b: str) -> int:
+    return s.scalar(
+        f"SELECT (SELECT count(*) FROM (({a}) EXCEPT ALL ({b}))) + (SELECT count(*) FROM (({b}) EXCEPT ALL ({a})))"
+    )
+
+
+def test_counting_copies_over_the_scope_or_the_generation_gives_every_row_the_same_facts(example_copy):
+    spec = load_spec(example_copy)
+    incident = parse_incident(example_copy.with_name("incident.yaml"))
+    plan = repair_through_library(spec, incident, wave_size=40)
+    ns = plan.namespace
+    first, second = plan.rebuild[0], plan.rebuild[-1]
+    with open_engine(spec.warehouse).transaction() as s:
+        # a key of the first partition copied into the last one with an older version of its source
+        dup = s.fetchone(
+            f"SELECT t.txn_id, max(e.version) FROM {ns} t JOIN raw.transaction_events e USING (txn_id) "
+            f"WHERE CAST(t.event_date AS VARCHAR) = ? AND e.version < t._source_version "
+            f"GROUP BY ALL ORDER BY ALL LIMIT 1",
+            [first],
+        )
+        assert dup is not None
+        s.execute(
+            f"INSERT INTO {ns} SELECT * REPLACE (CAST(? AS DATE) AS event_date, ? AS _source_version) "
+            f"FROM {ns} WHERE txn_id = ?",
+            [second, dup[1], dup[0]],
+        )
+        latest = s.scalar(f"SELECT max(_source_version) FROM {ns} WHERE txn_id = ?", [dup[0]])
+        derived = s.scalar(
+            "SELECT CAST(CAST(event_ts AS DATE) AS VARCHAR) FROM raw.transaction_events "
+            "WHERE txn_id = ? AND version = ?",
+            [dup[0], latest],
+        )
+    with open_engine(spec.warehouse).session(read_only=True) as s:
+        for scope in (plan.rebuild, [second], [first, second]):
+            narrow = row_frame_sql(s, spec, plan, scope, payload=False)
+            whole = row_frame_sql(s, spec, plan, scope, payload=False, most_of_generation=True)
+            assert s.scalar(f"SELECT count(*) FROM ({narrow})") > 0
+            assert _differences(s, narrow, whole) == 0, scope
+            facts = s.fetchall(
+                f"SELECT __partition, __key_copies, __derived_partition FROM ({whole}) WHERE txn_id = ? ORDER BY 1",
+                [dup[0]],
+            )
+            # each copy inside the scope is there, counted twice, its partition derived from the latest version
+            assert facts == sorted((p, 2, derived) for p in {first, second} if p in scope), (scope, facts)
+
+
+def test_the_reference_carries_published_rows_outside_the_rebuild_and_only_those(example_copy):
+    spec = load_spec(example_copy)
+    incident = parse_incident(example_copy.with_name("incident.yaml"))
+    plan = repair_through_library(spec, incident, wave_size=40)
+    engine = open_engine(spec.warehouse)
+    writer = Writer(engine, spec)
+    published, snap = namespace_sql(plan.from_namespace), snapshot_table(spec)
+
+    def check(expect_carried: int) -> None:
+        with engine.transaction() as s:
+            outside = (
+                f"NOT ({in_partitions(s, spec, plan.rebuild)}) AND NOT ({in_partitions(s, spec, list(plan.qualified))})"
+            )
+            cols = ", ".join(c for c, _ in s.columns(snap))
+            written_out = (
+                f"SELECT {cols} FROM {snap} UNION ALL SELECT {cols} FROM {published} "
+                f"WHERE {outside} AND txn_id NOT IN (SELECT txn_id FROM {snap})"
+            )
+            reference = reference_sql(s, spec, plan, plan.low_seq, writer, overlay=False)
+            assert s.scalar(f"SELECT count(*) FROM ({reference})") > 0
+            assert _differences(s, reference, written_out) == 0
+            assert s.scalar(f"SELECT count(*) FROM ({reference}) WHERE {outside}") == expect_carried
+
+    with engine.transaction() as s:  # no published row outside the rebuild: nothing carried
+        s.execute(
+            f"DELETE FROM {published} WHERE NOT ({in_partitions(s, spec, plan.rebuild)}) "
+            f"AND NOT ({in_partitions(s, spec, list(plan.qualified))})"
+        )
+    check(0)
+    with engine.transaction() as s:  # a writer puts a row into a partition nobody rebuilds
+        s.execute(
+            f"INSERT INTO {published} SELECT * REPLACE (txn_id + 10000000000 AS txn_id, "
+            f"DATE '2031-01-01' AS event_date) FROM {published} LIMIT 1"
+        )
+    check(1)
