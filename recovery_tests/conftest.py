@@ -68,6 +68,7 @@ LONGEST_FIRST = (
     "test_team_project.py",  # a daemon backfill of a team's project, then its recovery (about 100 s on a quiet machine)
     "test_io_manager.py",  # (110 s)
     "test_containment.py",  # (100 s)
+    "test_gate_sql.py",  # one repair of the worked example, then the gates' SQL read both ways (90 s)
     "test_datasets.py",
     "test_browser.py",
     "test_phase_order.py",

@@ -6,9 +6,14 @@ the same copies, the same derived partition (from the latest version among a dup
 copies) and the same tombstone and fence facts; a duplicated key is where they could part.
 
 The reference: with no published row outside the rebuilt and qualified partitions, it leaves out
-the carried rows' anti join; a published row written into a new partition must bring it back."""
+the carried rows' anti join; a published row written into a new partition must bring it back.
+
+Both tests read one repaired copy of the example: the first changes only the repair generation,
+the second only the published one, and neither reads what the other changes."""
 
 from __future__ import annotations
+
+import pytest
 
 from recovery.lib.catalog_checks import load_spec
 from recovery.lib.dataset_spec.partition_filter import in_partitions
@@ -18,9 +23,19 @@ from recovery.lib.pointers.namespaces import namespace_sql
 from recovery.lib.repair.gates import reference_sql, row_frame_sql
 from recovery.lib.repair.tables import snapshot_table
 from recovery.lib.write.writer import Writer
+from recovery_tests.support.example_build import BuiltExample, copy_dataset
 from recovery_tests.support.repair_support import repair_through_library
 
 INCIDENT = "INC-2024-031"
+
+
+@pytest.fixture(scope="module")
+def repaired(failed_example: BuiltExample, tmp_path_factory: pytest.TempPathFactory):
+    """A copy of the failed example with every wave built and gated, not published."""
+    spec_path = copy_dataset(failed_example.root, tmp_path_factory.mktemp("gate_sql") / "transactions")
+    spec = load_spec(spec_path)
+    incident = parse_incident(spec_path.with_name("incident.yaml"))
+    return spec, repair_through_library(spec, incident, wave_size=40)
 
 
 def _differences(s, a: str, b: str) -> int:
@@ -29,10 +44,8 @@ def _differences(s, a: str, b: str) -> int:
     )
 
 
-def test_counting_copies_over_the_scope_or_the_generation_gives_every_row_the_same_facts(example_copy):
-    spec = load_spec(example_copy)
-    incident = parse_incident(example_copy.with_name("incident.yaml"))
-    plan = repair_through_library(spec, incident, wave_size=40)
+def test_counting_copies_over_the_scope_or_the_generation_gives_every_row_the_same_facts(repaired):
+    spec, plan = repaired
     ns = plan.namespace
     first, second = plan.rebuild[0], plan.rebuild[-1]
     with open_engine(spec.warehouse).transaction() as s:
@@ -69,10 +82,8 @@ def test_counting_copies_over_the_scope_or_the_generation_gives_every_row_the_sa
             assert facts == sorted((p, 2, derived) for p in {first, second} if p in scope), (scope, facts)
 
 
-def test_the_reference_carries_published_rows_outside_the_rebuild_and_only_those(example_copy):
-    spec = load_spec(example_copy)
-    incident = parse_incident(example_copy.with_name("incident.yaml"))
-    plan = repair_through_library(spec, incident, wave_size=40)
+def test_the_reference_carries_published_rows_outside_the_rebuild_and_only_those(repaired):
+    spec, plan = repaired
     engine = open_engine(spec.warehouse)
     writer = Writer(engine, spec)
     published, snap = namespace_sql(plan.from_namespace), snapshot_table(spec)
