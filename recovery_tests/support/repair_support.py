@@ -146,6 +146,19 @@ def repair_through_library(
     return current_plan(spec, incident.incident_id)
 
 
+def key_with_an_older_version(s, namespace: str, partition: str, *, deriving_the_same_partition: bool = False):
+    """(txn_id, version) of a key in ``partition`` of ``namespace`` and the latest of its source versions
+    older than the one the row holds (with ``deriving_the_same_partition``: an upsert whose event date is
+    the row's partition), or None."""
+    same = " AND e.op = 'upsert' AND CAST(e.event_ts AS DATE) = t.event_date" if deriving_the_same_partition else ""
+    return s.fetchone(
+        f"SELECT t.txn_id, max(e.version) FROM {namespace} t JOIN raw.transaction_events e USING (txn_id) "
+        f"WHERE CAST(t.event_date AS VARCHAR) = ? AND e.version < t._source_version{same} "
+        f"GROUP BY ALL ORDER BY ALL LIMIT 1",
+        [partition],
+    )
+
+
 def gate_and_publish(spec: DatasetSpec, incident_id: str) -> dict:
     writer = Writer(open_engine(spec.warehouse), spec)
     gate_candidate(writer, current_plan(spec, incident_id))

@@ -24,9 +24,7 @@ from recovery.lib.repair.gates import reference_sql, row_frame_sql
 from recovery.lib.repair.tables import snapshot_table
 from recovery.lib.write.writer import Writer
 from recovery_tests.support.example_build import BuiltExample, copy_dataset
-from recovery_tests.support.repair_support import repair_through_library
-
-INCIDENT = "INC-2024-031"
+from recovery_tests.support.repair_support import key_with_an_older_version, repair_through_library
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +48,7 @@ def test_counting_copies_over_the_scope_or_the_generation_gives_every_row_the_sa
     first, second = plan.rebuild[0], plan.rebuild[-1]
     with open_engine(spec.warehouse).transaction() as s:
         # a key of the first partition copied into the last one with an older version of its source
-        dup = s.fetchone(
-            f"SELECT t.txn_id, max(e.version) FROM {ns} t JOIN raw.transaction_events e USING (txn_id) "
-            f"WHERE CAST(t.event_date AS VARCHAR) = ? AND e.version < t._source_version "
-            f"GROUP BY ALL ORDER BY ALL LIMIT 1",
-            [first],
-        )
+        dup = key_with_an_older_version(s, ns, first)
         assert dup is not None
         s.execute(
             f"INSERT INTO {ns} SELECT * REPLACE (CAST(? AS DATE) AS event_date, ? AS _source_version) "

@@ -34,6 +34,7 @@ from recovery_tests.support.example_build import copy_dataset, env
 from recovery_tests.support.repair_support import (
     current_plan,
     gate_and_publish,
+    key_with_an_older_version,
     repair_through_library,
     stage_live_events,
 )
@@ -335,12 +336,7 @@ def test_a_row_outside_the_partition_its_source_row_derives_fails_the_partitioni
     ns = plan.namespace
     with open_engine(spec.warehouse).transaction() as s:
         # a key with an older version whose source row derives partition a as well
-        older = s.fetchone(
-            f"SELECT t.txn_id, max(e.version) FROM {ns} t JOIN raw.transaction_events e USING (txn_id) "
-            f"WHERE CAST(t.event_date AS VARCHAR) = ? AND e.version < t._source_version AND e.op = 'upsert' "
-            f"AND CAST(e.event_ts AS DATE) = t.event_date GROUP BY ALL ORDER BY ALL LIMIT 1",
-            [a],
-        )
+        older = key_with_an_older_version(s, ns, a, deriving_the_same_partition=True)
         assert older is not None
         snapshot_row = s.scalar(
             f"SELECT min(txn_id) FROM {ns} WHERE CAST(event_date AS VARCHAR) = ? AND txn_id <> ?", [a, older[0]]
