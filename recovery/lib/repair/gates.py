@@ -222,6 +222,15 @@ def _per_partition(s: Session, spec: DatasetSpec, relation: str, scope: list[str
     )
 
 
+def checksum_comparable(s: Session, a_rows: str, r_rows: str, cols: list[str]) -> bool:
+    """Whether two relations' rows may be compared by DuckDB's ``hash`` of ``cols``: a DuckDB
+    session, and each column of the same type on both sides (names are matched, not positions)."""
+    if not isinstance(s, DuckDBSession) or not cols:
+        return False
+    a_types, r_types = dict(s.relation_columns(a_rows)), dict(s.relation_columns(r_rows))
+    return all(c in a_types and a_types[c] == r_types.get(c) for c in cols)
+
+
 def reconciliation_gate(
     s: Session,
     spec: DatasetSpec,
@@ -231,23 +240,41 @@ def reconciliation_gate(
     *,
     keys: str | None = None,
     gate: str = "repair_reconciliation",
+    by_checksum: bool = True,
 ) -> GateResult:
     """Key-by-key comparison with the reference; any difference is unexplained. ``keys`` (a
-    relation of key columns) narrows both sides to those keys."""
+    relation of key columns) narrows both sides to those keys.
+
+    On DuckDB, when both sides give every compared column the same type, each row is compared
+    by a checksum of its values (DuckDB's 64-bit ``hash`` of the columns in one order, which
+    tells NULL from any value and -0.0 from nothing) and the join carries the key and that
+    checksum only: the wide rows are read once each, not held in the join. Otherwise (Spark,
+    whose ``hash`` has 32 bits; or a type that differs, which ``IS NOT DISTINCT FROM`` casts
+    and a checksum would not) the columns are compared one by one. ``by_checksum=False``
+    forces the column-by-column form."""
     cols = [c for c in payload_columns(s, spec) if c not in spec.key]
     key = quote_all(spec.key)
     ns = namespace_sql(plan.namespace)
     only = f" AND ({key}) IN (SELECT {key} FROM {keys})" if keys else ""
-    same = " AND ".join(f"a.{quote(c)} IS NOT DISTINCT FROM r.{quote(c)}" for c in cols)
+    a_rows = f"SELECT * FROM {ns} WHERE {in_partitions(s, spec, scope)}{only}"
+    r_rows = f"SELECT * FROM ({reference}) WHERE {in_partitions(s, spec, scope)}{only}"
+    if by_checksum and checksum_comparable(s, a_rows, r_rows, cols):
+        values = ", ".join(quote(c) for c in cols)
+        a0 = f"SELECT {key}, hash({values}) AS __h FROM ({a_rows})"
+        r = f"SELECT {key}, hash({values}) AS __h, true AS __in_ref FROM ({r_rows})"
+        same = "a.__h = r.__h"
+    else:
+        a0, r = a_rows, f"SELECT *, true AS __in_ref FROM ({r_rows})"
+        same = " AND ".join(f"a.{quote(c)} IS NOT DISTINCT FROM r.{quote(c)}" for c in cols)
     # a key's copies counted by a grouping of the few duplicated keys joined back, not a window over every
     # row (which partitions and sorts every row)
     s.temp_table(
         "__gate_diff",
         f"""
-        WITH a0 AS (SELECT * FROM {ns} WHERE {in_partitions(s, spec, scope)}{only}),
+        WITH a0 AS ({a0}),
              dup AS (SELECT {key}, count(*) AS __n FROM a0 GROUP BY ALL HAVING count(*) > 1),
              a AS (SELECT a0.*, coalesce(dup.__n, 1) AS __n FROM a0 LEFT JOIN dup USING ({key})),
-             r AS (SELECT *, true AS __in_ref FROM ({reference}) WHERE {in_partitions(s, spec, scope)}{only})
+             r AS ({r})
         SELECT {key}, CASE WHEN a.__n IS NULL THEN 'missing' WHEN r.__in_ref IS NULL THEN 'extra'
                            WHEN a.__n > 1 THEN 'duplicate' ELSE 'changed' END AS kind
         FROM a FULL OUTER JOIN r USING ({key})

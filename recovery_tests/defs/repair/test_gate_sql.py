@@ -8,8 +8,13 @@ copies) and the same tombstone and fence facts; a duplicated key is where they c
 The reference: with no published row outside the rebuilt and qualified partitions, it leaves out
 the carried rows' anti join; a published row written into a new partition must bring it back.
 
-Both tests read one repaired copy of the example: the first changes only the repair generation,
-the second only the published one, and neither reads what the other changes."""
+The key-by-key gate: comparing each row by a checksum of its values finds exactly the keys the
+column-by-column comparison finds, whichever column differs; a column whose type differs between
+the two sides is compared column by column.
+
+The tests read one repaired copy of the example: the first changes only the repair generation,
+the second only the published one, and neither reads what the other changes; the third changes
+the repair generation in a transaction it rolls back."""
 
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.engine import open_engine
 from recovery.lib.incident.model import parse_incident
 from recovery.lib.pointers.namespaces import namespace_sql
-from recovery.lib.repair.gates import reference_sql, row_frame_sql
+from recovery.lib.repair.gates import checksum_comparable, reconciliation_gate, reference_sql, row_frame_sql
 from recovery.lib.repair.tables import snapshot_table
 from recovery.lib.write.writer import Writer
 from recovery_tests.support.example_build import BuiltExample, copy_dataset
@@ -108,3 +113,42 @@ def test_the_reference_carries_published_rows_outside_the_rebuild_and_only_those
             f"DATE '2031-01-01' AS event_date) FROM {published} LIMIT 1"
         )
     check(1)
+
+
+def test_the_checksum_comparison_finds_exactly_the_keys_the_column_by_column_one_finds(repaired):
+    spec, plan = repaired
+    ns, snap = plan.namespace, snapshot_table(spec)
+    with open_engine(spec.warehouse).session() as s:
+        s.execute("BEGIN TRANSACTION")  # rolled back: the other tests read this copy
+        scope = plan.rebuild
+        where = in_partitions(s, spec, scope)
+        columns = [c for c, _ in s.columns(snap) if c not in spec.key]
+        picked = [
+            r[0]
+            for r in s.fetchall(f"SELECT txn_id FROM {ns} WHERE {where} ORDER BY txn_id LIMIT ?", [len(columns) + 2])
+        ]
+        for txn_id, column in zip(picked, columns, strict=False):  # every compared column, one row each, made NULL
+            s.execute(f"UPDATE {ns} SET {column} = NULL WHERE txn_id = ?", [txn_id])
+        changed, gone = picked[-2:]
+        s.execute(f"UPDATE {ns} SET amount_usd = amount_usd + 0.01 WHERE txn_id = ?", [changed])
+        s.execute(f"DELETE FROM {ns} WHERE txn_id = ?", [gone])
+        s.execute(
+            f"INSERT INTO {ns} SELECT * REPLACE (txn_id + 10000000000 AS txn_id) FROM {ns} WHERE txn_id = ?", [changed]
+        )
+
+        def found(reference: str, *, by_checksum: bool) -> list[tuple]:
+            result = reconciliation_gate(s, spec, plan, scope, reference, by_checksum=by_checksum)
+            rows = s.fetchall("SELECT * FROM __gate_diff ORDER BY ALL")
+            assert result.observed == len({r[0] for r in rows}) and not result.passed
+            return rows
+
+        reference = f"SELECT * FROM {snap} WHERE {where}"
+        assert checksum_comparable(s, f"SELECT * FROM {ns}", reference, columns)
+        by_columns = found(reference, by_checksum=False)
+        assert found(reference, by_checksum=True) == by_columns
+        assert set(picked) | {changed + 10000000000} <= {r[0] for r in by_columns}
+        # the reference's amounts as DOUBLE: a checksum would differ for every row; the columns are compared
+        as_double = f"SELECT * REPLACE (CAST(amount_usd AS DOUBLE) AS amount_usd) FROM ({reference})"
+        assert not checksum_comparable(s, f"SELECT * FROM {ns}", as_double, columns)
+        assert found(as_double, by_checksum=True) == by_columns
+        s.execute("ROLLBACK")
