@@ -10,11 +10,12 @@ the carried rows' anti join; a published row written into a new partition must b
 
 The key-by-key gate: comparing each row by a checksum of its values finds exactly the keys the
 column-by-column comparison finds, whichever column differs; a column whose type differs between
-the two sides is compared column by column.
+the two sides is compared column by column. The keys' suite: a copy of a key outside the scope
+fails it, since the frame counts a key's rows across the whole generation.
 
 The tests read one repaired copy of the example: the first changes only the repair generation,
-the second only the published one, and neither reads what the other changes; the third changes
-the repair generation in a transaction it rolls back."""
+the second only the published one, and neither reads what the other changes; the others change
+the repair generation in a transaction they roll back."""
 
 from __future__ import annotations
 
@@ -25,7 +26,13 @@ from recovery.lib.dataset_spec.partition_filter import in_partitions
 from recovery.lib.engine import open_engine
 from recovery.lib.incident.model import parse_incident
 from recovery.lib.pointers.namespaces import namespace_sql
-from recovery.lib.repair.gates import checksum_comparable, reconciliation_gate, reference_sql, row_frame_sql
+from recovery.lib.repair.gates import (
+    checksum_comparable,
+    evaluate_gates,
+    reconciliation_gate,
+    reference_sql,
+    row_frame_sql,
+)
 from recovery.lib.repair.tables import snapshot_table
 from recovery.lib.write.writer import Writer
 from recovery_tests.support.example_build import BuiltExample, copy_dataset
@@ -151,4 +158,29 @@ def test_the_checksum_comparison_finds_exactly_the_keys_the_column_by_column_one
         as_double = f"SELECT * REPLACE (CAST(amount_usd AS DOUBLE) AS amount_usd) FROM ({reference})"
         assert not checksum_comparable(s, f"SELECT * FROM {ns}", as_double, columns)
         assert found(as_double, by_checksum=True) == by_columns
+        s.execute("ROLLBACK")
+
+
+def test_a_copy_of_a_key_outside_the_scope_fails_the_keys_suite(repaired):
+    spec, plan = repaired
+    ns = plan.namespace
+    inside, outside = plan.rebuild[1], plan.rebuild[2]
+    engine = open_engine(spec.warehouse)
+    with engine.session() as s:
+        s.execute("BEGIN TRANSACTION")  # rolled back: the other tests read this copy
+
+        def keys_suite() -> tuple[bool, int]:
+            results = evaluate_gates(
+                s, Writer(engine, spec), plan, stage="test", scope=[inside], through_seq=plan.low_seq
+            )
+            keys = next(r for r in results if r.gate == "repair_keys")
+            return keys.passed, keys.observed
+
+        assert keys_suite() == (True, 0)
+        copied = s.scalar(f"SELECT min(txn_id) FROM {ns} WHERE CAST(event_date AS VARCHAR) = ?", [inside])
+        s.execute(
+            f"INSERT INTO {ns} SELECT * REPLACE (CAST(? AS DATE) AS event_date) FROM {ns} WHERE txn_id = ?",
+            [outside, copied],
+        )
+        assert keys_suite() == (False, 1)  # the scope's own row, its copy counted across the generation
         s.execute("ROLLBACK")
