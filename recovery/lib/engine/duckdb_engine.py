@@ -76,14 +76,16 @@ class _EngineClock:
         self.total = 0.0
 
     @contextmanager
-    def timing(self, sql: str = "") -> Iterator[None]:
+    def timing(self, sql: str = "", kind: str = "sql") -> Iterator[None]:
+        """Time a statement (``kind`` "sql"), or opening or closing a connection ("connect",
+        "close": DuckDB loads the catalog, and a writer's close checkpoints its log into the file)."""
         t0 = time.perf_counter()
         try:
             yield
         finally:
             took = time.perf_counter() - t0
             self.total += took
-            trace("sql", took, sql)
+            trace(kind, took, sql)
 
 
 ENGINE_SECONDS = _EngineClock()
@@ -429,7 +431,8 @@ class DuckDBEngine(Engine):
             fd = None if joined else _take_turnstile(self.location, writer=not want_read_only, deadline=deadline)
             while True:
                 try:
-                    conn = self._connect(database=self.location, read_only=read_only, config=config)
+                    with ENGINE_SECONDS.timing(self.location, kind="connect"):
+                        conn = self._connect(database=self.location, read_only=read_only, config=config)
                     conn.execute("SET python_enable_replacements = false")
                     break
                 except (duckdb.IOException, duckdb.ConnectionException) as err:
@@ -474,7 +477,8 @@ class DuckDBEngine(Engine):
             yield conn, read_only and shared_rw
         finally:
             try:
-                conn.close()
+                with ENGINE_SECONDS.timing(self.location, kind="close"):
+                    conn.close()
             finally:
                 PROCESS_FILES.release(key, read_only_slot=ro_slot)
 
