@@ -247,9 +247,10 @@ def reconciliation_gate(
     relation of key columns) narrows both sides to those keys.
 
     On DuckDB, when both sides give every compared column the same type, each row is compared
-    by a checksum of its values (DuckDB's 64-bit ``hash`` of the columns in one order, which
-    tells NULL from any value and -0.0 from nothing) and the join carries the key and that
-    checksum only: the wide rows are read once each, not held in the join. Otherwise (Spark,
+    by a checksum of its values (DuckDB's 64-bit ``hash`` of the columns in one order: it hashes
+    NULL apart from every value, and 0.0 and -0.0, or two NaNs, alike, as ``IS NOT DISTINCT
+    FROM`` compares them) and the join carries the key and that checksum only: the wide rows are
+    read once each, not held in the join. Otherwise (Spark,
     whose ``hash`` has 32 bits; or a type that differs, which ``IS NOT DISTINCT FROM`` casts
     and a checksum would not) the columns are compared one by one. ``by_checksum=False``
     forces the column-by-column form."""
