@@ -1,7 +1,7 @@
 """``python -m bench <name> ...``: run one benchmark: ``reconcile`` (the default, ``make bench``), ``recover``,
 ``fuzz`` (spec and incident files, ``make fuzz``), ``share`` (one DuckDB file, many users),
 ``kill`` (the kill -9 matrix), ``fixed`` (a command's fixed cost), ``whole`` (the whole command vs the floor),
-``fence`` (a fence against a busy writer), ``lakehouse`` (reconcile on Delta
+``fence`` (a fence against a busy writer), ``gates`` (a gate's GE validations), ``lakehouse`` (reconcile on Delta
 vs DuckDB) or ``convergence`` (verify with late changes pending)."""
 
 import sys
@@ -11,6 +11,7 @@ from bench import (
     fence_bench,
     fixed_cost_bench,
     fuzz_bench,
+    gate_suites_bench,
     kill_bench,
     lakehouse_bench,
     reconcile_bench,
@@ -30,6 +31,7 @@ BENCHES = {
     "lakehouse": lakehouse_bench.main,
     "convergence": convergence_bench.main,
     "whole": whole_command_bench.main,
+    "gates": gate_suites_bench.main,
 }
 
 if __name__ == "__main__":

@@ -73,3 +73,24 @@ def test_fence_bench_fences_against_a_busy_writer_process_and_reports_its_figure
     assert result["median_s"] <= result["max_s"] == max(result["seconds"])
     assert result["writes_during"] >= 4 and result["writer_exit"] == 0  # the writer was busy all along
     assert "fences against a busy writer" in proc.stdout and "median" in proc.stdout
+
+
+def test_gates_bench_validates_each_gate_in_the_format_asked_and_refuses_a_failing_frame(capsys, monkeypatch):
+    """``python -m bench gates``: the figure is per gate of the result format asked for; a gate that does
+    not pass on its own frame is an error, not a timing."""
+    from bench import gate_suites_bench
+    from recovery.lib.repair import sql_suites
+
+    monkeypatch.setattr(sql_suites, "RESULT_FORMAT", sql_suites.RESULT_FORMAT)  # the bench sets it; restored after
+    assert gate_suites_bench.main(["--rounds", "2", "--result-format", "SUMMARY"]) == 0
+    assert "2 gates, result format SUMMARY: median" in capsys.readouterr().out
+    monkeypatch.setattr(
+        gate_suites_bench,
+        "TOTALS_SUITE",
+        gate_suites_bench.Suite(
+            "partition_totals",
+            (gate_suites_bench.E("expect_column_pair_values_to_be_equal", {"column_A": "rows", "column_B": "total"}),),
+        ),
+    )
+    assert gate_suites_bench.main(["--rounds", "1"]) == 1
+    assert "a gate failed on the bench's own frame" in capsys.readouterr().out

@@ -75,9 +75,12 @@ def test_aggregates_are_computed_over_the_whole_relation_in_the_engine(table):
     wrong = results["wrong"]
     assert set(wrong.failures) == {"expect_column_mean_to_be_between(v)", "expect_column_values_to_not_be_null(s)"}
     assert wrong.failures["expect_column_values_to_not_be_null(s)"] == 10_000
+    # what a refusal shows comes back in GE's BASIC result: the observed value of an aggregate
+    assert wrong.samples["expect_column_mean_to_be_between(v)"] == ["observed 49.5"]
     # uniqueness over the whole relation: one duplicate id anywhere is seen (batches never compare across each other)
     dup = runner.validate('SELECT * FROM "analytics"."t" UNION ALL SELECT 99999, 1, \'x\'')
     assert dup["right"].failures == {"expect_column_values_to_be_unique(id)": 2}
+    assert dup["right"].samples["expect_column_values_to_be_unique(id)"] == [99999, 99999]  # the offending values
 
 
 def test_the_runner_sees_the_callers_uncommitted_rows_and_leaves_its_transaction_open(table):
