@@ -112,7 +112,8 @@ def backfill_finished(instance: dg.DagsterInstance, backfill_id: str) -> bool:
 
 
 class Daemon:
-    """A ``dagster-daemon`` process for the project's instance, stopped on exit."""
+    """A ``dagster-daemon`` process for the project's instance, stopped on exit; it iterates every
+    few seconds, not Dagster's 30 (``recovery.dagster_daemon``), since it is waited on."""
 
     def __init__(self, workspace: Path = WORKSPACE, log_path: Path | None = None):
         self.workspace = workspace
@@ -120,10 +121,9 @@ class Daemon:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> Daemon:
-        exe = Path(sys.executable).with_name("dagster-daemon")
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [str(exe), "run", "-w", str(self.workspace)],
+            [sys.executable, "-m", "recovery.dagster_daemon", "run", "-w", str(self.workspace)],
             cwd=str(PROJECT_ROOT),
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery_tests.support.example_build import BuiltExample, build_example, copy_dataset
-
-DEMO_EVENTS = 200_000
+from recovery_tests.support.example_build import SESSION_EVENTS, BuiltExample, build_example, copy_dataset
 
 
 @pytest.fixture(scope="session")
@@ -39,8 +37,9 @@ def _tracebacks_restored():
 
 @pytest.fixture(scope="session")
 def failed_example(shared_dir: Path) -> BuiltExample:
-    """The worked example after its faulty backfill (200k events). Read-only: copy to change it."""
-    return build_example(shared_dir, events=DEMO_EVENTS)
+    """The worked example after its faulty backfill (``SESSION_EVENTS``, 20k: the size the Spark test and
+    the reconciliation's small build use, so one build serves them all). Read-only: copy to change it."""
+    return build_example(shared_dir, events=SESSION_EVENTS)
 
 
 @pytest.fixture

@@ -21,6 +21,8 @@ from filelock import FileLock
 from recovery.config import EXAMPLE_OUTPUTS, EXAMPLE_SPEC
 
 EXAMPLE_DIR = EXAMPLE_SPEC.parent
+# the session's failed example (``failed_example``): the size tests' "a real volume" thresholds scale with
+SESSION_EVENTS = int(os.environ.get("RECOVERY_TEST_EVENTS", "20000"))
 
 
 @dataclass(frozen=True)

@@ -283,7 +283,23 @@ def _nothing_started(spec_path: Path, before: str) -> None:
     )
 
 
+def _published_rows(spec_path: Path, first: str, last: str) -> int:
+    sql = "SELECT count(*) FROM analytics.transactions WHERE event_date BETWEEN CAST(? AS DATE) AND CAST(? AS DATE)"
+    return int(query_dataset(spec_path, sql, [first, last])[0][0])
+
+
+def _set_policy(spec_path: Path, section: str, value) -> None:
+    raw = yaml.safe_load(spec_path.read_text())
+    raw["recurrence"][section] = value
+    spec_path.write_text(yaml.safe_dump(raw))
+
+
 def test_missing_approval_refuses_before_any_write(dataset: Path):
+    # a large scope needs two approvers: "large" is twice June's rows, so a quarter is large whatever the example's size
+    june = _published_rows(dataset, "2024-06-01", "2024-06-30")
+    assert june > 0
+    rules = [{"required": 1}, {"rows_over": 2 * june, "required": 2}]
+    _set_policy(dataset, "approval", {**yaml.safe_load(dataset.read_text())["recurrence"]["approval"], "rules": rules})
     before = public_hash(dataset)
     out = launch(dataset, "2024-06-01", "2024-06-30", approved_by=())
     assert out.status == "refused"
@@ -293,7 +309,8 @@ def test_missing_approval_refuses_before_any_write(dataset: Path):
         and "0 of 1 required" in gate.details
         and "Fix: add approved_by from head-of-data" in gate.details
     )
-    large = launch(dataset, "2024-01-01", "2024-03-31", approved_by=(APPROVER, "a-stranger"))  # > 50,000 rows
+    assert _published_rows(dataset, "2024-01-01", "2024-03-31") > 2 * june
+    large = launch(dataset, "2024-01-01", "2024-03-31", approved_by=(APPROVER, "a-stranger"))
     assert large.status == "refused"
     assert (
         "1 of 2 required" in large.gates["approval"].details
@@ -308,11 +325,13 @@ def test_missing_approval_refuses_before_any_write(dataset: Path):
 def test_capacity_exceeded_refuses_before_any_write(dataset: Path, monkeypatch):
     before = public_hash(dataset)
     raw = yaml.safe_load(dataset.read_text())
-    raw["recurrence"]["capacity"]["max_rows"] = 1000
+    week = _published_rows(dataset, "2024-06-01", "2024-06-07")
+    assert week > 10
+    raw["recurrence"]["capacity"]["max_rows"] = week // 2  # the week's scope holds about twice as many
     dataset.write_text(yaml.safe_dump(raw))
     out = launch(dataset, "2024-06-01", "2024-06-07")
     assert out.status == "refused"
-    assert "rows > max_rows 1,000" in out.gates["capacity"].details
+    assert f"rows > max_rows {week // 2:,}" in out.gates["capacity"].details
     raw["recurrence"]["capacity"]["max_rows"] = 1_000_000
     dataset.write_text(yaml.safe_dump(raw))
     import recovery.lib.recurrence.preview as preview

@@ -30,7 +30,7 @@ from recovery.lib.repair.publish import gate_candidate, publish
 from recovery.lib.repair.waves import gate_wave
 from recovery.lib.snapshot import expected_rows_sql
 from recovery.lib.write.writer import Writer
-from recovery_tests.support.example_build import copy_dataset, env
+from recovery_tests.support.example_build import SESSION_EVENTS, copy_dataset, env
 from recovery_tests.support.repair_support import (
     current_plan,
     gate_and_publish,
@@ -129,7 +129,7 @@ def test_after_publish_the_public_table_equals_the_source_with_every_concurrent_
     spec = repaired_live["spec"]
     wh = spec.warehouse.path
     extra, missing, rows = _query(wh, PAYLOAD_DIFF.format(expected=expected_rows_sql(spec, None)))[0]
-    assert (extra, missing) == (0, 0) and rows > 150_000
+    assert (extra, missing) == (0, 0) and rows > 0.75 * SESSION_EVENTS
     # keys the live events never touched equal the ground truth built before the repair
     untouched = _query(
         wh,
@@ -270,7 +270,7 @@ def test_rebuilding_a_wave_again_and_replaying_twice_leave_identical_tables(exam
     writer.write(
         "ingest-late",
         f"SELECT * REPLACE (amount_usd + 1 AS amount_usd, _source_version + 5 AS _source_version) "
-        f"FROM ({expected_rows_sql(spec, None)}) WHERE txn_id % 997 = 0",
+        f"FROM ({expected_rows_sql(spec, None)}) WHERE txn_id % 97 = 0",
         mode="upsert_keys",
     )
     first, results, _ = gate_candidate(writer, current_plan(spec, INCIDENT))
@@ -364,9 +364,13 @@ def test_a_bad_row_in_the_repair_generation_fails_a_blocking_check_and_publish_d
     from recovery.lib.write.fencing import fence_incident
 
     fence_incident(Writer(open_engine(spec.warehouse), spec), incident)
-    with open_engine(spec.warehouse).transaction() as s:  # a row of the fenced generation slips in
+    with open_engine(
+        spec.warehouse
+    ).transaction() as s:  # a row of the fenced generation slips into a rebuilt partition
         s.execute(
-            f"INSERT INTO {plan.namespace} SELECT * REPLACE ('{FAILED}' AS _generation) FROM {plan.namespace} LIMIT 1"
+            f"INSERT INTO {plan.namespace} SELECT * REPLACE ('{FAILED}' AS _generation) FROM {plan.namespace} "
+            "WHERE event_date = CAST(? AS DATE) ORDER BY txn_id LIMIT 1",
+            [sorted(plan.rebuild)[0]],
         )
     home = tmp_path / "home"
     home.mkdir()
@@ -383,6 +387,7 @@ def test_a_bad_row_in_the_repair_generation_fails_a_blocking_check_and_publish_d
             checks = {ev.check_name: ev.passed for e in evaluations if (ev := e.asset_check_evaluation) is not None}
             published = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
     assert checks["repair_keys"] is False and checks["repair_fencing"] is False
+    assert checks["repair_reconciliation"] is False  # key by key: the copy is a row the reference does not hold
     assert checks["repair_partitioning"] is True
     assert [present(present(e.dagster_event).asset_key).path for e in published] == [
         ["repair", "candidate"]
@@ -453,7 +458,16 @@ def test_a_publisher_killed_at_each_step_leaves_the_pointer_fully_old_or_fully_n
 def test_a_partition_whose_source_rows_were_purged_is_kept_and_marked_qualified_not_emptied(example_copy):
     spec = load_spec(example_copy)
     incident = parse_incident(example_copy.with_name("incident.yaml"))
-    purged = "2024-03-20"  # a damaged partition (the dying partition of the backfill)
+    with open_engine(spec.warehouse).session(read_only=True) as s:
+        # a partition the backfill damaged that also holds orders of other days (misfiled there): the most such
+        purged = str(
+            s.scalar(
+                "SELECT t.event_date FROM analytics.transactions t JOIN raw.transaction_events e USING (txn_id) "
+                "WHERE t._generation = ? AND t.event_date <> CAST(e.event_ts AS DATE) "
+                "GROUP BY 1 ORDER BY count(DISTINCT t.txn_id) DESC, 1 LIMIT 1",
+                [FAILED],
+            )
+        )
     with open_engine(spec.warehouse).transaction() as s:
         s.execute("DELETE FROM raw.transaction_events WHERE CAST(event_ts AS DATE) = ?", [purged])
         before = s.fetchall(
@@ -471,7 +485,7 @@ def test_a_partition_whose_source_rows_were_purged_is_kept_and_marked_qualified_
     assert purged not in plan.rebuild
     result = gate_and_publish(spec, INCIDENT)
     assert result["already"] is False
-    assert before[0] > 500 and strays
+    assert before[0] > 20 and strays
     with open_engine(spec.warehouse).session() as s:
         # the rows the source cannot speak for are kept as they were; rows of keys the source
         # knows (strays from other days) are rebuilt where the source puts them, once
