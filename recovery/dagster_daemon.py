@@ -1,4 +1,4 @@
-"""``dagster-daemon run`` for the daemons the CLI, the worked example and the tests start and stop.
+"""``dagster-daemon run`` for the daemons the worked example (``make run``) and the tests start and stop.
 
 Dagster's backfill daemon sleeps ``DEFAULT_DAEMON_INTERVAL_SECONDS`` (30 s) between iterations and
 marks a backfill finished only on the iteration after its last run ends, so a daemon started to

@@ -1,6 +1,6 @@
 """The daemons we start and wait on iterate every few seconds, not Dagster's 30: a backfill is
 marked finished on the backfill daemon's next iteration after its last run, so the worked
-example's build, the CLI's backfills and the tests would otherwise wait up to 30 s for nothing."""
+example's build (``make run``) and the tests' daemon backfills would otherwise wait up to 30 s for nothing."""
 
 from __future__ import annotations
 
